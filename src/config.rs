@@ -1,0 +1,249 @@
+//! Experiment configs (TOML): data, model, loss, training and evaluation; presets for the papers'
+//! settings; `--set key=value` overrides; validation with errors that name the key.
+
+use crate::data::DataConfig;
+use crate::data::sampler::SamplerConfig;
+use crate::eval::EvalConfig;
+use crate::loss::LossConfig;
+use crate::model::ModelConfig;
+use anyhow::{Context, Result, bail, ensure};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub seed: u64,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub loss: LossConfig,
+    pub train: TrainConfig,
+    #[serde(default)]
+    pub eval: EvalConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    pub sampler: SamplerConfig,
+    pub optimizer: OptimizerConfig,
+    /// Stop each epoch after this many batches (quick runs).
+    #[serde(default)]
+    pub max_batches: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// Only Adam (with PyTorch's L2 weight decay added to the gradient) is used by the papers.
+    #[serde(default = "adam")]
+    pub kind: String,
+    pub lr: f64,
+    #[serde(default)]
+    pub weight_decay: f64,
+    #[serde(default = "b1")]
+    pub beta1: f32,
+    #[serde(default = "b2")]
+    pub beta2: f32,
+    #[serde(default = "eps")]
+    pub epsilon: f32,
+}
+
+fn adam() -> String {
+    "adam".into()
+}
+fn b1() -> f32 {
+    0.9
+}
+fn b2() -> f32 {
+    0.999
+}
+fn eps() -> f32 {
+    1e-8
+}
+
+/// The presets shipped with rdml (also in `presets/`).
+pub const PRESETS: &[(&str, &str)] = &[
+    ("quickstart", include_str!("../presets/quickstart.toml")),
+    (
+        "fashion-c2f2-triplet",
+        include_str!("../presets/fashion-c2f2-triplet.toml"),
+    ),
+    (
+        "mnist-c2f2-triplet",
+        include_str!("../presets/mnist-c2f2-triplet.toml"),
+    ),
+    (
+        "cub-resnet18-triplet",
+        include_str!("../presets/cub-resnet18-triplet.toml"),
+    ),
+    (
+        "cars-resnet18-triplet",
+        include_str!("../presets/cars-resnet18-triplet.toml"),
+    ),
+    (
+        "sop-resnet18-triplet",
+        include_str!("../presets/sop-resnet18-triplet.toml"),
+    ),
+    (
+        "cub-resnet50-positive-perturbation-base",
+        include_str!("../presets/cub-resnet50-positive-perturbation-base.toml"),
+    ),
+    (
+        "synthetic-two-gaussians",
+        include_str!("../presets/synthetic-two-gaussians.toml"),
+    ),
+];
+
+impl Experiment {
+    pub fn validate(&self) -> Result<()> {
+        self.data.validate()?;
+        self.model.validate()?;
+        self.loss
+            .validate(self.model.l2_normalize)
+            .context("in [loss]")?;
+        self.eval.validate()?;
+        let t = &self.train;
+        ensure!(t.epochs >= 1, "train.epochs must be ≥ 1");
+        t.sampler.validate()?;
+        ensure!(
+            t.max_batches != Some(0),
+            "train.max_batches must be ≥ 1 when given"
+        );
+        let o = &t.optimizer;
+        ensure!(
+            o.kind == "adam",
+            "train.optimizer.kind = '{}': only 'adam' is supported",
+            o.kind
+        );
+        ensure!(
+            o.lr > 0.0 && o.lr.is_finite(),
+            "train.optimizer.lr must be > 0, got {}",
+            o.lr
+        );
+        ensure!(
+            o.weight_decay >= 0.0,
+            "train.optimizer.weight_decay must be ≥ 0"
+        );
+        ensure!(
+            (0.0..1.0).contains(&o.beta1) && (0.0..1.0).contains(&o.beta2),
+            "train.optimizer.beta1/beta2 must be in [0, 1)"
+        );
+        ensure!(o.epsilon > 0.0, "train.optimizer.epsilon must be > 0");
+        Ok(())
+    }
+
+    /// Parses TOML text; `origin` names it in errors (which carry the line and column).
+    pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Self> {
+        // First parse as written, so an error in the file reports its line.
+        let _: Experiment = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let mut value: toml::Value =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        for o in overrides {
+            apply_override(&mut value, o)?;
+        }
+        let exp: Experiment = value.try_into().map_err(|e: toml::de::Error| {
+            anyhow::anyhow!("{origin} with --set {}: {e}", overrides.join(" --set "))
+        })?;
+        exp.validate()
+            .with_context(|| format!("{origin}: invalid configuration"))?;
+        Ok(exp)
+    }
+
+    /// Loads a config file, or a preset by name when no such file exists.
+    pub fn load(path_or_preset: &str, overrides: &[String]) -> Result<Self> {
+        let p = Path::new(path_or_preset);
+        if p.is_file() {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            return Self::from_toml(&text, &p.display().to_string(), overrides);
+        }
+        if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {
+            return Self::from_toml(text, &format!("preset {name}"), overrides);
+        }
+        bail!(
+            "{path_or_preset}: no such config file, and not a preset (presets: {})",
+            PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+        )
+    }
+
+    pub fn to_toml(&self) -> Result<String> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+/// Applies `a.b.c=value`; the value is read as a TOML value (number, bool, array, inline table),
+/// or as a string when it is not one.
+pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
+    let (key, raw) = spec
+        .split_once('=')
+        .with_context(|| format!("--set {spec}: expected key=value"))?;
+    let key = key.trim();
+    ensure!(!key.is_empty(), "--set {spec}: empty key");
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut cur = root;
+    for (i, part) in parts.iter().enumerate() {
+        let table = cur
+            .as_table_mut()
+            .with_context(|| format!("--set {key}: '{}' is not a table", parts[..i].join(".")))?;
+        if i + 1 == parts.len() {
+            table.insert(part.to_string(), value);
+            return Ok(());
+        }
+        cur = table
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_and_validate() {
+        for (name, _) in PRESETS {
+            Experiment::load(name, &[]).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn overrides_and_errors() {
+        let e = Experiment::load(
+            "fashion-c2f2-triplet",
+            &["train.epochs=3".into(), "loss.margin=0.5".into()],
+        )
+        .unwrap();
+        assert_eq!(e.train.epochs, 3);
+        assert!(matches!(e.loss, LossConfig::Triplet { margin, .. } if margin == 0.5));
+        let err = format!(
+            "{:#}",
+            Experiment::load("fashion-c2f2-triplet", &["train.epochz=3".into()]).unwrap_err()
+        );
+        assert!(err.contains("epochz"), "{err}");
+        let err = format!(
+            "{:#}",
+            Experiment::load("fashion-c2f2-triplet", &["train.optimizer.lr=-1".into()])
+                .unwrap_err()
+        );
+        assert!(err.contains("train.optimizer.lr"), "{err}");
+        let bad = "seed = 0\n[data]\ndataset = \"fashion-mnist\"\ncolour = 1\n";
+        let err = format!(
+            "{:#}",
+            Experiment::from_toml(bad, "x.toml", &[]).unwrap_err()
+        );
+        assert!(
+            err.contains("x.toml") && err.contains("line 4") && err.contains("colour"),
+            "{err}"
+        );
+    }
+}

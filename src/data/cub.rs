@@ -1,0 +1,77 @@
+//! CUB-200-2011: `images.txt` lists `<id> <NNN.Class/file.jpg>`; the class is the `NNN.` prefix.
+//! Zero-shot split of the papers: classes 1–100 train, 101–200 test.
+
+use super::{EvalSet, ImageSet, Source, Splits, parse_int};
+use anyhow::{Context, Result, bail, ensure};
+use std::path::Path;
+use std::sync::Arc;
+
+pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
+    let list = root.join("images.txt");
+    let text = std::fs::read_to_string(&list)
+        .with_context(|| format!("cannot read {}", list.display()))?;
+    let (mut paths, mut labels) = (vec![], vec![]);
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut it = line.split_whitespace();
+        let (Some(_id), Some(name)) = (it.next(), it.next()) else {
+            bail!(
+                "{}:{}: expected '<image_id> <image_name>'",
+                list.display(),
+                n + 1
+            );
+        };
+        let prefix = name.split('.').next().unwrap_or("");
+        let class = parse_int(prefix, &list, n + 1, "class prefix")?;
+        ensure!(
+            (1..=200).contains(&class),
+            "{}:{}: class {class} is not in 1..=200",
+            list.display(),
+            n + 1
+        );
+        paths.push(root.join("images").join(name));
+        labels.push(class as u32 - 1);
+    }
+    ensure!(!paths.is_empty(), "{}: no images listed", list.display());
+    Ok(split_half(root, "cub", paths, labels, 100, resize, crop))
+}
+
+/// Splits items by class: labels `< first_test` train, the rest test (all test items are both
+/// queries and gallery).
+pub(crate) fn split_half(
+    root: &Path,
+    name: &str,
+    paths: Vec<std::path::PathBuf>,
+    labels: Vec<u32>,
+    first_test: u32,
+    resize: usize,
+    crop: usize,
+) -> Splits {
+    let _ = root;
+    let train: Vec<usize> = (0..labels.len())
+        .filter(|&i| labels[i] < first_test)
+        .collect();
+    let test: Vec<usize> = (0..labels.len())
+        .filter(|&i| labels[i] >= first_test)
+        .collect();
+    let all = ImageSet::new(
+        name,
+        Arc::new(Source::Files {
+            paths,
+            resize,
+            crop,
+        }),
+        (0..labels.len()).collect(),
+        labels,
+    );
+    Splits {
+        train: all.subset(format!("{name}/train"), &train),
+        test: EvalSet {
+            query: all.subset(format!("{name}/test"), &test),
+            gallery: None,
+        },
+    }
+}

@@ -1,0 +1,174 @@
+//! Batch samplers. Both emit batches whose items come in class groups `[c1 × M, c2 × M, …]`, so
+//! that with M = 2 the anchor of a pair is at an even position and its positive follows it.
+
+use anyhow::{Result, ensure};
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SamplerConfig {
+    /// robrank's "SPC-2": every training item once per epoch as an anchor (shuffled, `pairs` per
+    /// batch, last batch kept), each followed by a random other item of its class.
+    Spc2 { pairs: usize },
+    /// Roth et al.'s class-balanced batches: `classes` distinct classes × `per_class` items;
+    /// `len(train) / (classes·per_class)` batches per epoch.
+    ClassBalanced { classes: usize, per_class: usize },
+}
+
+impl SamplerConfig {
+    pub fn batch_size(&self) -> usize {
+        match self {
+            SamplerConfig::Spc2 { pairs } => 2 * pairs,
+            SamplerConfig::ClassBalanced { classes, per_class } => classes * per_class,
+        }
+    }
+    pub fn per_class(&self) -> usize {
+        match self {
+            SamplerConfig::Spc2 { .. } => 2,
+            SamplerConfig::ClassBalanced { per_class, .. } => *per_class,
+        }
+    }
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            SamplerConfig::Spc2 { pairs } => {
+                ensure!(*pairs >= 2, "train.sampler.pairs must be ≥ 2")
+            }
+            SamplerConfig::ClassBalanced { classes, per_class } => {
+                ensure!(*classes >= 2, "train.sampler.classes must be ≥ 2");
+                ensure!(*per_class >= 2, "train.sampler.per_class must be ≥ 2");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The seed of epoch `epoch`'s sampling stream: a fixed function of (seed, epoch), so a resumed
+/// run draws the same batches as an uninterrupted one.
+pub fn epoch_rng(seed: u64, epoch: usize, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng.set_word_pos((epoch as u128) << 40);
+    rng
+}
+
+/// The batches of one epoch, as positions into the training set.
+pub fn epoch_batches(
+    cfg: &SamplerConfig,
+    labels: &[u32],
+    seed: u64,
+    epoch: usize,
+) -> Result<Vec<Vec<usize>>> {
+    let mut by_class: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (p, &l) in labels.iter().enumerate() {
+        by_class.entry(l).or_default().push(p);
+    }
+    let usable: Vec<&Vec<usize>> = by_class.values().filter(|v| v.len() >= 2).collect();
+    ensure!(
+        usable.len() >= 2,
+        "the training set needs at least two classes with two or more items each"
+    );
+    let mut rng = epoch_rng(seed, epoch, 1);
+    match *cfg {
+        SamplerConfig::Spc2 { pairs } => {
+            let mut order: Vec<usize> = (0..labels.len())
+                .filter(|&p| by_class[&labels[p]].len() >= 2)
+                .collect();
+            order.shuffle(&mut rng);
+            Ok(order
+                .chunks(pairs)
+                .map(|chunk| {
+                    let mut b = Vec::with_capacity(2 * chunk.len());
+                    for &a in chunk {
+                        let same = &by_class[&labels[a]];
+                        let mut p = a;
+                        while p == a {
+                            p = same[rng.random_range(0..same.len())];
+                        }
+                        b.push(a);
+                        b.push(p);
+                    }
+                    b
+                })
+                .collect())
+        }
+        SamplerConfig::ClassBalanced { classes, per_class } => {
+            ensure!(
+                usable.len() >= classes,
+                "train.sampler.classes = {classes} but the training set has only {} classes with ≥ 2 items",
+                usable.len()
+            );
+            let n_batches = (labels.len() / (classes * per_class)).max(1);
+            let mut out = Vec::with_capacity(n_batches);
+            for _ in 0..n_batches {
+                let chosen: Vec<&&Vec<usize>> = usable.choose_multiple(&mut rng, classes).collect();
+                let mut b = Vec::with_capacity(classes * per_class);
+                for items in chosen {
+                    if items.len() >= per_class {
+                        b.extend(items.choose_multiple(&mut rng, per_class).copied());
+                    } else {
+                        b.extend((0..per_class).map(|_| items[rng.random_range(0..items.len())]));
+                    }
+                }
+                out.push(b);
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spc2_pairs_share_a_class_and_cover_the_epoch() {
+        let labels: Vec<u32> = (0..50).map(|i| i % 5).collect();
+        let b = epoch_batches(&SamplerConfig::Spc2 { pairs: 8 }, &labels, 3, 0).unwrap();
+        assert_eq!(b.len(), 7); // ceil(50 / 8)
+        let mut anchors: Vec<usize> = b
+            .iter()
+            .flat_map(|x| x.iter().step_by(2).copied())
+            .collect();
+        for x in &b {
+            for pair in x.chunks(2) {
+                assert_eq!(labels[pair[0]], labels[pair[1]]);
+                assert_ne!(pair[0], pair[1]);
+            }
+        }
+        anchors.sort();
+        assert_eq!(anchors, (0..50).collect::<Vec<_>>());
+        assert_eq!(
+            b,
+            epoch_batches(&SamplerConfig::Spc2 { pairs: 8 }, &labels, 3, 0).unwrap()
+        );
+        assert_ne!(
+            b,
+            epoch_batches(&SamplerConfig::Spc2 { pairs: 8 }, &labels, 3, 1).unwrap()
+        );
+    }
+
+    #[test]
+    fn class_balanced_groups() {
+        let labels: Vec<u32> = (0..120).map(|i| i % 12).collect();
+        let cfg = SamplerConfig::ClassBalanced {
+            classes: 4,
+            per_class: 3,
+        };
+        let b = epoch_batches(&cfg, &labels, 0, 0).unwrap();
+        assert_eq!(b.len(), 10);
+        for x in &b {
+            let classes: Vec<u32> = x.chunks(3).map(|g| labels[g[0]]).collect();
+            for (g, &c) in x.chunks(3).zip(&classes) {
+                assert!(g.iter().all(|&p| labels[p] == c));
+            }
+            let mut d = classes.clone();
+            d.sort();
+            d.dedup();
+            assert_eq!(d.len(), 4);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Retrieval metrics, computed per query from its row of distances in one blocked pass.
+//!
+//! Definitions (`R` = number of gallery items with the query's label, the query itself left out
+//! when the gallery is the query set; neighbours ordered by (distance, index)):
+//! - Recall@k: 1 if a same-label item is among the k nearest.
+//! - MAP@R (Musgrave et al., PML): `Σ_{i≤R, rel_i} P@i / R`.
+//! - robrank's "mAP@R", which is mAP@10: `Σ_{i≤10, rel_i} P@i / 10` (reported as `map_at_10`).
+//! - mAP: average precision over all `R` relevant items, `Σ_j j / rank_j / R`.
+//! - R-precision: relevant items among the R nearest, divided by R.
+//!
+//! Queries without any same-label gallery item ("lone" queries) are left out of every metric, as
+//! PML does, and counted in `lone_queries`.
+
+use super::knn::{Embeddings, key_less, scan_rows, top_k};
+use anyhow::{Result, ensure};
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Metrics of one query set against one gallery.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Retrieval {
+    /// `(k, Recall@k)`.
+    pub recall: Vec<(usize, f64)>,
+    pub map_at_r: f64,
+    pub map_at_10: f64,
+    pub map: f64,
+    pub r_precision: f64,
+    pub queries: usize,
+    pub lone_queries: usize,
+}
+
+impl Retrieval {
+    pub fn recall_at(&self, k: usize) -> Option<f64> {
+        self.recall.iter().find(|(kk, _)| *kk == k).map(|x| x.1)
+    }
+}
+
+#[derive(Default, Clone)]
+struct RowStats {
+    lone: bool,
+    hits: Vec<bool>,
+    ap_r: f64,
+    ap_10: f64,
+    ap: f64,
+    r_prec: f64,
+}
+
+/// Scores one query's row. `labels_of(j)` is gallery item `j`'s label.
+fn row_stats(
+    row: &[f32],
+    qlabel: u32,
+    glabels: &[u32],
+    skip: Option<usize>,
+    r: usize,
+    ks: &[usize],
+) -> RowStats {
+    if r == 0 {
+        return RowStats {
+            lone: true,
+            ..Default::default()
+        };
+    }
+    let kmax = ks.iter().copied().max().unwrap_or(1).max(r).max(10);
+    let top = top_k(row, kmax, skip);
+    let rel: Vec<bool> = top
+        .iter()
+        .map(|&(_, j)| glabels[j as usize] == qlabel)
+        .collect();
+    let hits = ks.iter().map(|&k| rel.iter().take(k).any(|&b| b)).collect();
+    let ap_at = |depth: usize, divisor: usize| {
+        let (mut found, mut s) = (0usize, 0.0f64);
+        for (i, &b) in rel.iter().take(depth).enumerate() {
+            if b {
+                found += 1;
+                s += found as f64 / (i + 1) as f64;
+            }
+        }
+        (s / divisor as f64, found)
+    };
+    let (ap_r, found_r) = ap_at(r, r);
+    let (ap_10, _) = ap_at(10, 10);
+    // Full AP: rank of the j-th relevant item = 1 + number of items ordered before it.
+    let mut rel_keys: Vec<(f32, u32)> = row
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| Some(j) != skip && glabels[j] == qlabel)
+        .map(|(j, &d)| (d, j as u32))
+        .collect();
+    rel_keys.sort_unstable_by(|a, b| key_less(*a, *b));
+    let mut before = vec![0usize; rel_keys.len() + 1];
+    for (j, &d) in row.iter().enumerate() {
+        if Some(j) == skip {
+            continue;
+        }
+        let key = (d, j as u32);
+        // Number of relevant keys ≤ this item: the item precedes every relevant key after them.
+        let p = rel_keys.partition_point(|&rk| key_less(rk, key) != std::cmp::Ordering::Greater);
+        before[p] += 1;
+    }
+    let (mut cum, mut ap) = (0usize, 0.0f64);
+    for j in 0..rel_keys.len() {
+        cum += before[j];
+        // `cum` counts items strictly before relevant j, including relevant items 0..j.
+        ap += (j + 1) as f64 / (cum + 1) as f64;
+    }
+    ap /= r as f64;
+    RowStats {
+        lone: false,
+        hits,
+        ap_r,
+        ap_10,
+        ap,
+        r_prec: found_r as f64 / r as f64,
+    }
+}
+
+/// Computes the retrieval metrics of `query` against `gallery` (or, with `gallery = None`, of the
+/// set against itself, each query left out of its own list).
+pub fn retrieval(
+    query: &Embeddings,
+    qlabels: &[u32],
+    gallery: Option<(&Embeddings, &[u32])>,
+    ks: &[usize],
+    device: &Device,
+) -> Result<Retrieval> {
+    ensure!(
+        query.n == qlabels.len(),
+        "{} query embeddings for {} labels",
+        query.n,
+        qlabels.len()
+    );
+    let (gemb, glabels, same) = match gallery {
+        Some((g, gl)) => {
+            ensure!(
+                g.n == gl.len(),
+                "{} gallery embeddings for {} labels",
+                g.n,
+                gl.len()
+            );
+            (g, gl, false)
+        }
+        None => (query, qlabels, true),
+    };
+    let mut counts: HashMap<u32, usize> = HashMap::new();
+    for &l in glabels {
+        *counts.entry(l).or_default() += 1;
+    }
+    let rows = scan_rows(query, gemb, device, |i, row| {
+        let r = counts.get(&qlabels[i]).copied().unwrap_or(0) - usize::from(same);
+        row_stats(row, qlabels[i], glabels, same.then_some(i), r, ks)
+    })?;
+    let scored: Vec<&RowStats> = rows.iter().filter(|s| !s.lone).collect();
+    let n = scored.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&RowStats) -> f64| scored.iter().map(|s| f(s)).sum::<f64>() / n;
+    Ok(Retrieval {
+        recall: ks
+            .iter()
+            .enumerate()
+            .map(|(t, &k)| (k, mean(&|s| f64::from(u8::from(s.hits[t])))))
+            .collect(),
+        map_at_r: mean(&|s| s.ap_r),
+        map_at_10: mean(&|s| s.ap_10),
+        map: mean(&|s| s.ap),
+        r_precision: mean(&|s| s.r_prec),
+        queries: query.n,
+        lone_queries: rows.len() - scored.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(points: &[f32]) -> Embeddings {
+        Embeddings::new(points.to_vec(), points.len(), 1).unwrap()
+    }
+
+    #[test]
+    fn hand_computed_case() {
+        let dev = Device::default();
+        // Query 0 at 0.0 (label A). Others by distance: 1:B(1) 2:A(2) 3:B(3) 4:A(4) 5:C(9).
+        let e = line(&[0.0, 1.0, 2.0, 3.0, 4.0, 9.0]);
+        let labels = [0, 1, 0, 1, 0, 2];
+        let q = line(&[0.0]);
+        let m = retrieval(&q, &[0], Some((&e.clone(), &labels)), &[1, 2, 4], &dev).unwrap();
+        // Gallery includes the query's own copy at distance 0 (labelled A): ranks A@1, B@2, A@3, B@4, A@5.
+        // R = 3. R@1 = 1. MAP@R = (1/1 + 2/3)/3 = 0.5556. mAP@10 = (1 + 2/3 + 3/5)/10 = 0.2267.
+        // mAP = (1 + 2/3 + 3/5)/3 = 0.7556. R-precision = 2/3.
+        assert_eq!(m.recall_at(1), Some(1.0));
+        assert!((m.map_at_r - (1.0 + 2.0 / 3.0) / 3.0).abs() < 1e-9);
+        assert!((m.map_at_10 - (1.0 + 2.0 / 3.0 + 0.6) / 10.0).abs() < 1e-9);
+        assert!((m.map - (1.0 + 2.0 / 3.0 + 0.6) / 3.0).abs() < 1e-9);
+        assert!((m.r_precision - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn leave_one_out_lone_queries_and_ties() {
+        let dev = Device::default();
+        // Items 1 and 2 tie at distance 1 from item 0; the lower index (1, wrong label) wins.
+        let e = line(&[0.0, 1.0, -1.0, 10.0, 20.0]);
+        let labels = [0, 1, 0, 1, 7];
+        let m = retrieval(&e, &labels, None, &[1, 2], &dev).unwrap();
+        // Item 4 (label 7) has no same-label item: lone, left out.
+        assert_eq!(m.lone_queries, 1);
+        // q0: nn = 1(B), 2(A) → R@1 0, R@2 1. q1 (B): nn 0(A),2(A),3(B) → R@1 0, R@2 0.
+        // q2 (A): nn 0(A) → 1. q3 (B): nn 1(B) (d=9) vs 0 (d=10) → 1.
+        assert_eq!(m.recall_at(1), Some(0.5));
+        assert_eq!(m.recall_at(2), Some(0.75));
+    }
+
+    #[test]
+    fn map_at_r_differs_from_map_at_10() {
+        let dev = Device::default();
+        // Class A on a line from the query outwards, with class B at 5 and 10.
+        let mut pts = vec![0.0];
+        let mut labels = vec![0u32];
+        for i in 1..=14 {
+            pts.push(i as f32);
+            labels.push(if i % 5 == 0 { 1 } else { 0 });
+        }
+        let e = line(&pts);
+        let m = retrieval(&line(&[0.0]), &[0], Some((&e, &labels)), &[1], &dev).unwrap();
+        // Gallery order: 0A 1A 2A 3A 4A 5B 6A 7A 8A 9A 10B 11A 12A 13A 14A; R = 13 A's.
+        let s10: f64 = 5.0 + 6.0 / 7.0 + 7.0 / 8.0 + 8.0 / 9.0 + 9.0 / 10.0;
+        assert!((m.map_at_10 - s10 / 10.0).abs() < 1e-9);
+        let sr = s10 + 10.0 / 12.0 + 11.0 / 13.0;
+        assert!((m.map_at_r - sr / 13.0).abs() < 1e-9);
+        assert!((m.map_at_10 - m.map_at_r).abs() > 0.05);
+    }
+}

@@ -1,0 +1,187 @@
+//! Evaluation: embed the test split, then blocked nearest-neighbour metrics, NMI and π_ratio.
+
+pub mod cluster;
+pub mod knn;
+pub mod metrics;
+
+use crate::data::loader::{self, HostBatch};
+use crate::data::{EvalSet, ImageSet};
+use crate::model::EmbeddingNet;
+use anyhow::{Result, ensure};
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, TensorData};
+use knn::Embeddings;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// The `[eval]` table of an experiment config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    #[serde(default = "d128")]
+    pub batch_size: usize,
+    #[serde(default = "d_ks")]
+    pub recall_ks: Vec<usize>,
+    /// Compute NMI (k-means with k = number of test classes).
+    #[serde(default = "yes")]
+    pub nmi: bool,
+    #[serde(default = "d100")]
+    pub kmeans_iters: usize,
+    #[serde(default = "yes")]
+    pub pi_ratio: bool,
+    /// Evaluate after every `every` epochs (0 = only at the end).
+    #[serde(default = "one")]
+    pub every: usize,
+}
+
+fn d128() -> usize {
+    128
+}
+fn d100() -> usize {
+    100
+}
+fn one() -> usize {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn d_ks() -> Vec<usize> {
+    vec![1, 2, 4, 8]
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 128,
+            recall_ks: d_ks(),
+            nmi: true,
+            kmeans_iters: 100,
+            pi_ratio: true,
+            every: 1,
+        }
+    }
+}
+
+impl EvalConfig {
+    pub fn validate(&self) -> Result<()> {
+        ensure!(self.batch_size >= 1, "eval.batch_size must be ≥ 1");
+        ensure!(
+            !self.recall_ks.is_empty() && self.recall_ks.iter().all(|&k| k >= 1),
+            "eval.recall_ks must be non-empty, each ≥ 1"
+        );
+        ensure!(self.kmeans_iters >= 1, "eval.kmeans_iters must be ≥ 1");
+        Ok(())
+    }
+}
+
+/// All metrics of one evaluation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Metrics {
+    #[serde(flatten)]
+    pub retrieval: metrics::Retrieval,
+    pub nmi: Option<f64>,
+    pub pi_ratio: Option<f64>,
+    pub embed_seconds: f64,
+    pub metric_seconds: f64,
+}
+
+impl Metrics {
+    pub fn recall_at(&self, k: usize) -> Option<f64> {
+        self.retrieval.recall_at(k)
+    }
+}
+
+/// Turns a host batch into a tensor on `device`.
+pub fn batch_tensor(b: &HostBatch, device: &Device) -> Tensor<4> {
+    Tensor::<4>::from_data(TensorData::new(b.images.clone(), b.shape), device)
+}
+
+/// Embeds every item of `set` with the model in evaluation mode (batch norm on running
+/// statistics, no autodiff), batch-norm set 0.
+pub fn embed(
+    model: &EmbeddingNet,
+    set: &ImageSet,
+    batch: usize,
+    device: &Device,
+) -> Result<Embeddings> {
+    let model = model.valid();
+    let plain = device.clone().without_autodiff();
+    let mut data = Vec::new();
+    let mut dim = 0;
+    for b in loader::prefetch(set.clone(), loader::sequential(set.len(), batch), None, 2) {
+        let b = b?;
+        let e = model.forward(batch_tensor(&b, &plain));
+        dim = e.dims()[1];
+        data.extend(crate::loss::to_host(&e));
+    }
+    Embeddings::new(data, set.len(), dim)
+}
+
+/// Embeds the test split and computes every metric.
+pub fn evaluate(
+    model: &EmbeddingNet,
+    test: &EvalSet,
+    cfg: &EvalConfig,
+    seed: u64,
+    device: &Device,
+) -> Result<Metrics> {
+    let t0 = Instant::now();
+    let q = embed(model, &test.query, cfg.batch_size, device)?;
+    let g = match &test.gallery {
+        Some(g) => Some((embed(model, g, cfg.batch_size, device)?, g.labels.clone())),
+        None => None,
+    };
+    let embed_seconds = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let m = score(
+        &q,
+        &test.query.labels,
+        g.as_ref().map(|(e, l)| (e, l.as_slice())),
+        cfg,
+        seed,
+        device,
+    )?;
+    Ok(Metrics {
+        embed_seconds,
+        metric_seconds: t1.elapsed().as_secs_f64(),
+        ..m
+    })
+}
+
+/// Metrics of given embeddings (no model involved).
+pub fn score(
+    q: &Embeddings,
+    qlabels: &[u32],
+    gallery: Option<(&Embeddings, &[u32])>,
+    cfg: &EvalConfig,
+    seed: u64,
+    device: &Device,
+) -> Result<Metrics> {
+    let plain = device.clone().without_autodiff();
+    let retrieval = metrics::retrieval(q, qlabels, gallery, &cfg.recall_ks, &plain)?;
+    let k = {
+        let mut l = qlabels.to_vec();
+        l.sort_unstable();
+        l.dedup();
+        l.len()
+    };
+    let nmi = if cfg.nmi {
+        let a = cluster::kmeans(q, k, cfg.kmeans_iters, seed, &plain)?;
+        Some(cluster::nmi(&a, qlabels))
+    } else {
+        None
+    };
+    let pi_ratio = if cfg.pi_ratio && k >= 2 {
+        cluster::pi_ratio(q, qlabels, &plain).ok()
+    } else {
+        None
+    };
+    Ok(Metrics {
+        retrieval,
+        nmi,
+        pi_ratio,
+        embed_seconds: 0.0,
+        metric_seconds: 0.0,
+    })
+}

@@ -1,0 +1,17 @@
+//! rdml: robust deep metric learning. Train embedding models, evaluate their retrieval quality,
+//! attack them and harden them, on the CPU (burn's Flex backend) or a GPU.
+//!
+//! The library is what the `rdml` command runs; every command is a thin layer over these modules.
+
+pub mod config;
+pub mod data;
+pub mod eval;
+pub mod loss;
+pub mod model;
+pub mod report;
+pub mod train;
+
+/// The compute device: burn's Flex CPU backend unless a GPU feature selects another.
+pub fn default_device() -> burn::tensor::Device {
+    burn::tensor::Device::default()
+}

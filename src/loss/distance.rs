@@ -1,0 +1,74 @@
+//! Distances between embeddings, on the host (for miners) and on tensors (for losses).
+//! robrank's suffixes: `N` = Euclidean on L2-normalised embeddings, `E` = Euclidean on raw
+//! embeddings, `C` = cosine distance `1 − cos` on normalised embeddings.
+
+use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distance {
+    NormalizedEuclidean,
+    Euclidean,
+    Cosine,
+}
+
+impl Distance {
+    /// Whether the distance assumes unit-norm embeddings.
+    pub fn needs_normalized(self) -> bool {
+        !matches!(self, Distance::Euclidean)
+    }
+
+    /// Distance between two host vectors.
+    pub fn host(self, a: &[f32], b: &[f32]) -> f32 {
+        match self {
+            Distance::NormalizedEuclidean | Distance::Euclidean => a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y) * (x - y))
+                .sum::<f32>()
+                .sqrt(),
+            Distance::Cosine => 1.0 - a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>(),
+        }
+    }
+
+    /// The `n × n` distance matrix of host embeddings (row-major).
+    pub fn host_matrix(self, e: &[f32], n: usize, dim: usize) -> Vec<f32> {
+        let mut out = vec![0f32; n * n];
+        for i in 0..n {
+            for j in i + 1..n {
+                let d = self.host(&e[i * dim..(i + 1) * dim], &e[j * dim..(j + 1) * dim]);
+                out[i * n + j] = d;
+                out[j * n + i] = d;
+            }
+        }
+        out
+    }
+
+    /// Row-wise distance of two `[t, d]` tensors → `[t]`. The Euclidean form adds 1e-12 under the
+    /// root so that the gradient stays finite when two embeddings coincide.
+    pub fn rows(self, a: Tensor<2>, b: Tensor<2>) -> Tensor<1> {
+        match self {
+            Distance::NormalizedEuclidean | Distance::Euclidean => (a - b)
+                .powi_scalar(2)
+                .sum_dim(1)
+                .add_scalar(1e-12)
+                .sqrt()
+                .squeeze_dim(1),
+            Distance::Cosine => (a * b).sum_dim(1).squeeze_dim(1).neg().add_scalar(1.0),
+        }
+    }
+
+    /// All pairwise distances of a `[n, d]` tensor → `[n, n]`.
+    pub fn matrix(self, e: Tensor<2>) -> Tensor<2> {
+        let dots = e.clone().matmul(e.clone().transpose());
+        match self {
+            Distance::NormalizedEuclidean | Distance::Euclidean => {
+                let sq = e.powi_scalar(2).sum_dim(1);
+                let d2 = sq.clone() + sq.transpose() - dots.mul_scalar(2.0);
+                d2.clamp_min(0.0).add_scalar(1e-12).sqrt()
+            }
+            Distance::Cosine => dots.neg().add_scalar(1.0),
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The `rdml` command: a thin layer over the library.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use rdml::config::{Experiment, PRESETS};
+use rdml::data::DatasetKind;
+use rdml::report::{metrics_table, write_json};
+use rdml::train::{TrainOptions, load_run, train};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "rdml",
+    version,
+    about = "Robust deep metric learning: train, evaluate, attack and harden embedding models"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Train the small CNN on Fashion-MNIST (shipped inside rdml) and print its retrieval metrics.
+    Quickstart {
+        #[arg(long, default_value = "runs/quickstart")]
+        out: PathBuf,
+        /// Folder with the full Fashion-MNIST IDX files (default: /usr/share/datasets/fashion-mnist
+        /// when present, else the embedded test split).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long)]
+        epochs: Option<usize>,
+    },
+    /// Train a model from an experiment config (a TOML file or a preset name).
+    Train {
+        #[arg(long)]
+        config: String,
+        #[arg(long)]
+        out: PathBuf,
+        /// Continue the run in --out from its last completed epoch.
+        #[arg(long)]
+        resume: bool,
+        #[arg(long)]
+        epochs: Option<usize>,
+        #[arg(long)]
+        max_batches: Option<usize>,
+        /// Override any config key, e.g. --set loss.margin=0.1 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Embed a trained model's test split and print its metrics.
+    Eval {
+        /// A run folder written by `rdml train`.
+        #[arg(long)]
+        model: PathBuf,
+        /// Use this data folder instead of the one in the run's config.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also write the metrics as JSON to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// List the presets, or print one.
+    Presets { name: Option<String> },
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) -> Vec<String> {
+    let mut v = set.to_vec();
+    if let Some(e) = epochs {
+        v.push(format!("train.epochs={e}"));
+    }
+    if let Some(m) = max_batches {
+        v.push(format!("train.max_batches={m}"));
+    }
+    v
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let device = rdml::default_device();
+    match cli.cmd {
+        Cmd::Quickstart { out, data, epochs } => {
+            let full = data.clone().or_else(|| {
+                let d = PathBuf::from("/usr/share/datasets/fashion-mnist");
+                rdml::data::mnist::full_set_present(&d).then_some(d)
+            });
+            let mut set = overrides(epochs, None, &[]);
+            let source = match &full {
+                Some(d) => {
+                    set.push("data.dataset=\"fashion-mnist\"".into());
+                    set.push(format!("data.root={:?}", d.display().to_string()));
+                    // 60,000 images per epoch: two epochs keep the run within a few minutes.
+                    if epochs.is_none() {
+                        set.push("train.epochs=2".into());
+                    }
+                    format!(
+                        "Fashion-MNIST from {} (60,000 train / 10,000 test)",
+                        d.display()
+                    )
+                }
+                None => {
+                    "the Fashion-MNIST test split shipped in rdml (8,000 train / 2,000 test)".into()
+                }
+            };
+            let exp = Experiment::load("quickstart", &set)?;
+            eprintln!(
+                "rdml quickstart: C2F2 + triplet loss on {source}, {} epochs",
+                exp.train.epochs
+            );
+            let t0 = Instant::now();
+            let rep = train(
+                &exp,
+                &TrainOptions {
+                    out: out.clone(),
+                    resume: false,
+                    progress: true,
+                },
+                &device,
+            )?;
+            let m = rep.final_metrics.context("no final evaluation")?;
+            println!(
+                "\nTest metrics after {} epochs ({:.0} s of training):",
+                exp.train.epochs, rep.train_seconds
+            );
+            print!("{}", metrics_table(&m));
+            let report = serde_json::json!({
+                "data": source,
+                "config": exp,
+                "metrics": m,
+                "train_seconds": rep.train_seconds,
+                "total_seconds": t0.elapsed().as_secs_f64(),
+                "run_dir": out,
+            });
+            write_json(&out.join("report.json"), &report)?;
+            println!(
+                "\nWrote {} (model, run.json, log.jsonl in the same folder).",
+                out.join("report.json").display()
+            );
+        }
+        Cmd::Train {
+            config,
+            out,
+            resume,
+            epochs,
+            max_batches,
+            set,
+            quiet,
+        } => {
+            let exp = Experiment::load(&config, &overrides(epochs, max_batches, &set))?;
+            let rep = train(
+                &exp,
+                &TrainOptions {
+                    out: out.clone(),
+                    resume,
+                    progress: !quiet,
+                },
+                &device,
+            )?;
+            if let Some(m) = &rep.final_metrics {
+                println!("Test metrics ({}):", exp.name);
+                print!("{}", metrics_table(m));
+            }
+            println!(
+                "Wrote {}/model.safetensors and run.json ({:.0} s of training).",
+                out.display(),
+                rep.train_seconds
+            );
+        }
+        Cmd::Eval {
+            model,
+            data,
+            json,
+            out,
+        } => {
+            let (mut exp, net) = load_run(&model, &device)?;
+            if let Some(d) = data {
+                exp.data.root = Some(d);
+                if exp.data.dataset == DatasetKind::FashionMnistEmbedded {
+                    exp.data.dataset = DatasetKind::FashionMnist;
+                }
+            }
+            let splits = exp.data.load(exp.seed)?;
+            let m = rdml::eval::evaluate(&net, &splits.test, &exp.eval, exp.seed, &device)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&m)?);
+            } else {
+                println!("{} on {}:", model.display(), splits.test.query.name);
+                print!("{}", metrics_table(&m));
+            }
+            if let Some(o) = out {
+                write_json(&o, &m)?;
+            }
+        }
+        Cmd::Presets { name } => match name {
+            None => {
+                for (n, text) in PRESETS {
+                    let first = text.lines().next().unwrap_or("").trim_start_matches("# ");
+                    println!("{n:<42} {first}");
+                }
+            }
+            Some(n) => {
+                let (_, text) = PRESETS
+                    .iter()
+                    .find(|p| p.0 == n)
+                    .with_context(|| format!("no preset '{n}'"))?;
+                print!("{text}");
+            }
+        },
+    }
+    Ok(())
+}

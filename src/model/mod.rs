@@ -1,0 +1,208 @@
+//! Embedding models: a backbone, ImageNet normalisation inside the model (so attack budgets are in
+//! pixel units), and an optional L2 normalisation of the embedding.
+
+pub mod c2f2;
+pub mod multi_bn;
+pub mod resnet;
+pub mod weights;
+
+use anyhow::{Context, Result, ensure};
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use c2f2::C2f2;
+use resnet::{BasicBlock, BnSpec, Bottleneck, ResNet};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arch {
+    C2f2,
+    Resnet18,
+    Resnet50,
+}
+
+/// The `[model]` table of an experiment config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    #[serde(default = "default_embedding")]
+    pub embedding_dim: usize,
+    /// L2-normalise the embedding (robrank's `N` and `C` metrics; the papers' unit sphere).
+    #[serde(default = "yes")]
+    pub l2_normalize: bool,
+    /// Normalise inputs with ImageNet mean/std inside the model; default: on for ResNets.
+    #[serde(default)]
+    pub imagenet_norm: Option<bool>,
+    /// torchvision ImageNet weights (`.pth` or `.safetensors`) for the ResNet backbone.
+    #[serde(default)]
+    pub pretrained: Option<PathBuf>,
+    /// Frozen batch norm (running statistics always; robrank's and Roth's ResNet setting).
+    #[serde(default)]
+    pub frozen_bn: bool,
+    /// Batch-norm parameter sets per layer (MDProp/AdvProp use more than one; set 0 is clean).
+    #[serde(default = "one")]
+    pub bn_sets: usize,
+}
+
+fn default_embedding() -> usize {
+    512
+}
+fn yes() -> bool {
+    true
+}
+fn one() -> usize {
+    1
+}
+
+impl ModelConfig {
+    pub fn validate(&self) -> Result<()> {
+        ensure!(self.embedding_dim >= 1, "model.embedding_dim must be ≥ 1");
+        ensure!(
+            (1..=8).contains(&self.bn_sets),
+            "model.bn_sets must be in 1..=8, got {}",
+            self.bn_sets
+        );
+        if self.pretrained.is_some() {
+            ensure!(
+                self.arch != Arch::C2f2,
+                "model.pretrained applies to ResNet backbones only"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[derive(Module, Debug)]
+pub enum Backbone {
+    C2f2(C2f2),
+    Resnet18(ResNet<BasicBlock>),
+    Resnet50(ResNet<Bottleneck>),
+}
+
+#[derive(Module, Debug)]
+pub struct EmbeddingNet {
+    pub backbone: Backbone,
+    pub l2_normalize: bool,
+    pub imagenet_norm: bool,
+}
+
+const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+impl EmbeddingNet {
+    /// Builds the model for inputs of shape `in_shape = [c, h, w]`, loading pretrained weights
+    /// when the config names them.
+    pub fn new(cfg: &ModelConfig, in_shape: [usize; 3], device: &Device) -> Result<Self> {
+        cfg.validate()?;
+        let bn = BnSpec {
+            sets: cfg.bn_sets,
+            frozen: cfg.frozen_bn,
+        };
+        let backbone = match cfg.arch {
+            Arch::C2f2 => Backbone::C2f2(C2f2::new(in_shape, cfg.embedding_dim, device)),
+            Arch::Resnet18 => {
+                let mut m = ResNet::<BasicBlock>::new(
+                    in_shape[0],
+                    [2, 2, 2, 2],
+                    cfg.embedding_dim,
+                    bn,
+                    device,
+                );
+                if let Some(p) = &cfg.pretrained {
+                    m = weights::load_torchvision(m, p, device)?;
+                }
+                Backbone::Resnet18(m)
+            }
+            Arch::Resnet50 => {
+                let mut m = ResNet::<Bottleneck>::new(
+                    in_shape[0],
+                    [3, 4, 6, 3],
+                    cfg.embedding_dim,
+                    bn,
+                    device,
+                );
+                if let Some(p) = &cfg.pretrained {
+                    m = weights::load_torchvision(m, p, device)?;
+                }
+                Backbone::Resnet50(m)
+            }
+        };
+        let imagenet_norm = cfg.imagenet_norm.unwrap_or(cfg.arch != Arch::C2f2);
+        ensure!(
+            !imagenet_norm || in_shape[0] == 3,
+            "model.imagenet_norm needs 3-channel images, got {}",
+            in_shape[0]
+        );
+        Ok(Self {
+            backbone,
+            l2_normalize: cfg.l2_normalize,
+            imagenet_norm,
+        })
+    }
+
+    /// Embeds images in [0, 1] using batch-norm set 0 (the clean set).
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        self.forward_set(x, 0)
+    }
+
+    /// Embeds images with batch-norm parameter set `set`.
+    pub fn forward_set(&self, x: Tensor<4>, set: usize) -> Tensor<2> {
+        let x = if self.imagenet_norm {
+            let device = x.device();
+            let mean = Tensor::<1>::from_floats(IMAGENET_MEAN, &device).reshape([1, 3, 1, 1]);
+            let std = Tensor::<1>::from_floats(IMAGENET_STD, &device).reshape([1, 3, 1, 1]);
+            (x - mean) / std
+        } else {
+            x
+        };
+        let e = match &self.backbone {
+            Backbone::C2f2(m) => m.forward(x),
+            Backbone::Resnet18(m) => m.forward(x, set),
+            Backbone::Resnet50(m) => m.forward(x, set),
+        };
+        if self.l2_normalize {
+            l2_normalize(e)
+        } else {
+            e
+        }
+    }
+
+    /// Saves the weights as safetensors, atomically (temporary file, then rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        use burn::store::{ModuleSnapshot, SafetensorsStore};
+        let tmp = path.with_extension("safetensors.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut store = SafetensorsStore::from_file(&tmp);
+        self.save_into(&mut store)
+            .map_err(|e| anyhow::anyhow!("saving {}: {e:?}", path.display()))?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("cannot move {} into place", path.display()))?;
+        Ok(())
+    }
+
+    /// Loads weights saved by [`save`](Self::save) into a model of the same configuration.
+    pub fn load(mut self, path: &Path) -> Result<Self> {
+        use burn::store::{ModuleSnapshot, SafetensorsStore};
+        ensure!(path.is_file(), "{}: no such weights file", path.display());
+        let mut store = SafetensorsStore::from_file(path);
+        let r = self
+            .load_from(&mut store)
+            .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        ensure!(
+            r.errors.is_empty() && r.missing.is_empty(),
+            "{}: weights do not match the model (missing: {:?}; errors: {:?})",
+            path.display(),
+            r.missing.iter().map(|m| &m.0).take(8).collect::<Vec<_>>(),
+            r.errors.iter().take(8).collect::<Vec<_>>()
+        );
+        Ok(self)
+    }
+}
+
+/// `x / max(‖x‖₂, 1e-12)` row-wise, as `torch.nn.functional.normalize`.
+pub fn l2_normalize(e: Tensor<2>) -> Tensor<2> {
+    let norm = e.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
+    e / norm
+}

@@ -1,0 +1,365 @@
+//! The training loop: sampled batches → model → loss → Adam, per-epoch evaluation, checkpoints
+//! after every epoch (resumable), a JSON-lines log and `run.json`.
+
+use crate::config::Experiment;
+use crate::data::loader;
+use crate::data::sampler::{self, epoch_rng};
+use crate::eval::{self, Metrics, batch_tensor};
+use crate::loss::{self, LossConfig, LossParams};
+use crate::model::EmbeddingNet;
+use crate::report::{write_atomic, write_json};
+use anyhow::{Context, Result, bail, ensure};
+use burn::module::Module;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// One epoch's record in `run.json` and the log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub batches: usize,
+    pub mean_loss: f64,
+    pub seconds: f64,
+    pub metrics: Option<Metrics>,
+}
+
+/// `run.json`: the resolved config, the per-epoch history and the wall time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    pub config: Experiment,
+    pub epochs: Vec<EpochRecord>,
+    pub train_seconds: f64,
+    pub final_metrics: Option<Metrics>,
+    pub completed: bool,
+    pub rdml_version: String,
+}
+
+/// What the caller wants besides the config.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    pub out: PathBuf,
+    pub resume: bool,
+    /// Print progress (a bar on a terminal, plain lines otherwise).
+    pub progress: bool,
+}
+
+/// Where a run keeps its resumable state.
+fn ckpt_dir(out: &Path) -> PathBuf {
+    out.join("checkpoint")
+}
+
+fn adam(cfg: &crate::config::OptimizerConfig) -> ModuleOptimizer {
+    let mut a = AdamConfig::new()
+        .with_beta_1(cfg.beta1)
+        .with_beta_2(cfg.beta2)
+        .with_epsilon(cfg.epsilon);
+    if cfg.weight_decay > 0.0 {
+        a = a.with_weight_decay(Some(WeightDecayConfig::new(cfg.weight_decay as f32)));
+    }
+    a.init()
+}
+
+/// The pieces a training step updates.
+pub struct Trainer {
+    pub net: EmbeddingNet,
+    pub loss_params: LossParams,
+    optim: ModuleOptimizer,
+    optim_loss: ModuleOptimizer,
+}
+
+impl Trainer {
+    pub fn new(exp: &Experiment, in_shape: [usize; 3], device: &Device) -> Result<Self> {
+        device.seed(exp.seed);
+        let net = EmbeddingNet::new(&exp.model, in_shape, device)?;
+        let loss_params = LossParams::new(&exp.loss, device);
+        Ok(Self {
+            net,
+            loss_params,
+            optim: adam(&exp.train.optimizer),
+            optim_loss: adam(&exp.train.optimizer),
+        })
+    }
+
+    /// One optimisation step on a batch; returns the updated trainer and the loss value.
+    pub fn step(
+        mut self,
+        exp: &Experiment,
+        images: burn::tensor::Tensor<4>,
+        labels: &[u32],
+        rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Result<(Self, f64)> {
+        let emb = self.net.forward(images);
+        let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng);
+        let value = out.loss.clone().into_scalar::<f32>() as f64;
+        ensure!(
+            value.is_finite(),
+            "the loss became {value} (diverged); lower train.optimizer.lr"
+        );
+        let mut grads = out.loss.backward();
+        let g_net = GradientsParams::from_module(&mut grads, &self.net);
+        let g_loss = GradientsParams::from_module(&mut grads, &self.loss_params);
+        self.net = self.optim.step(exp.train.optimizer.lr, self.net, g_net);
+        if let LossConfig::Margin { beta_lr, .. } = exp.loss
+            && self.loss_params.beta.is_some()
+        {
+            self.loss_params = self.optim_loss.step(beta_lr, self.loss_params, g_loss);
+        }
+        Ok((self, value))
+    }
+
+    fn save_checkpoint(&self, dir: &Path, state: &CheckpointState) -> Result<()> {
+        let tmp = dir.with_extension("tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let err = |e: burn::store::RecordError| anyhow::anyhow!("writing checkpoint: {e:?}");
+        self.net
+            .clone()
+            .save_file(tmp.join("model.bpk"))
+            .map_err(err)?;
+        self.loss_params
+            .clone()
+            .save_file(tmp.join("loss.bpk"))
+            .map_err(err)?;
+        self.optim.save(tmp.join("optim.bpk")).map_err(err)?;
+        self.optim_loss
+            .save(tmp.join("optim_loss.bpk"))
+            .map_err(err)?;
+        write_json(&tmp.join("state.json"), state)?;
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::rename(&tmp, dir)
+            .with_context(|| format!("cannot move checkpoint into {}", dir.display()))?;
+        Ok(())
+    }
+
+    fn load_checkpoint(mut self, dir: &Path) -> Result<(Self, CheckpointState)> {
+        let state: CheckpointState = serde_json::from_slice(
+            &std::fs::read(dir.join("state.json"))
+                .with_context(|| format!("{}: no checkpoint to resume", dir.display()))?,
+        )
+        .with_context(|| format!("{}/state.json is corrupt", dir.display()))?;
+        let err = |e: burn::store::RecordError| {
+            anyhow::anyhow!("{}: cannot load checkpoint: {e:?}", dir.display())
+        };
+        self.net = self.net.try_load_file(dir.join("model.bpk")).map_err(err)?;
+        self.loss_params = self
+            .loss_params
+            .try_load_file(dir.join("loss.bpk"))
+            .map_err(err)?;
+        self.optim = self.optim.load(dir.join("optim.bpk")).map_err(err)?;
+        self.optim_loss = self
+            .optim_loss
+            .load(dir.join("optim_loss.bpk"))
+            .map_err(err)?;
+        Ok((self, state))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CheckpointState {
+    epochs_done: usize,
+    history: Vec<EpochRecord>,
+    train_seconds: f64,
+    config_toml: String,
+}
+
+/// Trains the experiment; writes `model.safetensors`, `run.json`, `log.jsonl` and a resumable
+/// checkpoint into `opts.out`.
+pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<RunReport> {
+    let device = device.clone().autodiff();
+    let splits = exp.data.load(exp.seed)?;
+    let shape = splits.train.item_shape();
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("cannot create {}", opts.out.display()))?;
+    let mut trainer = Trainer::new(exp, shape, &device)?;
+    let config_toml = exp.to_toml()?;
+    let (mut history, mut start, mut train_seconds) = (vec![], 0usize, 0.0f64);
+    if opts.resume {
+        let (t, state) = trainer.load_checkpoint(&ckpt_dir(&opts.out))?;
+        if state.config_toml != config_toml {
+            bail!(
+                "{}: the checkpoint was made with a different configuration; resume with the same config and overrides (see {}/run.json)",
+                opts.out.display(),
+                opts.out.display()
+            );
+        }
+        trainer = t;
+        history = state.history;
+        start = state.epochs_done;
+        train_seconds = state.train_seconds;
+    }
+    let log_path = opts.out.join("log.jsonl");
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(opts.resume)
+        .write(true)
+        .truncate(!opts.resume)
+        .open(&log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let tty = std::io::stderr().is_terminal();
+    for epoch in start..exp.train.epochs {
+        let t0 = Instant::now();
+        let mut batches =
+            sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, epoch)?;
+        if let Some(m) = exp.train.max_batches {
+            batches.truncate(m);
+        }
+        let nb = batches.len();
+        let augment = Some(exp.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64));
+        let mut rng = epoch_rng(exp.seed, epoch, 2);
+        let mut sum = 0.0;
+        for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
+            let b = b?;
+            let x = batch_tensor(&b, &device);
+            let (t, l) = trainer.step(exp, x, &b.labels, &mut rng)?;
+            trainer = t;
+            sum += l;
+            writeln!(
+                log,
+                "{}",
+                serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l})
+            )?;
+            if opts.progress {
+                progress(
+                    tty,
+                    epoch,
+                    exp.train.epochs,
+                    i + 1,
+                    nb,
+                    sum / (i + 1) as f64,
+                    t0.elapsed().as_secs_f64(),
+                );
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        train_seconds += secs;
+        if opts.progress && tty {
+            eprintln!();
+        }
+        let last = epoch + 1 == exp.train.epochs;
+        let due = exp.eval.every > 0 && (epoch + 1) % exp.eval.every == 0;
+        let metrics = if due || last {
+            Some(eval::evaluate(
+                &trainer.net,
+                &splits.test,
+                &exp.eval,
+                exp.seed,
+                &device,
+            )?)
+        } else {
+            None
+        };
+        let rec = EpochRecord {
+            epoch: epoch + 1,
+            batches: nb,
+            mean_loss: sum / nb.max(1) as f64,
+            seconds: secs,
+            metrics,
+        };
+        writeln!(
+            log,
+            "{}",
+            serde_json::json!({"event": "epoch", "record": rec})
+        )?;
+        if opts.progress {
+            let m = rec.metrics.as_ref().map(|m| {
+                format!(
+                    " R@1 {:.4} MAP@R {:.4}{}",
+                    m.recall_at(1).unwrap_or(0.0),
+                    m.retrieval.map_at_r,
+                    m.nmi.map(|v| format!(" NMI {v:.4}")).unwrap_or_default()
+                )
+            });
+            eprintln!(
+                "epoch {}/{}: loss {:.4}, {:.1} s{}",
+                epoch + 1,
+                exp.train.epochs,
+                rec.mean_loss,
+                secs,
+                m.unwrap_or_default()
+            );
+        }
+        history.push(rec);
+        let state = CheckpointState {
+            epochs_done: epoch + 1,
+            history: history.clone(),
+            train_seconds,
+            config_toml: config_toml.clone(),
+        };
+        trainer.save_checkpoint(&ckpt_dir(&opts.out), &state)?;
+        let partial = RunReport {
+            config: exp.clone(),
+            epochs: history.clone(),
+            train_seconds,
+            final_metrics: None,
+            completed: false,
+            rdml_version: env!("CARGO_PKG_VERSION").into(),
+        };
+        write_json(&opts.out.join("run.json"), &partial)?;
+    }
+    // The saved model is the evaluation-mode snapshot (running statistics of the last step).
+    trainer
+        .net
+        .valid()
+        .save(&opts.out.join("model.safetensors"))?;
+    write_atomic(&opts.out.join("config.toml"), config_toml.as_bytes())?;
+    let final_metrics = history.last().and_then(|r| r.metrics.clone());
+    let report = RunReport {
+        config: exp.clone(),
+        epochs: history,
+        train_seconds,
+        final_metrics,
+        completed: true,
+        rdml_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    write_json(&opts.out.join("run.json"), &report)?;
+    Ok(report)
+}
+
+fn progress(tty: bool, epoch: usize, epochs: usize, i: usize, n: usize, loss: f64, secs: f64) {
+    let rate = i as f64 / secs.max(1e-9);
+    let eta = (n - i) as f64 / rate.max(1e-9);
+    if tty {
+        let w = 30;
+        let fill = w * i / n.max(1);
+        eprint!(
+            "\r[epoch {}/{epochs}] [{}{}] {i}/{n} loss {loss:.4} {rate:.1} batch/s ETA {:.0} s   ",
+            epoch + 1,
+            "#".repeat(fill),
+            " ".repeat(w - fill),
+            eta
+        );
+    } else if i == n || i % (n / 10).max(1) == 0 {
+        eprintln!(
+            "epoch {}/{epochs} batch {i}/{n} loss {loss:.4} ({rate:.2} batch/s)",
+            epoch + 1
+        );
+    }
+}
+
+/// Loads a trained model from a run folder (`config.toml` + `model.safetensors`).
+pub fn load_run(dir: &Path, device: &Device) -> Result<(Experiment, EmbeddingNet)> {
+    let cfg = dir.join("config.toml");
+    ensure!(
+        cfg.is_file(),
+        "{}: not a finished rdml run (no config.toml; train it first or resume it)",
+        dir.display()
+    );
+    let exp = Experiment::load(&cfg.display().to_string(), &[])?;
+    let shape = exp.data.load(exp.seed).map(|s| s.train.item_shape());
+    let shape = match shape {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(e.context(format!("{}: cannot load the run's data set", dir.display())));
+        }
+    };
+    let mut model_cfg = exp.model.clone();
+    model_cfg.pretrained = None;
+    let net = EmbeddingNet::new(&model_cfg, shape, device)?.load(&dir.join("model.safetensors"))?;
+    Ok((exp, net))
+}
