@@ -1,7 +1,7 @@
 //! Times single burn ops on the default device (plain and autodiff) to locate slow kernels.
-use burn::tensor::{Device, Distribution, Tensor};
 use burn::tensor::module::{conv2d, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+use burn::tensor::{Device, Distribution, Tensor};
 use std::time::Instant;
 
 fn time<F: FnMut()>(name: &str, mut f: F) {
@@ -21,24 +21,51 @@ fn main() {
     let x2 = r([256, 32, 14, 14]);
     let w2 = r([64, 32, 5, 5]);
     let opt = ConvOptions::new([1, 1], [2, 2], [1, 1], 1);
-    time("conv1 fwd 256x1x28x28 -> 32", || { let _ = conv2d(x1.clone(), w1.clone(), None, opt.clone()).into_data(); });
-    time("conv2 fwd 256x32x14x14 -> 64", || { let _ = conv2d(x2.clone(), w2.clone(), None, opt.clone()).into_data(); });
+    time("conv1 fwd 256x1x28x28 -> 32", || {
+        let _ = conv2d(x1.clone(), w1.clone(), None, opt.clone()).into_data();
+    });
+    time("conv2 fwd 256x32x14x14 -> 64", || {
+        let _ = conv2d(x2.clone(), w2.clone(), None, opt.clone()).into_data();
+    });
     let a = Tensor::<2>::random([256, 3136], Distribution::Uniform(-1.0, 1.0), &dev);
     let b = Tensor::<2>::random([3136, 1024], Distribution::Uniform(-1.0, 1.0), &dev);
-    time("matmul 256x3136 @ 3136x1024", || { let _ = a.clone().matmul(b.clone()).into_data(); });
+    time("matmul 256x3136 @ 3136x1024", || {
+        let _ = a.clone().matmul(b.clone()).into_data();
+    });
     let p = r([256, 32, 28, 28]);
-    time("maxpool 256x32x28x28", || { let _ = max_pool2d(p.clone(), MaxPoolOptions::new([2, 2])).into_data(); });
-    time("relu 256x32x28x28", || { let _ = burn::tensor::activation::relu(p.clone()).into_data(); });
+    time("maxpool 256x32x28x28", || {
+        let _ = max_pool2d(p.clone(), MaxPoolOptions::new([2, 2])).into_data();
+    });
+    time("relu 256x32x28x28", || {
+        let _ = burn::tensor::activation::relu(p.clone()).into_data();
+    });
     let ad = dev.clone().autodiff();
-    let x2a = Tensor::<4>::random([256, 32, 14, 14], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    let w2a = Tensor::<4>::random([64, 32, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    time("conv2 fwd+bwd (autodiff)", || { let y = conv2d(x2a.clone(), w2a.clone(), None, opt.clone()); let _ = y.sum().backward(); });
-    let x1a = Tensor::<4>::random([256, 1, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    let w1a = Tensor::<4>::random([32, 1, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    time("conv1 fwd+bwd (autodiff)", || { let y = conv2d(x1a.clone(), w1a.clone(), None, opt.clone()); let _ = y.sum().backward(); });
-    let pa = Tensor::<4>::random([256, 32, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    time("maxpool fwd+bwd (autodiff)", || { let y = max_pool2d(pa.clone(), MaxPoolOptions::new([2, 2])); let _ = y.sum().backward(); });
+    let x2a = Tensor::<4>::random([256, 32, 14, 14], Distribution::Uniform(-1.0, 1.0), &ad)
+        .require_grad();
+    let w2a =
+        Tensor::<4>::random([64, 32, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    time("conv2 fwd+bwd (autodiff)", || {
+        let y = conv2d(x2a.clone(), w2a.clone(), None, opt.clone());
+        let _ = y.sum().backward();
+    });
+    let x1a =
+        Tensor::<4>::random([256, 1, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    let w1a =
+        Tensor::<4>::random([32, 1, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    time("conv1 fwd+bwd (autodiff)", || {
+        let y = conv2d(x1a.clone(), w1a.clone(), None, opt.clone());
+        let _ = y.sum().backward();
+    });
+    let pa = Tensor::<4>::random([256, 32, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad)
+        .require_grad();
+    time("maxpool fwd+bwd (autodiff)", || {
+        let y = max_pool2d(pa.clone(), MaxPoolOptions::new([2, 2]));
+        let _ = y.sum().backward();
+    });
     let aa = Tensor::<2>::random([256, 3136], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    let ba = Tensor::<2>::random([3136, 1024], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    time("matmul fwd+bwd (autodiff)", || { let _ = aa.clone().matmul(ba.clone()).sum().backward(); });
+    let ba =
+        Tensor::<2>::random([3136, 1024], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    time("matmul fwd+bwd (autodiff)", || {
+        let _ = aa.clone().matmul(ba.clone()).sum().backward();
+    });
 }

@@ -168,6 +168,17 @@ struct CheckpointState {
     config_toml: String,
 }
 
+/// Whether a checkpoint's config and the current one describe the same run; only the number of
+/// epochs may grow (resuming to train longer).
+fn same_run(saved: &str, now: &str) -> bool {
+    let strip = |t: &str| -> Option<toml::Value> {
+        let mut v: toml::Value = toml::from_str(t).ok()?;
+        v.get_mut("train")?.as_table_mut()?.remove("epochs");
+        Some(v)
+    };
+    matches!((strip(saved), strip(now)), (Some(a), Some(b)) if a == b)
+}
+
 /// Trains the experiment; writes `model.safetensors`, `run.json`, `log.jsonl` and a resumable
 /// checkpoint into `opts.out`.
 pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<RunReport> {
@@ -181,13 +192,20 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     let (mut history, mut start, mut train_seconds) = (vec![], 0usize, 0.0f64);
     if opts.resume {
         let (t, state) = trainer.load_checkpoint(&ckpt_dir(&opts.out))?;
-        if state.config_toml != config_toml {
+        if !same_run(&state.config_toml, &config_toml) {
             bail!(
                 "{}: the checkpoint was made with a different configuration; resume with the same config and overrides (see {}/run.json)",
                 opts.out.display(),
                 opts.out.display()
             );
         }
+        ensure!(
+            state.epochs_done <= exp.train.epochs,
+            "{}: the checkpoint has {} epochs done, more than train.epochs = {}",
+            opts.out.display(),
+            state.epochs_done,
+            exp.train.epochs
+        );
         trainer = t;
         history = state.history;
         start = state.epochs_done;
