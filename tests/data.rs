@@ -1,0 +1,162 @@
+//! Loaders on small fixtures written in each data set's on-disk format, and their errors.
+
+use rdml::data::{DataConfig, DatasetKind, loader};
+use std::path::{Path, PathBuf};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdml-data-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn png(path: &Path, value: u8, gray: bool) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    if gray {
+        image::GrayImage::from_pixel(40, 30, image::Luma([value]))
+            .save(path)
+            .unwrap();
+    } else {
+        image::RgbImage::from_pixel(40, 30, image::Rgb([value, 0, 255]))
+            .save(path)
+            .unwrap();
+    }
+}
+
+fn cfg(kind: DatasetKind, root: &Path) -> DataConfig {
+    let mut c: DataConfig = toml::from_str("dataset = \"folder\"").unwrap();
+    c.dataset = kind;
+    c.root = Some(root.to_path_buf());
+    c.resize = 16;
+    c.crop = 12;
+    c
+}
+
+#[test]
+fn folder_tree_split_transform_and_corrupt_image() {
+    let root = tmp("folder");
+    for (c, v) in [("a", 10u8), ("b", 20), ("c", 30), ("d", 40)] {
+        for i in 0..3 {
+            png(&root.join(c).join(format!("{i}.png")), v, c == "a");
+        }
+    }
+    let s = cfg(DatasetKind::Folder, &root).load(0).unwrap();
+    assert_eq!(s.train.len(), 6); // classes a, b
+    assert_eq!(s.test.query.len(), 6); // classes c, d
+    assert_eq!(s.train.item_shape(), [3, 12, 12]);
+    let b = loader::load_batch(&s.train, &[0, 3], Some(1)).unwrap();
+    // Gray → RGB: all three channels of class a hold 10/255; class b is (20, 0, 255).
+    let plane = 144;
+    assert!(
+        (b.images[0] - 10.0 / 255.0).abs() < 1e-6
+            && (b.images[2 * plane] - 10.0 / 255.0).abs() < 1e-6
+    );
+    let o = 3 * plane;
+    assert!(
+        (b.images[o] - 20.0 / 255.0).abs() < 1e-6
+            && b.images[o + plane] == 0.0
+            && b.images[o + 2 * plane] == 1.0
+    );
+    // A corrupt JPEG is an error that names the file.
+    std::fs::write(
+        root.join("c").join("9.jpg"),
+        b"\xff\xd8\xff\xe0 not really a jpeg",
+    )
+    .unwrap();
+    let s = cfg(DatasetKind::Folder, &root).load(0).unwrap();
+    let pos = s.test.query.indices.iter().position(|&i| matches!(&*s.test.query.source, rdml::data::Source::Files { paths, .. } if paths[i].ends_with("9.jpg"))).unwrap();
+    let err = format!(
+        "{:#}",
+        loader::load_batch(&s.test.query, &[pos], None).unwrap_err()
+    );
+    assert!(err.contains("9.jpg") && err.contains("corrupt"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn cub_sop_inshop_lists_and_their_errors() {
+    let root = tmp("cub");
+    png(&root.join("images/001.A/x.png"), 1, false);
+    png(&root.join("images/150.B/y.png"), 2, false);
+    std::fs::write(root.join("images.txt"), "1 001.A/x.png\n2 150.B/y.png\n").unwrap();
+    let s = cfg(DatasetKind::Cub, &root).load(0).unwrap();
+    assert_eq!(
+        (s.train.labels.clone(), s.test.query.labels.clone()),
+        (vec![0], vec![149])
+    );
+    std::fs::write(root.join("images.txt"), "1 001.A/x.png\n2 abc.B/y.png\n").unwrap();
+    let err = format!("{:#}", cfg(DatasetKind::Cub, &root).load(0).unwrap_err());
+    assert!(err.contains("images.txt:2") && err.contains("abc"), "{err}");
+
+    let sop = tmp("sop");
+    std::fs::write(
+        sop.join("Ebay_train.txt"),
+        "image_id class_id super_class_id path\n1 1 1 bike_final/a.JPG\n2 1 1 bike_final/b.JPG\n",
+    )
+    .unwrap();
+    std::fs::write(
+        sop.join("Ebay_test.txt"),
+        "image_id class_id super_class_id path\n59552 11319 1 bike_final/c.JPG\n",
+    )
+    .unwrap();
+    let s = cfg(DatasetKind::Sop, &sop).load(0).unwrap();
+    assert_eq!((s.train.len(), s.test.query.labels[0]), (2, 11318));
+    std::fs::write(sop.join("Ebay_test.txt"), "header\n1 2 3\n").unwrap();
+    let err = format!("{:#}", cfg(DatasetKind::Sop, &sop).load(0).unwrap_err());
+    assert!(err.contains("Ebay_test.txt:2"), "{err}");
+
+    let shop = tmp("inshop");
+    std::fs::create_dir_all(shop.join("Eval")).unwrap();
+    std::fs::write(
+        shop.join("Eval/list_eval_partition.txt"),
+        "3\nimage_name item_id evaluation_status\nimg/a.jpg id_00000001 train\nimg/b.jpg id_00000002 query\nimg/c.jpg id_00000002 gallery\n",
+    )
+    .unwrap();
+    let s = cfg(DatasetKind::Inshop, &shop).load(0).unwrap();
+    assert_eq!(s.test.gallery.as_ref().unwrap().labels, vec![2]);
+    std::fs::write(
+        shop.join("Eval/list_eval_partition.txt"),
+        "1\nh\nimg/a.jpg id_1 validation\n",
+    )
+    .unwrap();
+    let err = format!("{:#}", cfg(DatasetKind::Inshop, &shop).load(0).unwrap_err());
+    assert!(
+        err.contains("list_eval_partition.txt:3") && err.contains("validation"),
+        "{err}"
+    );
+    for d in [root, sop, shop] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn missing_files_are_named() {
+    let root = tmp("missing");
+    let err = format!(
+        "{:#}",
+        cfg(DatasetKind::FashionMnist, &root).load(0).unwrap_err()
+    );
+    assert!(err.contains("train-images-idx3-ubyte"), "{err}");
+    let err = format!("{:#}", cfg(DatasetKind::Cars, &root).load(0).unwrap_err());
+    assert!(err.contains("cars_annos.mat"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn cars_annos_mat_fixture() {
+    // tests/fixtures/cars_annos.mat: written by scipy.io.savemat(do_compression=True) with the
+    // field layout of the real file, numeric fields stored as uint8/uint16.
+    let root = tmp("cars");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cars_annos.mat"),
+        root.join("cars_annos.mat"),
+    )
+    .unwrap();
+    let a = rdml::data::cars::read_annotations(&root.join("cars_annos.mat")).unwrap();
+    assert_eq!(a.len(), 6);
+    assert_eq!(a[3], ("car_ims/000004.jpg".to_string(), 99));
+    let s = cfg(DatasetKind::Cars, &root).load(0).unwrap();
+    assert_eq!(s.train.labels, vec![0, 0, 97]);
+    assert_eq!(s.test.query.labels, vec![98, 195, 149]);
+    let _ = std::fs::remove_dir_all(&root);
+}
