@@ -207,6 +207,11 @@ impl<K: Block> ResNet<K> {
     }
 
     pub fn forward(&self, x: Tensor<4>, set: usize) -> Tensor<2> {
+        self.fc.forward(self.features(x, set))
+    }
+
+    /// The pooled backbone features (torchvision's input to `fc`), `[b, 512·expansion]`.
+    pub fn features(&self, x: Tensor<4>, set: usize) -> Tensor<2> {
         let mut x = self
             .maxpool
             .forward(relu(self.bn1.forward(self.conv1.forward(x), set)));
@@ -216,7 +221,6 @@ impl<K: Block> ResNet<K> {
             }
         }
         let [b, c, _, _] = x.dims();
-        let x = burn::tensor::module::adaptive_avg_pool2d(x, [1, 1]).reshape([b, c]);
-        self.fc.forward(x)
+        burn::tensor::module::adaptive_avg_pool2d(x, [1, 1]).reshape([b, c])
     }
 }
