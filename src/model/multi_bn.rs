@@ -37,8 +37,8 @@ impl MultiBatchNorm {
                 x,
                 bn.gamma.val(),
                 bn.beta.val(),
-                bn.running_mean.value().to_device(&device),
-                bn.running_var.value().to_device(&device),
+                bn.running_mean.value_sync().to_device(&device),
+                bn.running_var.value_sync().to_device(&device),
                 bn.epsilon,
             );
         }
@@ -68,7 +68,10 @@ impl MultiBatchNorm {
     pub fn copy_main_to_aux(mut self) -> Self {
         let main = &self.sets[0];
         let (g, b) = (main.gamma.val(), main.beta.val());
-        let (rm, rv) = (main.running_mean.value(), main.running_var.value());
+        let (rm, rv) = (
+            main.running_mean.value_sync(),
+            main.running_var.value_sync(),
+        );
         let device = g.device();
         for s in self.sets.iter_mut().skip(1) {
             let mut fresh = BatchNormConfig::new(g.dims()[0]).init(&device);
