@@ -27,16 +27,11 @@ fn main() -> Result<()> {
     let labels: Vec<u32> = (0..n as u32).map(|i| i % classes).collect();
     std::fs::write(
         format!("{prefix}.f32"),
-        data.iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<u8>>(),
+        data.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
     )?;
     std::fs::write(
         format!("{prefix}.u32"),
-        labels
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<u8>>(),
+        labels.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
     )?;
     let e = Embeddings::new(data, n, dim)?;
     let cfg = EvalConfig {

@@ -40,24 +40,19 @@ fn main() {
         let _ = burn::tensor::activation::relu(p.clone()).into_data();
     });
     let ad = dev.clone().autodiff();
-    let x2a = Tensor::<4>::random([256, 32, 14, 14], Distribution::Uniform(-1.0, 1.0), &ad)
-        .require_grad();
-    let w2a =
-        Tensor::<4>::random([64, 32, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    let x2a = Tensor::<4>::random([256, 32, 14, 14], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    let w2a = Tensor::<4>::random([64, 32, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
     time("conv2 fwd+bwd (autodiff)", || {
         let y = conv2d(x2a.clone(), w2a.clone(), None, opt.clone());
         let _ = y.sum().backward();
     });
-    let x1a =
-        Tensor::<4>::random([256, 1, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    let w1a =
-        Tensor::<4>::random([32, 1, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    let x1a = Tensor::<4>::random([256, 1, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    let w1a = Tensor::<4>::random([32, 1, 5, 5], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
     time("conv1 fwd+bwd (autodiff)", || {
         let y = conv2d(x1a.clone(), w1a.clone(), None, opt.clone());
         let _ = y.sum().backward();
     });
-    let pa = Tensor::<4>::random([256, 32, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad)
-        .require_grad();
+    let pa = Tensor::<4>::random([256, 32, 28, 28], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
     time("maxpool fwd+bwd (autodiff)", || {
         let y = max_pool2d(pa.clone(), MaxPoolOptions::new([2, 2]));
         let _ = y.sum().backward();
@@ -73,8 +68,7 @@ fn main() {
         let _ = y.sum().backward();
     });
     let aa = Tensor::<2>::random([256, 3136], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
-    let ba =
-        Tensor::<2>::random([3136, 1024], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
+    let ba = Tensor::<2>::random([3136, 1024], Distribution::Uniform(-1.0, 1.0), &ad).require_grad();
     time("matmul fwd+bwd (autodiff)", || {
         let _ = aa.clone().matmul(ba.clone()).sum().backward();
     });

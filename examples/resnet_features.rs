@@ -43,10 +43,7 @@ fn main() -> Result<()> {
     anyhow::ensure!(out[0] == out[1], "BN set 1 was not copied from set 0");
     std::fs::write(
         a.get(5).context("OUTPUT")?,
-        out[0]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<u8>>(),
+        out[0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
     )?;
     Ok(())
 }

@@ -73,10 +73,7 @@ pub const PRESETS: &[(&str, &str)] = &[
         "fashion-c2f2-triplet",
         include_str!("../presets/fashion-c2f2-triplet.toml"),
     ),
-    (
-        "mnist-c2f2-triplet",
-        include_str!("../presets/mnist-c2f2-triplet.toml"),
-    ),
+    ("mnist-c2f2-triplet", include_str!("../presets/mnist-c2f2-triplet.toml")),
     (
         "cub-resnet18-triplet",
         include_str!("../presets/cub-resnet18-triplet.toml"),
@@ -103,17 +100,12 @@ impl Experiment {
     pub fn validate(&self) -> Result<()> {
         self.data.validate()?;
         self.model.validate()?;
-        self.loss
-            .validate(self.model.l2_normalize)
-            .context("in [loss]")?;
+        self.loss.validate(self.model.l2_normalize).context("in [loss]")?;
         self.eval.validate()?;
         let t = &self.train;
         ensure!(t.epochs >= 1, "train.epochs must be ≥ 1");
         t.sampler.validate()?;
-        ensure!(
-            t.max_batches != Some(0),
-            "train.max_batches must be ≥ 1 when given"
-        );
+        ensure!(t.max_batches != Some(0), "train.max_batches must be ≥ 1 when given");
         let o = &t.optimizer;
         ensure!(
             o.kind == "adam",
@@ -125,10 +117,7 @@ impl Experiment {
             "train.optimizer.lr must be > 0, got {}",
             o.lr
         );
-        ensure!(
-            o.weight_decay >= 0.0,
-            "train.optimizer.weight_decay must be ≥ 0"
-        );
+        ensure!(o.weight_decay >= 0.0, "train.optimizer.weight_decay must be ≥ 0");
         ensure!(
             (0.0..1.0).contains(&o.beta1) && (0.0..1.0).contains(&o.beta2),
             "train.optimizer.beta1/beta2 must be in [0, 1)"
@@ -141,14 +130,13 @@ impl Experiment {
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Self> {
         // First parse as written, so an error in the file reports its line.
         let _: Experiment = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
-        let mut value: toml::Value =
-            toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let mut value: toml::Value = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         for o in overrides {
             apply_override(&mut value, o)?;
         }
-        let exp: Experiment = value.try_into().map_err(|e: toml::de::Error| {
-            anyhow::anyhow!("{origin} with --set {}: {e}", overrides.join(" --set "))
-        })?;
+        let exp: Experiment = value
+            .try_into()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{origin} with --set {}: {e}", overrides.join(" --set ")))?;
         exp.validate()
             .with_context(|| format!("{origin}: invalid configuration"))?;
         Ok(exp)
@@ -158,8 +146,7 @@ impl Experiment {
     pub fn load(path_or_preset: &str, overrides: &[String]) -> Result<Self> {
         let p = Path::new(path_or_preset);
         if p.is_file() {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read {}", p.display()))?;
+            let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
             return Self::from_toml(&text, &p.display().to_string(), overrides);
         }
         if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {
@@ -232,15 +219,11 @@ mod tests {
         assert!(err.contains("epochz"), "{err}");
         let err = format!(
             "{:#}",
-            Experiment::load("fashion-c2f2-triplet", &["train.optimizer.lr=-1".into()])
-                .unwrap_err()
+            Experiment::load("fashion-c2f2-triplet", &["train.optimizer.lr=-1".into()]).unwrap_err()
         );
         assert!(err.contains("train.optimizer.lr"), "{err}");
         let bad = "seed = 0\n[data]\ndataset = \"fashion-mnist\"\ncolour = 1\n";
-        let err = format!(
-            "{:#}",
-            Experiment::from_toml(bad, "x.toml", &[]).unwrap_err()
-        );
+        let err = format!("{:#}", Experiment::from_toml(bad, "x.toml", &[]).unwrap_err());
         assert!(
             err.contains("x.toml") && err.contains("line 4") && err.contains("colour"),
             "{err}"

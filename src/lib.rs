@@ -3,6 +3,7 @@
 //!
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
 
+pub mod attack;
 pub mod config;
 pub mod data;
 pub mod eval;

@@ -108,14 +108,9 @@ fn run(cli: Cli) -> Result<()> {
                         set.push("train.epochs=1".into());
                         set.push("train.max_batches=250".into());
                     }
-                    format!(
-                        "Fashion-MNIST from {} (60,000 train / 10,000 test)",
-                        d.display()
-                    )
+                    format!("Fashion-MNIST from {} (60,000 train / 10,000 test)", d.display())
                 }
-                None => {
-                    "the Fashion-MNIST test split shipped in rdml (8,000 train / 2,000 test)".into()
-                }
+                None => "the Fashion-MNIST test split shipped in rdml (8,000 train / 2,000 test)".into(),
             };
             let exp = Experiment::load("quickstart", &set)?;
             eprintln!(
@@ -185,12 +180,7 @@ fn run(cli: Cli) -> Result<()> {
                 rep.train_seconds
             );
         }
-        Cmd::Eval {
-            model,
-            data,
-            json,
-            out,
-        } => {
+        Cmd::Eval { model, data, json, out } => {
             let (mut exp, net) = load_run(&model, &device)?;
             if let Some(d) = data {
                 exp.data.root = Some(d);

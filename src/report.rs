@@ -16,14 +16,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("out")
     ));
     {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.sync_all().ok();
     }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -45,10 +43,7 @@ pub fn metrics_table(m: &Metrics) -> String {
         format!("{:.4}", m.retrieval.map_at_10),
     ));
     rows.push(("mAP".into(), format!("{:.4}", m.retrieval.map)));
-    rows.push((
-        "R-precision".into(),
-        format!("{:.4}", m.retrieval.r_precision),
-    ));
+    rows.push(("R-precision".into(), format!("{:.4}", m.retrieval.r_precision)));
     if let Some(v) = m.nmi {
         rows.push(("NMI".into(), format!("{v:.4}")));
     }

@@ -115,25 +115,15 @@ impl Trainer {
     fn save_checkpoint(&self, dir: &Path, state: &CheckpointState) -> Result<()> {
         let tmp = dir.with_extension("tmp");
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         let err = |e: burn::store::RecordError| anyhow::anyhow!("writing checkpoint: {e:?}");
-        self.net
-            .clone()
-            .save_file(tmp.join("model.bpk"))
-            .map_err(err)?;
-        self.loss_params
-            .clone()
-            .save_file(tmp.join("loss.bpk"))
-            .map_err(err)?;
+        self.net.clone().save_file(tmp.join("model.bpk")).map_err(err)?;
+        self.loss_params.clone().save_file(tmp.join("loss.bpk")).map_err(err)?;
         self.optim.save(tmp.join("optim.bpk")).map_err(err)?;
-        self.optim_loss
-            .save(tmp.join("optim_loss.bpk"))
-            .map_err(err)?;
+        self.optim_loss.save(tmp.join("optim_loss.bpk")).map_err(err)?;
         write_json(&tmp.join("state.json"), state)?;
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::rename(&tmp, dir)
-            .with_context(|| format!("cannot move checkpoint into {}", dir.display()))?;
+        std::fs::rename(&tmp, dir).with_context(|| format!("cannot move checkpoint into {}", dir.display()))?;
         Ok(())
     }
 
@@ -143,19 +133,11 @@ impl Trainer {
                 .with_context(|| format!("{}: no checkpoint to resume", dir.display()))?,
         )
         .with_context(|| format!("{}/state.json is corrupt", dir.display()))?;
-        let err = |e: burn::store::RecordError| {
-            anyhow::anyhow!("{}: cannot load checkpoint: {e:?}", dir.display())
-        };
+        let err = |e: burn::store::RecordError| anyhow::anyhow!("{}: cannot load checkpoint: {e:?}", dir.display());
         self.net = self.net.try_load_file(dir.join("model.bpk")).map_err(err)?;
-        self.loss_params = self
-            .loss_params
-            .try_load_file(dir.join("loss.bpk"))
-            .map_err(err)?;
+        self.loss_params = self.loss_params.try_load_file(dir.join("loss.bpk")).map_err(err)?;
         self.optim = self.optim.load(dir.join("optim.bpk")).map_err(err)?;
-        self.optim_loss = self
-            .optim_loss
-            .load(dir.join("optim_loss.bpk"))
-            .map_err(err)?;
+        self.optim_loss = self.optim_loss.load(dir.join("optim_loss.bpk")).map_err(err)?;
         Ok((self, state))
     }
 }
@@ -185,8 +167,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     let device = device.clone().autodiff();
     let splits = exp.data.load(exp.seed)?;
     let shape = splits.train.item_shape();
-    std::fs::create_dir_all(&opts.out)
-        .with_context(|| format!("cannot create {}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let mut trainer = Trainer::new(exp, shape, &device)?;
     let config_toml = exp.to_toml()?;
     let (mut history, mut start, mut train_seconds) = (vec![], 0usize, 0.0f64);
@@ -222,8 +203,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     let tty = std::io::stderr().is_terminal();
     for epoch in start..exp.train.epochs {
         let t0 = Instant::now();
-        let mut batches =
-            sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, epoch)?;
+        let mut batches = sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, epoch)?;
         if let Some(m) = exp.train.max_batches {
             batches.truncate(m);
         }
@@ -279,11 +259,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             seconds: secs,
             metrics,
         };
-        writeln!(
-            log,
-            "{}",
-            serde_json::json!({"event": "epoch", "record": rec})
-        )?;
+        writeln!(log, "{}", serde_json::json!({"event": "epoch", "record": rec}))?;
         if opts.progress {
             let m = rec.metrics.as_ref().map(|m| {
                 format!(
@@ -321,10 +297,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         write_json(&opts.out.join("run.json"), &partial)?;
     }
     // The saved model is the evaluation-mode snapshot (running statistics of the last step).
-    trainer
-        .net
-        .valid()
-        .save(&opts.out.join("model.safetensors"))?;
+    trainer.net.valid().save(&opts.out.join("model.safetensors"))?;
     write_atomic(&opts.out.join("config.toml"), config_toml.as_bytes())?;
     let final_metrics = history.last().and_then(|r| r.metrics.clone());
     let report = RunReport {

@@ -47,28 +47,14 @@ fn folder_tree_split_transform_and_corrupt_image() {
     let b = loader::load_batch(&s.train, &[0, 3], Some(1)).unwrap();
     // Gray → RGB: all three channels of class a hold 10/255; class b is (20, 0, 255).
     let plane = 144;
-    assert!(
-        (b.images[0] - 10.0 / 255.0).abs() < 1e-6
-            && (b.images[2 * plane] - 10.0 / 255.0).abs() < 1e-6
-    );
+    assert!((b.images[0] - 10.0 / 255.0).abs() < 1e-6 && (b.images[2 * plane] - 10.0 / 255.0).abs() < 1e-6);
     let o = 3 * plane;
-    assert!(
-        (b.images[o] - 20.0 / 255.0).abs() < 1e-6
-            && b.images[o + plane] == 0.0
-            && b.images[o + 2 * plane] == 1.0
-    );
+    assert!((b.images[o] - 20.0 / 255.0).abs() < 1e-6 && b.images[o + plane] == 0.0 && b.images[o + 2 * plane] == 1.0);
     // A corrupt JPEG is an error that names the file.
-    std::fs::write(
-        root.join("c").join("9.jpg"),
-        b"\xff\xd8\xff\xe0 not really a jpeg",
-    )
-    .unwrap();
+    std::fs::write(root.join("c").join("9.jpg"), b"\xff\xd8\xff\xe0 not really a jpeg").unwrap();
     let s = cfg(DatasetKind::Folder, &root).load(0).unwrap();
     let pos = s.test.query.indices.iter().position(|&i| matches!(&*s.test.query.source, rdml::data::Source::Files { paths, .. } if paths[i].ends_with("9.jpg"))).unwrap();
-    let err = format!(
-        "{:#}",
-        loader::load_batch(&s.test.query, &[pos], None).unwrap_err()
-    );
+    let err = format!("{:#}", loader::load_batch(&s.test.query, &[pos], None).unwrap_err());
     assert!(err.contains("9.jpg") && err.contains("corrupt"), "{err}");
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -132,10 +118,7 @@ fn cub_sop_inshop_lists_and_their_errors() {
 #[test]
 fn missing_files_are_named() {
     let root = tmp("missing");
-    let err = format!(
-        "{:#}",
-        cfg(DatasetKind::FashionMnist, &root).load(0).unwrap_err()
-    );
+    let err = format!("{:#}", cfg(DatasetKind::FashionMnist, &root).load(0).unwrap_err());
     assert!(err.contains("train-images-idx3-ubyte"), "{err}");
     let err = format!("{:#}", cfg(DatasetKind::Cars, &root).load(0).unwrap_err());
     assert!(err.contains("cars_annos.mat"), "{err}");

@@ -26,11 +26,7 @@ fn scalar(t: Tensor<1>) -> f32 {
 }
 
 fn dist(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y) * (x - y))
-        .sum::<f32>()
-        .sqrt()
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt()
 }
 
 #[test]
@@ -42,20 +38,10 @@ fn triplet_and_contrastive_hand_values() {
         positive: vec![1],
         negative: vec![2],
     };
-    let l = scalar(triplet::triplet_loss(
-        &e,
-        &t,
-        Distance::NormalizedEuclidean,
-        1.0,
-    ));
+    let l = scalar(triplet::triplet_loss(&e, &t, Distance::NormalizedEuclidean, 1.0));
     assert!((l - (2f32.sqrt() - 2.0 + 1.0)).abs() < 1e-5, "{l}");
     assert_eq!(
-        scalar(triplet::triplet_loss(
-            &e,
-            &t,
-            Distance::NormalizedEuclidean,
-            0.2
-        )),
+        scalar(triplet::triplet_loss(&e, &t, Distance::NormalizedEuclidean, 0.2)),
         0.0
     );
     // Cosine: d(a,p) = 1, d(a,n) = 2 → [1 − 2 + 1.5]_+ = 0.5.
@@ -106,15 +92,11 @@ fn lifted_multisim_npair_match_their_formulas() {
         &labels,
         1.0,
     )) as f64;
-    assert!(
-        (got - want).abs() < 1e-4 * want.max(1.0),
-        "lifted {got} vs {want}"
-    );
+    assert!((got - want).abs() < 1e-4 * want.max(1.0), "lifted {got} vs {want}");
 
     // Multi-similarity with all pairs kept (ε large).
     let (alpha, beta, base) = (2.0f64, 40.0f64, 0.5f64);
-    let sim =
-        |i: usize, j: usize| row(i).iter().zip(row(j)).map(|(a, b)| a * b).sum::<f32>() as f64;
+    let sim = |i: usize, j: usize| row(i).iter().zip(row(j)).map(|(a, b)| a * b).sum::<f32>() as f64;
     let mut want = 0.0;
     for i in 0..n {
         let (mut p, mut q) = (0.0, 0.0);
@@ -142,10 +124,7 @@ fn lifted_multisim_npair_match_their_formulas() {
         40.0,
         0.5,
     )) as f64;
-    assert!(
-        (got - want).abs() < 1e-4 * want.max(1.0),
-        "ms {got} vs {want}"
-    );
+    assert!((got - want).abs() < 1e-4 * want.max(1.0), "ms {got} vs {want}");
 
     // N-pair over pairs (0,1), (2,3), (4,5): classes distinct, no masking.
     let pairs = [(0usize, 1usize), (2, 3), (4, 5)];

@@ -22,11 +22,7 @@ fn embeddings_have_unit_norm_and_the_right_shape() {
     let dev = Device::default();
     for (arch, shape) in [(Arch::C2f2, [1, 28, 28]), (Arch::Resnet18, [3, 32, 32])] {
         let net = EmbeddingNet::new(&cfg(arch), shape, &dev).unwrap();
-        let x = Tensor::<4>::random(
-            [3, shape[0], shape[1], shape[2]],
-            Distribution::Uniform(0.0, 1.0),
-            &dev,
-        );
+        let x = Tensor::<4>::random([3, shape[0], shape[1], shape[2]], Distribution::Uniform(0.0, 1.0), &dev);
         let e = rdml::loss::to_host(&net.valid().forward(x));
         assert_eq!(e.len(), 3 * 8);
         for row in e.chunks(8) {
@@ -41,19 +37,9 @@ fn batch_norm_sets_are_separate_and_follow_pytorch_running_variance() {
     let dev = Device::default().autodiff();
     let bn = MultiBatchNorm::new(1, 2, false, &dev);
     // Batch of 4 values of one channel: mean 2.5, biased var 1.25, unbiased 5/3.
-    let x = Tensor::<4>::from_data(
-        TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [4, 1, 1, 1]),
-        &dev,
-    );
+    let x = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [4, 1, 1, 1]), &dev);
     let _ = bn.forward(x, 1);
-    let rv = |s: usize| {
-        bn.sets[s]
-            .running_var
-            .value_sync()
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()[0]
-    };
+    let rv = |s: usize| bn.sets[s].running_var.value_sync().into_data().to_vec::<f32>().unwrap()[0];
     let rm = |s: usize| {
         bn.sets[s]
             .running_mean
@@ -91,23 +77,11 @@ fn wrong_weight_files_are_refused_with_names() {
     c2f2.save(&f).unwrap();
     let mut r = cfg(Arch::Resnet18);
     r.pretrained = Some(f.clone());
-    let err = format!(
-        "{:#}",
-        EmbeddingNet::new(&r, [3, 32, 32], &dev).unwrap_err()
-    );
-    assert!(
-        err.contains("c2f2.safetensors") && err.contains("missing"),
-        "{err}"
-    );
+    let err = format!("{:#}", EmbeddingNet::new(&r, [3, 32, 32], &dev).unwrap_err());
+    assert!(err.contains("c2f2.safetensors") && err.contains("missing"), "{err}");
     r.pretrained = Some(dir.join("nope.pth"));
-    let err = format!(
-        "{:#}",
-        EmbeddingNet::new(&r, [3, 32, 32], &dev).unwrap_err()
-    );
-    assert!(
-        err.contains("nope.pth") && err.contains("not a file"),
-        "{err}"
-    );
+    let err = format!("{:#}", EmbeddingNet::new(&r, [3, 32, 32], &dev).unwrap_err());
+    assert!(err.contains("nope.pth") && err.contains("not a file"), "{err}");
     // Our own save/load round-trips exactly, and a model of another shape is refused.
     let back = EmbeddingNet::new(&cfg(Arch::C2f2), [1, 28, 28], &dev)
         .unwrap()
@@ -120,11 +94,6 @@ fn wrong_weight_files_are_refused_with_names() {
     );
     let mut wide = cfg(Arch::C2f2);
     wide.embedding_dim = 9;
-    assert!(
-        EmbeddingNet::new(&wide, [1, 28, 28], &dev)
-            .unwrap()
-            .load(&f)
-            .is_err()
-    );
+    assert!(EmbeddingNet::new(&wide, [1, 28, 28], &dev).unwrap().load(&f).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }

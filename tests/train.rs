@@ -21,10 +21,7 @@ fn embeddings(dir: &Path) -> Vec<f32> {
     let dev = rdml::default_device();
     let (exp, net) = load_run(dir, &dev).unwrap();
     let splits = exp.data.load(exp.seed).unwrap();
-    let sub = splits
-        .test
-        .query
-        .subset("probe", &(0..64).collect::<Vec<_>>());
+    let sub = splits.test.query.subset("probe", &(0..64).collect::<Vec<_>>());
     rdml::eval::embed(&net, &sub, 64, &dev).unwrap().data
 }
 
@@ -96,9 +93,6 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
         &dev,
     )
     .unwrap_err();
-    assert!(
-        format!("{err:#}").contains("different configuration"),
-        "{err:#}"
-    );
+    assert!(format!("{err:#}").contains("different configuration"), "{err:#}");
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -27,13 +27,9 @@ pub fn read_annotations(file: &Path) -> Result<Vec<(String, u32)>> {
                 i + 1
             )
         })?;
-        let class = it["class"].scalar().with_context(|| {
-            format!(
-                "{}: annotations({}).class is not a number",
-                file.display(),
-                i + 1
-            )
-        })?;
+        let class = it["class"]
+            .scalar()
+            .with_context(|| format!("{}: annotations({}).class is not a number", file.display(), i + 1))?;
         ensure!(
             class >= 1.0 && class <= 196.0 && class.fract() == 0.0,
             "{}: annotations({}).class = {class}, expected an integer in 1..=196",
@@ -65,20 +61,12 @@ mod tests {
             return;
         }
         let v = mat::read(&dir.join("cars_train_annos.mat")).unwrap();
-        let mat::MatValue::Struct {
-            items,
-            fields,
-            dims,
-        } = &v["annotations"]
-        else {
+        let mat::MatValue::Struct { items, fields, dims } = &v["annotations"] else {
             panic!()
         };
         assert_eq!(items.len(), 8144);
         assert_eq!(dims, &vec![1, 8144]);
-        assert_eq!(
-            fields,
-            &["bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "fname"]
-        );
+        assert_eq!(fields, &["bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "fname"]);
         // First record of the devkit: 00001.jpg, box (39, 116, 569, 375), class 14.
         assert_eq!(items[0]["fname"].text(), Some("00001.jpg"));
         assert_eq!(items[0]["bbox_x1"].scalar(), Some(39.0));

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
     let list = root.join("images.txt");
-    let text = std::fs::read_to_string(&list)
-        .with_context(|| format!("cannot read {}", list.display()))?;
+    let text = std::fs::read_to_string(&list).with_context(|| format!("cannot read {}", list.display()))?;
     let (mut paths, mut labels) = (vec![], vec![]);
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -18,11 +17,7 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         }
         let mut it = line.split_whitespace();
         let (Some(_id), Some(name)) = (it.next(), it.next()) else {
-            bail!(
-                "{}:{}: expected '<image_id> <image_name>'",
-                list.display(),
-                n + 1
-            );
+            bail!("{}:{}: expected '<image_id> <image_name>'", list.display(), n + 1);
         };
         let prefix = name.split('.').next().unwrap_or("");
         let class = parse_int(prefix, &list, n + 1, "class prefix")?;
@@ -51,19 +46,11 @@ pub(crate) fn split_half(
     crop: usize,
 ) -> Splits {
     let _ = root;
-    let train: Vec<usize> = (0..labels.len())
-        .filter(|&i| labels[i] < first_test)
-        .collect();
-    let test: Vec<usize> = (0..labels.len())
-        .filter(|&i| labels[i] >= first_test)
-        .collect();
+    let train: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < first_test).collect();
+    let test: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] >= first_test).collect();
     let all = ImageSet::new(
         name,
-        Arc::new(Source::Files {
-            paths,
-            resize,
-            crop,
-        }),
+        Arc::new(Source::Files { paths, resize, crop }),
         (0..labels.len()).collect(),
         labels,
     );

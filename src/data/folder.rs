@@ -26,9 +26,9 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
             .filter_map(|e| e.ok())
             .map(|e| e.path())
             .filter(|p| {
-                p.extension().and_then(|x| x.to_str()).is_some_and(|x| {
-                    matches!(x.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png")
-                })
+                p.extension()
+                    .and_then(|x| x.to_str())
+                    .is_some_and(|x| matches!(x.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))
             })
             .collect();
         files.sort();

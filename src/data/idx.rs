@@ -83,10 +83,7 @@ pub fn parse_labels(bytes: &[u8], what: &str) -> Result<Vec<u8>> {
     }
     let n = be_u32(bytes, 4) as usize;
     if bytes.len() - 8 != n {
-        bail!(
-            "{what}: header says {n} labels but the file holds {}",
-            bytes.len() - 8
-        );
+        bail!("{what}: header says {n} labels but the file holds {}", bytes.len() - 8);
     }
     Ok(bytes[8..].to_vec())
 }
@@ -110,10 +107,7 @@ pub fn read_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
 /// Finds `<stem>-images-idx3-ubyte[.gz]` and `<stem>-labels-idx1-ubyte[.gz]` in `dir`.
 pub fn find_pair(dir: &Path, stem: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let find = |kind: &str| -> Result<std::path::PathBuf> {
-        for name in [
-            format!("{stem}-{kind}-ubyte.gz"),
-            format!("{stem}-{kind}-ubyte"),
-        ] {
+        for name in [format!("{stem}-{kind}-ubyte.gz"), format!("{stem}-{kind}-ubyte")] {
             let p = dir.join(&name);
             if p.is_file() {
                 return Ok(p);

@@ -16,10 +16,7 @@ pub enum MatValue {
     /// Character array (rows joined when it is a single row).
     Char { dims: Vec<usize>, text: String },
     /// Cell array, column-major.
-    Cell {
-        dims: Vec<usize>,
-        items: Vec<MatValue>,
-    },
+    Cell { dims: Vec<usize>, items: Vec<MatValue> },
     /// Struct array: field names in file order, and one map per element (column-major).
     Struct {
         dims: Vec<usize>,
@@ -164,20 +161,14 @@ fn parse_matrix(payload: &[u8], what: &str) -> Result<(String, MatValue)> {
             let mut items = Vec::with_capacity(count);
             for _ in 0..count {
                 let (ty, p) = c.element()?;
-                ensure!(
-                    ty == MI_MATRIX,
-                    "{what}: cell element of type {ty}, expected miMATRIX"
-                );
+                ensure!(ty == MI_MATRIX, "{what}: cell element of type {ty}, expected miMATRIX");
                 items.push(parse_matrix(p, what)?.1);
             }
             MatValue::Cell { dims, items }
         }
         2 => {
             let (_, len_raw) = c.element()?;
-            let len = widen(MI_INT32, len_raw, what)?
-                .first()
-                .copied()
-                .unwrap_or(0.0) as usize;
+            let len = widen(MI_INT32, len_raw, what)?.first().copied().unwrap_or(0.0) as usize;
             ensure!(len > 0, "{what}: struct field-name length 0");
             let (_, names_raw) = c.element()?;
             let fields: Vec<String> = names_raw
@@ -197,11 +188,7 @@ fn parse_matrix(payload: &[u8], what: &str) -> Result<(String, MatValue)> {
                 }
                 items.push(m);
             }
-            MatValue::Struct {
-                dims,
-                fields,
-                items,
-            }
+            MatValue::Struct { dims, fields, items }
         }
         4 => {
             let text = if c.done() {

@@ -19,9 +19,7 @@ pub fn default_root(name: &str) -> PathBuf {
     if name == "FashionMNIST" && debian.is_dir() {
         return debian;
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
     home.join(".torch").join(name).join("raw")
 }
 

@@ -98,12 +98,7 @@ pub struct ImageSet {
 }
 
 impl ImageSet {
-    pub fn new(
-        name: impl Into<String>,
-        source: Arc<Source>,
-        indices: Vec<usize>,
-        labels: Vec<u32>,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, source: Arc<Source>, indices: Vec<usize>, labels: Vec<u32>) -> Self {
         assert_eq!(indices.len(), labels.len());
         Self {
             name: name.into(),
@@ -163,11 +158,7 @@ impl ImageSet {
                 let n = channels * height * width;
                 out.copy_from_slice(&data[i * n..(i + 1) * n]);
             }
-            Source::Files {
-                paths,
-                resize,
-                crop,
-            } => {
+            Source::Files { paths, resize, crop } => {
                 let mut rng = augment.map(ChaCha8Rng::seed_from_u64);
                 transform::load_file(&paths[i], *resize, *crop, rng.as_mut(), out)
                     .with_context(|| format!("{}: item {pos}", self.name))?;
@@ -260,10 +251,7 @@ impl DataConfig {
         self.validate()?;
         let root = self.root.clone();
         match self.dataset {
-            DatasetKind::Mnist => mnist::load(
-                root.unwrap_or_else(|| mnist::default_root("MNIST")),
-                "mnist",
-            ),
+            DatasetKind::Mnist => mnist::load(root.unwrap_or_else(|| mnist::default_root("MNIST")), "mnist"),
             DatasetKind::FashionMnist => mnist::load(
                 root.unwrap_or_else(|| mnist::default_root("FashionMNIST")),
                 "fashion-mnist",
@@ -272,12 +260,8 @@ impl DataConfig {
             DatasetKind::Cub => cub::load(&need_root(root, "cub")?, self.resize, self.crop),
             DatasetKind::Cars => cars::load(&need_root(root, "cars")?, self.resize, self.crop),
             DatasetKind::Sop => sop::load(&need_root(root, "sop")?, self.resize, self.crop),
-            DatasetKind::Inshop => {
-                inshop::load(&need_root(root, "inshop")?, self.resize, self.crop)
-            }
-            DatasetKind::Folder => {
-                folder::load(&need_root(root, "folder")?, self.resize, self.crop)
-            }
+            DatasetKind::Inshop => inshop::load(&need_root(root, "inshop")?, self.resize, self.crop),
+            DatasetKind::Folder => folder::load(&need_root(root, "folder")?, self.resize, self.crop),
             DatasetKind::Synthetic => synthetic::load(&self.synthetic, seed),
         }
     }

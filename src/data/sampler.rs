@@ -56,12 +56,7 @@ pub fn epoch_rng(seed: u64, epoch: usize, stream: u64) -> ChaCha8Rng {
 }
 
 /// The batches of one epoch, as positions into the training set.
-pub fn epoch_batches(
-    cfg: &SamplerConfig,
-    labels: &[u32],
-    seed: u64,
-    epoch: usize,
-) -> Result<Vec<Vec<usize>>> {
+pub fn epoch_batches(cfg: &SamplerConfig, labels: &[u32], seed: u64, epoch: usize) -> Result<Vec<Vec<usize>>> {
     let mut by_class: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (p, &l) in labels.iter().enumerate() {
         by_class.entry(l).or_default().push(p);
@@ -74,9 +69,7 @@ pub fn epoch_batches(
     let mut rng = epoch_rng(seed, epoch, 1);
     match *cfg {
         SamplerConfig::Spc2 { pairs } => {
-            let mut order: Vec<usize> = (0..labels.len())
-                .filter(|&p| by_class[&labels[p]].len() >= 2)
-                .collect();
+            let mut order: Vec<usize> = (0..labels.len()).filter(|&p| by_class[&labels[p]].len() >= 2).collect();
             order.shuffle(&mut rng);
             Ok(order
                 .chunks(pairs)
@@ -129,10 +122,7 @@ mod tests {
         let labels: Vec<u32> = (0..50).map(|i| i % 5).collect();
         let b = epoch_batches(&SamplerConfig::Spc2 { pairs: 8 }, &labels, 3, 0).unwrap();
         assert_eq!(b.len(), 7); // ceil(50 / 8)
-        let mut anchors: Vec<usize> = b
-            .iter()
-            .flat_map(|x| x.iter().step_by(2).copied())
-            .collect();
+        let mut anchors: Vec<usize> = b.iter().flat_map(|x| x.iter().step_by(2).copied()).collect();
         for x in &b {
             for pair in x.chunks(2) {
                 assert_eq!(labels[pair[0]], labels[pair[1]]);

@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 fn read_list(root: &Path, file: &str) -> Result<Vec<(String, u32)>> {
     let list = root.join(file);
-    let text = std::fs::read_to_string(&list)
-        .with_context(|| format!("cannot read {}", list.display()))?;
+    let text = std::fs::read_to_string(&list).with_context(|| format!("cannot read {}", list.display()))?;
     let mut out = vec![];
     for (n, line) in text.lines().enumerate().skip(1) {
         if line.trim().is_empty() {
@@ -26,12 +25,7 @@ fn read_list(root: &Path, file: &str) -> Result<Vec<(String, u32)>> {
             );
         }
         let class = parse_int(cols[1], &list, n + 1, "class_id")?;
-        ensure!(
-            class >= 1,
-            "{}:{}: class_id {class} must be ≥ 1",
-            list.display(),
-            n + 1
-        );
+        ensure!(class >= 1, "{}:{}: class_id {class} must be ≥ 1", list.display(), n + 1);
         out.push((cols[3].to_string(), class as u32 - 1));
     }
     ensure!(!out.is_empty(), "{}: no images listed", list.display());
@@ -47,11 +41,7 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         let n = labels.len();
         ImageSet::new(
             name,
-            Arc::new(Source::Files {
-                paths,
-                resize,
-                crop,
-            }),
+            Arc::new(Source::Files { paths, resize, crop }),
             (0..n).collect(),
             labels,
         )

@@ -9,13 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
 /// Decodes `path` and writes a `3 × crop × crop` image in [0, 1] into `out`.
-pub fn load_file(
-    path: &Path,
-    resize: usize,
-    crop: usize,
-    rng: Option<&mut ChaCha8Rng>,
-    out: &mut [f32],
-) -> Result<()> {
+pub fn load_file(path: &Path, resize: usize, crop: usize, rng: Option<&mut ChaCha8Rng>, out: &mut [f32]) -> Result<()> {
     let img = image::ImageReader::open(path)
         .with_context(|| format!("cannot open image {}", path.display()))?
         .with_guessed_format()

@@ -12,13 +12,7 @@ use std::collections::HashMap;
 
 /// Assigns each point to the nearest of `k` centroids found by k-means++ and at most `iters` Lloyd
 /// iterations (stops early when no assignment changes).
-pub fn kmeans(
-    x: &Embeddings,
-    k: usize,
-    iters: usize,
-    seed: u64,
-    device: &Device,
-) -> Result<Vec<u32>> {
+pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device) -> Result<Vec<u32>> {
     let (n, d) = (x.n, x.dim);
     let k = k.clamp(1, n.max(1));
     if n == 0 {
@@ -30,10 +24,7 @@ pub fn kmeans(
     let first = rng.random_range(0..n);
     centres.extend_from_slice(x.row(first));
     let sq = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(u, v)| (u - v) * (u - v)).sum::<f32>();
-    let mut best: Vec<f32> = (0..n)
-        .into_par_iter()
-        .map(|i| sq(x.row(i), x.row(first)))
-        .collect();
+    let mut best: Vec<f32> = (0..n).into_par_iter().map(|i| sq(x.row(i), x.row(first))).collect();
     for _ in 1..k {
         let total: f64 = best.iter().map(|&v| v as f64).sum();
         let next = if total <= 0.0 {
@@ -179,11 +170,7 @@ pub fn pi_ratio(x: &Embeddings, labels: &[u32], device: &Device) -> Result<f64> 
     })?;
     let inter = sums.iter().sum::<f64>() / (k * (k - 1)) as f64;
     let intra = intra.iter().sum::<f64>() / intra.len() as f64;
-    Ok(if inter > 0.0 {
-        intra / inter
-    } else {
-        f64::INFINITY
-    })
+    Ok(if inter > 0.0 { intra / inter } else { f64::INFINITY })
 }
 
 #[cfg(test)]

@@ -29,13 +29,10 @@ impl Embeddings {
     }
     /// Whether every row has unit L2 norm (to 1e-3).
     pub fn is_normalized(&self) -> bool {
-        (0..self.n)
-            .all(|i| (self.row(i).iter().map(|v| v * v).sum::<f32>().sqrt() - 1.0).abs() < 1e-3)
+        (0..self.n).all(|i| (self.row(i).iter().map(|v| v * v).sum::<f32>().sqrt() - 1.0).abs() < 1e-3)
     }
     fn sq_norms(&self) -> Vec<f32> {
-        (0..self.n)
-            .map(|i| self.row(i).iter().map(|v| v * v).sum())
-            .collect()
+        (0..self.n).map(|i| self.row(i).iter().map(|v| v * v).sum()).collect()
     }
 }
 
@@ -45,12 +42,7 @@ const TILE_FLOATS: usize = 32 << 20;
 /// Applies `reduce(query_index, distances_row)` to every query's row of squared distances to all
 /// gallery items, tile by tile. `distances_row[j]` is the squared distance to gallery item `j`.
 /// Rows are computed on `device` and reduced on the host in parallel.
-pub fn scan_rows<T, F>(
-    query: &Embeddings,
-    gallery: &Embeddings,
-    device: &Device,
-    reduce: F,
-) -> Result<Vec<T>>
+pub fn scan_rows<T, F>(query: &Embeddings, gallery: &Embeddings, device: &Device, reduce: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(usize, &[f32]) -> T + Sync,
@@ -64,10 +56,7 @@ where
     if query.n == 0 {
         return Ok(vec![]);
     }
-    let g = Tensor::<2>::from_data(
-        TensorData::new(gallery.data.clone(), [gallery.n, gallery.dim]),
-        device,
-    );
+    let g = Tensor::<2>::from_data(TensorData::new(gallery.data.clone(), [gallery.n, gallery.dim]), device);
     let gt = g.transpose();
     let g_norm = gallery.sq_norms();
     let q_norm = query.sq_norms();

@@ -47,14 +47,7 @@ struct RowStats {
 }
 
 /// Scores one query's row. `labels_of(j)` is gallery item `j`'s label.
-fn row_stats(
-    row: &[f32],
-    qlabel: u32,
-    glabels: &[u32],
-    skip: Option<usize>,
-    r: usize,
-    ks: &[usize],
-) -> RowStats {
+fn row_stats(row: &[f32], qlabel: u32, glabels: &[u32], skip: Option<usize>, r: usize, ks: &[usize]) -> RowStats {
     if r == 0 {
         return RowStats {
             lone: true,
@@ -63,10 +56,7 @@ fn row_stats(
     }
     let kmax = ks.iter().copied().max().unwrap_or(1).max(r).max(10);
     let top = top_k(row, kmax, skip);
-    let rel: Vec<bool> = top
-        .iter()
-        .map(|&(_, j)| glabels[j as usize] == qlabel)
-        .collect();
+    let rel: Vec<bool> = top.iter().map(|&(_, j)| glabels[j as usize] == qlabel).collect();
     let hits = ks.iter().map(|&k| rel.iter().take(k).any(|&b| b)).collect();
     let ap_at = |depth: usize, divisor: usize| {
         let (mut found, mut s) = (0usize, 0.0f64);
@@ -124,31 +114,50 @@ pub fn retrieval(
     ks: &[usize],
     device: &Device,
 ) -> Result<Retrieval> {
+    match gallery {
+        Some((g, gl)) => retrieval_skipping(query, qlabels, g, gl, None, ks, device),
+        None => {
+            let own: Vec<usize> = (0..query.n).collect();
+            retrieval_skipping(query, qlabels, query, qlabels, Some(&own), ks, device)
+        }
+    }
+}
+
+/// Like [`retrieval`], with query `i` left out of the gallery at index `own[i]` (an attacked
+/// query searched among the clean embeddings of its own test set).
+pub fn retrieval_skipping(
+    query: &Embeddings,
+    qlabels: &[u32],
+    gemb: &Embeddings,
+    glabels: &[u32],
+    own: Option<&[usize]>,
+    ks: &[usize],
+    device: &Device,
+) -> Result<Retrieval> {
     ensure!(
         query.n == qlabels.len(),
         "{} query embeddings for {} labels",
         query.n,
         qlabels.len()
     );
-    let (gemb, glabels, same) = match gallery {
-        Some((g, gl)) => {
-            ensure!(
-                g.n == gl.len(),
-                "{} gallery embeddings for {} labels",
-                g.n,
-                gl.len()
-            );
-            (g, gl, false)
-        }
-        None => (query, qlabels, true),
-    };
+    ensure!(
+        gemb.n == glabels.len(),
+        "{} gallery embeddings for {} labels",
+        gemb.n,
+        glabels.len()
+    );
+    if let Some(o) = own {
+        ensure!(o.len() == query.n, "one own index per query");
+    }
     let mut counts: HashMap<u32, usize> = HashMap::new();
     for &l in glabels {
         *counts.entry(l).or_default() += 1;
     }
     let rows = scan_rows(query, gemb, device, |i, row| {
-        let r = counts.get(&qlabels[i]).copied().unwrap_or(0) - usize::from(same);
-        row_stats(row, qlabels[i], glabels, same.then_some(i), r, ks)
+        let skip = own.map(|o| o[i]);
+        let r =
+            counts.get(&qlabels[i]).copied().unwrap_or(0) - usize::from(skip.is_some_and(|j| glabels[j] == qlabels[i]));
+        row_stats(row, qlabels[i], glabels, skip, r, ks)
     })?;
     let scored: Vec<&RowStats> = rows.iter().filter(|s| !s.lone).collect();
     let n = scored.len().max(1) as f64;

@@ -99,12 +99,7 @@ pub fn batch_tensor(b: &HostBatch, device: &Device) -> Tensor<4> {
 
 /// Embeds every item of `set` with the model in evaluation mode (batch norm on running
 /// statistics, no autodiff), batch-norm set 0.
-pub fn embed(
-    model: &EmbeddingNet,
-    set: &ImageSet,
-    batch: usize,
-    device: &Device,
-) -> Result<Embeddings> {
+pub fn embed(model: &EmbeddingNet, set: &ImageSet, batch: usize, device: &Device) -> Result<Embeddings> {
     let model = model.valid();
     let plain = device.clone().without_autodiff();
     let mut data = Vec::new();
@@ -119,13 +114,7 @@ pub fn embed(
 }
 
 /// Embeds the test split and computes every metric.
-pub fn evaluate(
-    model: &EmbeddingNet,
-    test: &EvalSet,
-    cfg: &EvalConfig,
-    seed: u64,
-    device: &Device,
-) -> Result<Metrics> {
+pub fn evaluate(model: &EmbeddingNet, test: &EvalSet, cfg: &EvalConfig, seed: u64, device: &Device) -> Result<Metrics> {
     let t0 = Instant::now();
     let q = embed(model, &test.query, cfg.batch_size, device)?;
     let g = match &test.gallery {

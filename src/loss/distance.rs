@@ -22,12 +22,9 @@ impl Distance {
     /// Distance between two host vectors.
     pub fn host(self, a: &[f32], b: &[f32]) -> f32 {
         match self {
-            Distance::NormalizedEuclidean | Distance::Euclidean => a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| (x - y) * (x - y))
-                .sum::<f32>()
-                .sqrt(),
+            Distance::NormalizedEuclidean | Distance::Euclidean => {
+                a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt()
+            }
             Distance::Cosine => 1.0 - a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>(),
         }
     }

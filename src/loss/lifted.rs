@@ -27,10 +27,7 @@ pub fn lifted_loss(dist: Tensor<2>, labels: &[u32], margin: f32) -> Tensor<1> {
     let pm = Tensor::<2>::from_data(TensorData::new(pm, [n, n]), &device);
     let nm = Tensor::<2>::from_data(TensorData::new(nm, [n, n]), &device);
     let neg_sum = (dist.clone().neg().add_scalar(margin).exp() * nm).sum_dim(1); // [n, 1]
-    let j = (neg_sum.clone() + neg_sum.transpose())
-        .clamp_min(1e-30)
-        .log()
-        + dist;
+    let j = (neg_sum.clone() + neg_sum.transpose()).clamp_min(1e-30).log() + dist;
     (relu(j).powi_scalar(2) * pm)
         .sum()
         .div_scalar(2.0 * pairs.max(1) as f32)

@@ -68,16 +68,12 @@ pub fn anchor_pairs(labels: &[u32], mode: Anchors, rng: &mut ChaCha8Rng) -> Vec<
     let n = labels.len();
     let spc2 = n % 2 == 0 && (0..n).step_by(2).all(|i| labels[i] == labels[i + 1]);
     let random_positive = |a: usize, rng: &mut ChaCha8Rng| {
-        let same: Vec<usize> = (0..n)
-            .filter(|&j| j != a && labels[j] == labels[a])
-            .collect();
+        let same: Vec<usize> = (0..n).filter(|&j| j != a && labels[j] == labels[a]).collect();
         same.choose(rng).copied()
     };
     match mode {
         Anchors::Pairs if spc2 => (0..n).step_by(2).map(|i| (i, i + 1)).collect(),
-        _ => (0..n)
-            .filter_map(|a| random_positive(a, rng).map(|p| (a, p)))
-            .collect(),
+        _ => (0..n).filter_map(|a| random_positive(a, rng).map(|p| (a, p))).collect(),
     }
 }
 
@@ -113,24 +109,14 @@ pub fn mine(
                 ok.choose(rng).copied().unwrap_or_else(|| random(rng))
             }
             Miner::Softhard => {
-                let poss: Vec<usize> = (0..n)
-                    .filter(|&j| j != a && labels[j] == labels[a])
-                    .collect();
+                let poss: Vec<usize> = (0..n).filter(|&j| j != a && labels[j] == labels[a]).collect();
                 let max_pos = poss.iter().map(|&j| d(a, j)).fold(f32::MIN, f32::max);
                 let min_neg = negs.iter().map(|&j| d(a, j)).fold(f32::MAX, f32::min);
-                let hard_pos: Vec<usize> = poss
-                    .iter()
-                    .copied()
-                    .filter(|&j| d(a, j) > min_neg)
-                    .collect();
+                let hard_pos: Vec<usize> = poss.iter().copied().filter(|&j| d(a, j) > min_neg).collect();
                 if let Some(&q) = hard_pos.choose(rng) {
                     p = q;
                 }
-                let ok: Vec<usize> = negs
-                    .iter()
-                    .copied()
-                    .filter(|&j| d(a, j) < max_pos)
-                    .collect();
+                let ok: Vec<usize> = negs.iter().copied().filter(|&j| d(a, j) < max_pos).collect();
                 ok.choose(rng).copied().unwrap_or_else(|| random(rng))
             }
             Miner::Distance => {

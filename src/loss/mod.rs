@@ -145,9 +145,7 @@ impl LossConfig {
     /// The distance the loss (and its miner) uses.
     pub fn distance(&self) -> Distance {
         match self {
-            LossConfig::Triplet { distance, .. } | LossConfig::Contrastive { distance, .. } => {
-                *distance
-            }
+            LossConfig::Triplet { distance, .. } | LossConfig::Contrastive { distance, .. } => *distance,
             LossConfig::Margin { .. } | LossConfig::Lifted { .. } => Distance::NormalizedEuclidean,
             LossConfig::MultiSimilarity { .. } | LossConfig::Npair { .. } => Distance::Cosine,
         }
@@ -176,24 +174,17 @@ impl LossConfig {
                 pos(*cutoff, "cutoff")?;
             }
             LossConfig::Contrastive {
-                pos_margin,
-                neg_margin,
-                ..
+                pos_margin, neg_margin, ..
             } => {
                 pos(*pos_margin, "pos_margin")?;
                 pos(*neg_margin, "neg_margin")?;
             }
-            LossConfig::Margin {
-                margin, beta_lr, ..
-            } => {
+            LossConfig::Margin { margin, beta_lr, .. } => {
                 pos(*margin, "margin")?;
                 ensure!(*beta_lr >= 0.0, "loss.beta_lr must be ≥ 0");
             }
             LossConfig::MultiSimilarity { alpha, beta, .. } => {
-                ensure!(
-                    *alpha > 0.0 && *beta > 0.0,
-                    "loss.alpha and loss.beta must be > 0"
-                );
+                ensure!(*alpha > 0.0 && *beta > 0.0, "loss.alpha and loss.beta must be > 0");
             }
             LossConfig::Lifted { margin } => pos(*margin, "margin")?,
             LossConfig::Npair { l2_reg } => pos(*l2_reg, "l2_reg")?,
@@ -211,10 +202,7 @@ pub struct LossParams {
 impl LossParams {
     pub fn new(cfg: &LossConfig, device: &Device) -> Self {
         let beta = match cfg {
-            LossConfig::Margin { beta, .. } => Some(Param::from_tensor(Tensor::<1>::from_floats(
-                [*beta],
-                device,
-            ))),
+            LossConfig::Margin { beta, .. } => Some(Param::from_tensor(Tensor::<1>::from_floats([*beta], device))),
             _ => None,
         };
         Self { beta }
@@ -229,10 +217,7 @@ pub struct LossOutput {
 
 pub(crate) fn index_tensor(idx: &[usize], device: &Device) -> Tensor<1, Int> {
     Tensor::<1, Int>::from_data(
-        TensorData::new(
-            idx.iter().map(|&i| i as i64).collect::<Vec<_>>(),
-            [idx.len()],
-        ),
+        TensorData::new(idx.iter().map(|&i| i as i64).collect::<Vec<_>>(), [idx.len()]),
         device,
     )
 }
@@ -253,13 +238,7 @@ pub fn to_host(e: &Tensor<2>) -> Vec<f32> {
 }
 
 /// Mines triplets on detached embeddings with the loss's miner.
-pub fn mine_triplets(
-    cfg: &LossConfig,
-    host: &[f32],
-    dim: usize,
-    labels: &[u32],
-    rng: &mut ChaCha8Rng,
-) -> Triplets {
+pub fn mine_triplets(cfg: &LossConfig, host: &[f32], dim: usize, labels: &[u32], rng: &mut ChaCha8Rng) -> Triplets {
     let (miner, anchors, margin, cutoff, nlc) = match cfg {
         LossConfig::Triplet {
             miner,
@@ -311,9 +290,7 @@ pub fn compute(
     debug_assert_eq!(n, labels.len());
     let host = to_host(&emb);
     match cfg {
-        LossConfig::Triplet {
-            distance, margin, ..
-        } => {
+        LossConfig::Triplet { distance, margin, .. } => {
             let t = mine_triplets(cfg, &host, dim, labels, rng);
             LossOutput {
                 loss: triplet::triplet_loss(&emb, &t, *distance, *margin),
@@ -332,9 +309,7 @@ pub fn compute(
                 triplets: Some(t),
             }
         }
-        LossConfig::Margin {
-            margin, nu, beta, ..
-        } => {
+        LossConfig::Margin { margin, nu, beta, .. } => {
             let t = mine_triplets(cfg, &host, dim, labels, rng);
             let b = match &params.beta {
                 Some(p) => p.val(),

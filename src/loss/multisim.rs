@@ -10,9 +10,7 @@ pub fn ms_masks(sim: &[f32], labels: &[u32], epsilon: f32) -> (Vec<f32>, Vec<f32
     let n = labels.len();
     let (mut pm, mut nm) = (vec![0f32; n * n], vec![0f32; n * n]);
     for i in 0..n {
-        let pos: Vec<usize> = (0..n)
-            .filter(|&j| j != i && labels[j] == labels[i])
-            .collect();
+        let pos: Vec<usize> = (0..n).filter(|&j| j != i && labels[j] == labels[i]).collect();
         let neg: Vec<usize> = (0..n).filter(|&j| labels[j] != labels[i]).collect();
         if pos.is_empty() || neg.is_empty() {
             continue;

@@ -5,12 +5,7 @@
 use super::{gather, index_tensor};
 use burn::tensor::{Tensor, TensorData};
 
-pub fn npair_loss(
-    emb: &Tensor<2>,
-    pairs: &[(usize, usize)],
-    labels: &[u32],
-    l2_reg: f32,
-) -> Tensor<1> {
+pub fn npair_loss(emb: &Tensor<2>, pairs: &[(usize, usize)], labels: &[u32], l2_reg: f32) -> Tensor<1> {
     let device = emb.device();
     let ai: Vec<usize> = pairs.iter().map(|p| p.0).collect();
     let pi: Vec<usize> = pairs.iter().map(|p| p.1).collect();
@@ -25,8 +20,8 @@ pub fn npair_loss(
             }
         }
     }
-    let logits = a.clone().matmul(p.clone().transpose())
-        + Tensor::<2>::from_data(TensorData::new(mask, [t, t]), &device);
+    let logits =
+        a.clone().matmul(p.clone().transpose()) + Tensor::<2>::from_data(TensorData::new(mask, [t, t]), &device);
     let lse = {
         let m = logits.clone().max_dim(1).detach();
         (logits.clone() - m.clone()).exp().sum_dim(1).log() + m

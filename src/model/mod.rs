@@ -103,26 +103,14 @@ impl EmbeddingNet {
         let backbone = match cfg.arch {
             Arch::C2f2 => Backbone::C2f2(C2f2::new(in_shape, cfg.embedding_dim, device)),
             Arch::Resnet18 => {
-                let mut m = ResNet::<BasicBlock>::new(
-                    in_shape[0],
-                    [2, 2, 2, 2],
-                    cfg.embedding_dim,
-                    bn,
-                    device,
-                );
+                let mut m = ResNet::<BasicBlock>::new(in_shape[0], [2, 2, 2, 2], cfg.embedding_dim, bn, device);
                 if let Some(p) = &cfg.pretrained {
                     m = weights::load_torchvision(m, p, device)?;
                 }
                 Backbone::Resnet18(m)
             }
             Arch::Resnet50 => {
-                let mut m = ResNet::<Bottleneck>::new(
-                    in_shape[0],
-                    [3, 4, 6, 3],
-                    cfg.embedding_dim,
-                    bn,
-                    device,
-                );
+                let mut m = ResNet::<Bottleneck>::new(in_shape[0], [3, 4, 6, 3], cfg.embedding_dim, bn, device);
                 if let Some(p) = &cfg.pretrained {
                     m = weights::load_torchvision(m, p, device)?;
                 }
@@ -162,11 +150,7 @@ impl EmbeddingNet {
             Backbone::Resnet18(m) => m.forward(x, set),
             Backbone::Resnet50(m) => m.forward(x, set),
         };
-        if self.l2_normalize {
-            l2_normalize(e)
-        } else {
-            e
-        }
+        if self.l2_normalize { l2_normalize(e) } else { e }
     }
 
     /// Saves the weights as safetensors, atomically (temporary file, then rename).
@@ -177,8 +161,7 @@ impl EmbeddingNet {
         let mut store = SafetensorsStore::from_file(&tmp);
         self.save_into(&mut store)
             .map_err(|e| anyhow::anyhow!("saving {}: {e:?}", path.display()))?;
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("cannot move {} into place", path.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} into place", path.display()))?;
         Ok(())
     }
 

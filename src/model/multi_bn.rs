@@ -44,17 +44,13 @@ impl MultiBatchNorm {
         }
         let [b, _, h, w] = x.dims();
         let n = (b * h * w) as f64;
-        let out =
-            burn::tensor::module::batch_norm_train(x, bn.gamma.val(), bn.beta.val(), bn.epsilon);
+        let out = burn::tensor::module::batch_norm_train(x, bn.gamma.val(), bn.beta.val(), bn.epsilon);
         let unbiased = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
         let m = bn.momentum;
         let mean = bn.running_mean.value_sync().to_device(&device);
         let var = bn.running_var.value_sync().to_device(&device);
-        bn.running_mean.update(
-            mean.mul_scalar(1.0 - m)
-                .add(out.mean.detach().mul_scalar(m))
-                .detach(),
-        );
+        bn.running_mean
+            .update(mean.mul_scalar(1.0 - m).add(out.mean.detach().mul_scalar(m)).detach());
         bn.running_var.update(
             var.mul_scalar(1.0 - m)
                 .add(out.variance.detach().mul_scalar(m * unbiased))
@@ -68,10 +64,7 @@ impl MultiBatchNorm {
     pub fn copy_main_to_aux(mut self) -> Self {
         let main = &self.sets[0];
         let (g, b) = (main.gamma.val(), main.beta.val());
-        let (rm, rv) = (
-            main.running_mean.value_sync(),
-            main.running_var.value_sync(),
-        );
+        let (rm, rv) = (main.running_mean.value_sync(), main.running_var.value_sync());
         let device = g.device();
         for s in self.sets.iter_mut().skip(1) {
             let mut fresh = BatchNormConfig::new(g.dims()[0]).init(&device);

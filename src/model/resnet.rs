@@ -79,8 +79,7 @@ impl Block for BasicBlock {
             bn1: mbn(width),
             conv2: conv(width, width, 3, 1, device),
             bn2: mbn(width),
-            downsample: (stride != 1 || inp != width)
-                .then(|| Downsample::new(inp, width, stride, bn, device)),
+            downsample: (stride != 1 || inp != width).then(|| Downsample::new(inp, width, stride, bn, device)),
         }
     }
     fn forward(&self, x: Tensor<4>, set: usize) -> Tensor<4> {
@@ -124,8 +123,7 @@ impl Block for Bottleneck {
             bn2: mbn(width),
             conv3: conv(width, out, 1, 1, device),
             bn3: mbn(out),
-            downsample: (stride != 1 || inp != out)
-                .then(|| Downsample::new(inp, out, stride, bn, device)),
+            downsample: (stride != 1 || inp != out).then(|| Downsample::new(inp, out, stride, bn, device)),
         }
     }
     fn forward(&self, x: Tensor<4>, set: usize) -> Tensor<4> {
@@ -161,24 +159,12 @@ pub struct ResNet<K: Module + Block> {
 
 impl<K: Block> ResNet<K> {
     /// `depths` = blocks per stage: [2,2,2,2] for ResNet-18, [3,4,6,3] for ResNet-50.
-    pub fn new(
-        in_channels: usize,
-        depths: [usize; 4],
-        embedding_dim: usize,
-        bn: BnSpec,
-        device: &Device,
-    ) -> Self {
+    pub fn new(in_channels: usize, depths: [usize; 4], embedding_dim: usize, bn: BnSpec, device: &Device) -> Self {
         let mut inp = 64;
         let mut stage = |width: usize, n: usize, stride: usize| {
             let mut v = Vec::with_capacity(n);
             for i in 0..n {
-                v.push(K::new(
-                    inp,
-                    width,
-                    if i == 0 { stride } else { 1 },
-                    bn,
-                    device,
-                ));
+                v.push(K::new(inp, width, if i == 0 { stride } else { 1 }, bn, device));
                 inp = width * K::EXPANSION;
             }
             v
@@ -212,9 +198,7 @@ impl<K: Block> ResNet<K> {
 
     /// The pooled backbone features (torchvision's input to `fc`), `[b, 512·expansion]`.
     pub fn features(&self, x: Tensor<4>, set: usize) -> Tensor<2> {
-        let mut x = self
-            .maxpool
-            .forward(relu(self.bn1.forward(self.conv1.forward(x), set)));
+        let mut x = self.maxpool.forward(relu(self.bn1.forward(self.conv1.forward(x), set)));
         for layer in [&self.layer1, &self.layer2, &self.layer3, &self.layer4] {
             for b in layer {
                 x = b.forward(x, set);

@@ -7,9 +7,7 @@
 use super::multi_bn::MultiBatchNorm;
 use super::resnet::{Block, ResNet};
 use anyhow::{Result, bail, ensure};
-use burn::store::{
-    KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, PytorchStore, SafetensorsStore,
-};
+use burn::store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, PytorchStore, SafetensorsStore};
 use burn::tensor::Device;
 use std::path::Path;
 
@@ -17,10 +15,7 @@ fn remapper() -> Result<KeyRemapper> {
     KeyRemapper::from_patterns(vec![
         (r"downsample\.0\.", "downsample.conv."),
         (r"downsample\.1\.", "downsample.bn."),
-        (
-            r"^(.*bn\d?)\.(weight|bias|running_mean|running_var)$",
-            "$1.sets.0.$2",
-        ),
+        (r"^(.*bn\d?)\.(weight|bias|running_mean|running_var)$", "$1.sets.0.$2"),
     ])
     .map_err(|e| anyhow::anyhow!("internal key pattern: {e}"))
 }
@@ -31,19 +26,11 @@ fn keep(path: &str, _container: &str) -> bool {
 
 /// Loads torchvision ResNet weights into `model` (all but `fc`); any tensor of ours that the file
 /// lacks, or a shape that differs, is an error naming the tensors.
-pub fn load_torchvision<K: Block>(
-    mut model: ResNet<K>,
-    path: &Path,
-    _device: &Device,
-) -> Result<ResNet<K>>
+pub fn load_torchvision<K: Block>(mut model: ResNet<K>, path: &Path, _device: &Device) -> Result<ResNet<K>>
 where
     ResNet<K>: burn::module::Module,
 {
-    ensure!(
-        path.is_file(),
-        "model.pretrained: {} is not a file",
-        path.display()
-    );
+    ensure!(path.is_file(), "model.pretrained: {} is not a file", path.display());
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

@@ -1,0 +1,166 @@
+//! The attack engine: projected gradient steps on input images, shared by every attack and every
+//! defense's inner maximisation. An [`Objective`] maps the embeddings of the perturbed images to a
+//! loss that the engine *minimises* (robrank's convention), and may stop the loop early.
+//!
+//! The model runs in evaluation mode (`Module::valid`: running BN statistics, no parameter
+//! gradients); only the input carries autodiff. Images live in [0, 1] and normalisation happens
+//! inside the model, so ε is in pixel units.
+
+use crate::model::EmbeddingNet;
+use anyhow::{Result, ensure};
+use burn::module::Module;
+use burn::tensor::{Device, Distribution, Tensor};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Norm {
+    Linf,
+    L2,
+}
+
+/// A projected-gradient plan: budget, step, iterations, norm, random start.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pgd {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+    #[serde(default = "linf")]
+    pub norm: Norm,
+    #[serde(default)]
+    pub random_start: bool,
+}
+
+fn linf() -> Norm {
+    Norm::Linf
+}
+
+impl Pgd {
+    /// FGSM: one step of size ε.
+    pub fn fgsm(eps: f32) -> Self {
+        Self {
+            eps,
+            step: eps,
+            steps: 1,
+            norm: Norm::Linf,
+            random_start: false,
+        }
+    }
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.eps >= 0.0 && self.eps.is_finite(),
+            "attack eps must be ≥ 0, got {}",
+            self.eps
+        );
+        ensure!(
+            self.step >= 0.0 && self.step.is_finite(),
+            "attack step must be ≥ 0, got {}",
+            self.step
+        );
+        ensure!(self.steps >= 1, "attack steps must be ≥ 1");
+        Ok(())
+    }
+}
+
+/// What an attack optimises. `loss` receives the embeddings `[b, d]` of the current adversarial
+/// images (with autodiff) and returns a scalar to minimise; `step` is the iteration index.
+pub trait Objective {
+    fn loss(&self, emb: Tensor<2>, step: usize) -> Tensor<1>;
+    /// Stop before step `step` given the current adversarial embeddings (detached) and the loss
+    /// of the previous step.
+    fn done(&self, _emb: &Tensor<2>, _prev_loss: Option<f32>, _step: usize) -> bool {
+        false
+    }
+}
+
+/// Forward function of the perturbed images: the embedding model with a chosen BN set.
+pub struct Target<'a> {
+    pub model: &'a EmbeddingNet,
+    pub bn_set: usize,
+}
+
+impl Target<'_> {
+    fn embed(&self, x: Tensor<4>) -> Tensor<2> {
+        self.model.forward_set(x, self.bn_set)
+    }
+}
+
+/// Runs the attack on `x` (`[b, c, h, w]` in [0, 1], on a plain device) and returns the
+/// adversarial images. `movable` (per row, optional) freezes the rows marked `false`.
+/// `seed` drives the random start.
+pub fn attack(
+    model: &EmbeddingNet,
+    bn_set: usize,
+    x: &Tensor<4>,
+    movable: Option<&[bool]>,
+    objective: &dyn Objective,
+    pgd: &Pgd,
+    seed: u64,
+) -> Result<Tensor<4>> {
+    pgd.validate()?;
+    let model = model.valid();
+    let target = Target { model: &model, bn_set };
+    let device: Device = x.device().without_autodiff();
+    let x0 = x.clone().without_autodiff();
+    let [b, _, _, _] = x0.dims();
+    let mask: Option<Tensor<4>> = movable.map(|m| {
+        let v: Vec<f32> = m.iter().map(|&t| f32::from(u8::from(t))).collect();
+        Tensor::<1>::from_floats(v.as_slice(), &device).reshape([b, 1, 1, 1])
+    });
+    let masked = |t: Tensor<4>| match &mask {
+        Some(m) => t * m.clone(),
+        None => t,
+    };
+    let mut xa = x0.clone();
+    if pgd.random_start && pgd.eps > 0.0 {
+        device.seed(seed);
+        let noise = Tensor::<4>::random(
+            x0.shape(),
+            Distribution::Uniform(-pgd.eps as f64, pgd.eps as f64),
+            &device,
+        );
+        let noise = match pgd.norm {
+            Norm::Linf => noise,
+            Norm::L2 => project_l2(noise, pgd.eps),
+        };
+        xa = (xa + masked(noise)).clamp(0.0, 1.0);
+    }
+    let ad = device.clone().autodiff();
+    let mut prev: Option<f32> = None;
+    for k in 0..pgd.steps {
+        let xi = xa.clone().autodiff().require_grad();
+        debug_assert!(xi.device().is_autodiff() || ad.is_autodiff());
+        let emb = target.embed(xi.clone());
+        if objective.done(&emb.clone().detach(), prev, k) {
+            break;
+        }
+        let loss = objective.loss(emb, k);
+        prev = Some(loss.clone().into_scalar::<f32>());
+        let grads = loss.backward();
+        let Some(g) = xi.grad(&grads) else { break };
+        let g = g.without_autodiff();
+        let delta = match pgd.norm {
+            Norm::Linf => g.sign().mul_scalar(pgd.step),
+            Norm::L2 => {
+                let n = g.clone().powi_scalar(2).sum_dims(&[1, 2, 3]).sqrt().clamp_min(1e-12);
+                (g / n).mul_scalar(pgd.step)
+            }
+        };
+        xa = xa - masked(delta);
+        let d = xa.clone() - x0.clone();
+        let d = match pgd.norm {
+            Norm::Linf => d.clamp(-pgd.eps, pgd.eps),
+            Norm::L2 => project_l2(d, pgd.eps),
+        };
+        xa = (x0.clone() + d).clamp(0.0, 1.0);
+    }
+    Ok(xa)
+}
+
+/// Scales each row of `d` down to L2 norm ≤ ε.
+fn project_l2(d: Tensor<4>, eps: f32) -> Tensor<4> {
+    let n = d.clone().powi_scalar(2).sum_dims(&[1, 2, 3]).sqrt();
+    let scale = n.clone().clamp_min(eps).recip().mul_scalar(eps);
+    d * scale
+}

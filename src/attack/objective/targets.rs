@@ -1,0 +1,52 @@
+//! Targeted feature-space objectives: TMA (pull the query's embedding toward a random test
+//! embedding, `1 − cos`), GTM (move toward a chosen unmatching candidate), LTM (make the farthest
+//! differently-labelled candidate closer than the nearest same-labelled one).
+
+use super::{dist_rows, dist_to_all};
+use crate::attack::engine::Objective;
+use burn::tensor::activation::relu;
+use burn::tensor::{Bool, Tensor};
+
+/// TMA: `1 − cos(f(q̃), t)` with `t` one target embedding per query.
+pub struct TowardCosine {
+    pub target: Tensor<2>,
+}
+
+impl Objective for TowardCosine {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        let n = emb.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
+        let m = self.target.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
+        let cos = (emb * self.target.clone()).sum_dim(1) / (n * m);
+        cos.neg().add_scalar(1.0).mean()
+    }
+}
+
+/// GTM: Euclidean distance to one target embedding per query.
+pub struct TowardPoint {
+    pub target: Tensor<2>,
+}
+
+impl Objective for TowardPoint {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        dist_rows(emb, self.target.clone()).mean()
+    }
+}
+
+/// LTM: `Σ_q [max_{x: y_x ≠ y_q} d(q̃,x) − min_{x: y_x = y_q} d(q̃,x)]_+` over the candidate set;
+/// `same`/`diff` are `[b, n]` masks (the query's own slot left out of `same`, unless the
+/// robrank-compatible mask keeps it).
+pub struct LabelMislead {
+    pub candidates: Tensor<2>,
+    pub cand_sq: Tensor<2>,
+    pub same: Tensor<2, Bool>,
+    pub diff: Tensor<2, Bool>,
+}
+
+impl Objective for LabelMislead {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        let d = dist_to_all(emb, &self.candidates, &self.cand_sq);
+        let max_diff = d.clone().mask_fill(self.diff.clone().bool_not(), -1e9).max_dim(1);
+        let min_same = d.mask_fill(self.same.clone().bool_not(), 1e9).min_dim(1);
+        relu(max_diff - min_same).sum()
+    }
+}
