@@ -67,8 +67,81 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Run one white-box attack on the test split of a trained model and print its score(s).
+    Attack {
+        #[arg(long)]
+        model: PathBuf,
+        /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, or NN (nearest-neighbour, Algorithm 1).
+        #[arg(long)]
+        attack: String,
+        #[command(flatten)]
+        budget: Budget,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run robrank's ERS suite (nine attacks, ten columns) and print ERS and ARS.
+    Robustness {
+        #[arg(long)]
+        model: PathBuf,
+        /// rob28 (MNIST/Fashion: ε 77/255) or rob224 (CUB/CARS/SOP: ε 8/255); step 3/255, 32 steps.
+        #[arg(long, default_value = "rob28")]
+        profile: String,
+        #[command(flatten)]
+        budget: Budget,
+        /// Write the table as JSON here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// List the presets, or print one.
     Presets { name: Option<String> },
+}
+
+/// Attack budget options shared by `attack` and `robustness`.
+#[derive(clap::Args)]
+struct Budget {
+    /// L∞ (or L2) radius in pixel units [0, 1] (default: the profile's, rob28 for `attack`).
+    #[arg(long)]
+    eps: Option<f32>,
+    #[arg(long)]
+    step: Option<f32>,
+    #[arg(long)]
+    steps: Option<usize>,
+    #[arg(long, value_parser = ["linf", "l2"])]
+    norm: Option<String>,
+    #[arg(long)]
+    random_start: bool,
+    /// Number of test items used as queries (candidates for CA), from the start of the test split.
+    #[arg(long, default_value_t = 1024)]
+    queries: usize,
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Reproduce robrank's GTM target index and LTM self mask (both bugs there).
+    #[arg(long)]
+    robrank_compat: bool,
+}
+
+impl Budget {
+    fn pgd(&self, profile: &str) -> Result<rdml::attack::engine::Pgd> {
+        use rdml::attack::engine::{Norm, Pgd};
+        let eps = match profile {
+            "rob28" => 77.0 / 255.0,
+            "rob224" => 8.0 / 255.0,
+            p => anyhow::bail!("--profile {p}: expected rob28 or rob224"),
+        };
+        Ok(Pgd {
+            eps: self.eps.unwrap_or(eps),
+            step: self.step.unwrap_or(3.0 / 255.0),
+            steps: self.steps.unwrap_or(32),
+            norm: if self.norm.as_deref() == Some("l2") {
+                Norm::L2
+            } else {
+                Norm::Linf
+            },
+            random_start: self.random_start,
+        })
+    }
 }
 
 fn main() {
@@ -198,6 +271,75 @@ fn run(cli: Cli) -> Result<()> {
             }
             if let Some(o) = out {
                 write_json(&o, &m)?;
+            }
+        }
+        Cmd::Attack {
+            model,
+            attack,
+            budget,
+            json,
+        } => {
+            use rdml::attack::suite::{AttackKind, Context, run};
+            let kind = AttackKind::parse(&attack)?;
+            let (exp, net) = load_run(&model, &device)?;
+            let splits = exp.data.load(exp.seed)?;
+            let pgd = budget.pgd("rob28")?;
+            let ctx = Context::new(&net, &splits.test.query, &device, budget.robrank_compat)?;
+            let r = run(&ctx, kind, &pgd, budget.queries, budget.batch, budget.seed)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps, {:.1} s):",
+                    kind.name(),
+                    model.display(),
+                    r.queries,
+                    pgd.eps,
+                    pgd.step,
+                    pgd.steps,
+                    r.seconds
+                );
+                for s in &r.scores {
+                    println!("  {:<10} {:>8.3}", s.name, s.value);
+                }
+            }
+        }
+        Cmd::Robustness {
+            model,
+            profile,
+            budget,
+            out,
+        } => {
+            use rdml::attack::suite::{Context, robustness};
+            let (exp, net) = load_run(&model, &device)?;
+            let splits = exp.data.load(exp.seed)?;
+            let pgd = budget.pgd(&profile)?;
+            let ctx = Context::new(&net, &splits.test.query, &device, budget.robrank_compat)?;
+            if !ctx.clean.is_normalized() {
+                eprintln!(
+                    "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
+                );
+            }
+            let r = robustness(&ctx, &pgd, budget.queries, budget.batch, budget.seed, true)?;
+            println!("{:<6} {:>9} {:>9} {:>9}", "column", "raw", "ERS term", "ARS term");
+            for row in &r.rows {
+                println!(
+                    "{:<6} {:>9.3} {:>9.1} {:>9}",
+                    row.column,
+                    row.raw,
+                    row.ers_term,
+                    row.ars_term.map(|v| format!("{v:.1}")).unwrap_or("-".into())
+                );
+            }
+            println!(
+                "ERS {:.1}   ARS {:.1}   ({} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
+                r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
+            );
+            if let Some(o) = out {
+                write_json(
+                    &o,
+                    &serde_json::json!({"model": model, "profile": profile, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
+                )?;
             }
         }
         Cmd::Presets { name } => match name {

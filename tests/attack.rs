@@ -1,0 +1,163 @@
+//! The attack engine and suite on a small model: each attack moves its objective the right way,
+//! ε = 0 leaves every score at its clean value, budgets hold; ERS/ARS aggregation by hand.
+
+use burn::tensor::{Device, Tensor};
+use rdml::attack::engine::{Norm, Pgd, attack};
+use rdml::attack::objective::shift::EmbeddingShift;
+use rdml::attack::suite::{AttackKind, Context, aggregate, ars_rank_term, ers, run};
+use rdml::config::Experiment;
+use rdml::data::loader::load_batch;
+use rdml::eval::batch_tensor;
+use rdml::model::EmbeddingNet;
+
+fn small() -> (EmbeddingNet, rdml::data::ImageSet) {
+    let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
+    let splits = exp.data.load(0).unwrap();
+    let dev = Device::default();
+    dev.seed(1);
+    let net = EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap();
+    let test = splits.test.query.subset("small", &(0..300).collect::<Vec<_>>());
+    (net, test)
+}
+
+#[test]
+fn engine_respects_budgets_and_frozen_rows() {
+    let (net, set) = small();
+    let dev = Device::default();
+    let b = load_batch(&set, &[0, 1, 2, 3], None).unwrap();
+    let x = batch_tensor(&b, &dev);
+    let clean = net.forward(x.clone());
+    for norm in [Norm::Linf, Norm::L2] {
+        let pgd = Pgd {
+            eps: 0.1,
+            step: 0.03,
+            steps: 5,
+            norm,
+            random_start: true,
+        };
+        let obj = EmbeddingShift { clean: clean.clone() };
+        let xa = attack(&net, 0, &x, Some(&[true, false, true, true]), &obj, &pgd, 3).unwrap();
+        let d = (xa.clone() - x.clone()).into_data().to_vec::<f32>().unwrap();
+        let per = 28 * 28;
+        let row = |i: usize| &d[i * per..(i + 1) * per];
+        assert!(row(1).iter().all(|v| *v == 0.0), "frozen row moved");
+        match norm {
+            Norm::Linf => assert!(d.iter().all(|v| v.abs() <= 0.1 + 1e-6)),
+            Norm::L2 => assert!((0..4).all(|i| row(i).iter().map(|v| v * v).sum::<f32>().sqrt() <= 0.1 + 1e-4)),
+        }
+        let v = xa.into_data().to_vec::<f32>().unwrap();
+        assert!(v.iter().all(|p| (0.0..=1.0).contains(p)));
+    }
+    // Embedding shift grows with ε.
+    let mut last = 0.0;
+    for eps in [0.01f32, 0.05, 0.2] {
+        let pgd = Pgd {
+            eps,
+            step: eps / 4.0,
+            steps: 8,
+            norm: Norm::Linf,
+            random_start: false,
+        };
+        let xa = attack(&net, 0, &x, None, &EmbeddingShift { clean: clean.clone() }, &pgd, 0).unwrap();
+        let s: f32 = (net.forward(xa) - clean.clone())
+            .powi_scalar(2)
+            .sum()
+            .into_scalar::<f32>();
+        assert!(s > last, "shift {s} at ε {eps} not above {last}");
+        last = s;
+    }
+    let _ = Tensor::<1>::from_floats([0.0], &dev);
+}
+
+#[test]
+fn attacks_move_their_objectives_and_eps_zero_is_clean() {
+    let (net, set) = small();
+    let dev = Device::default();
+    let ctx = Context::new(&net, &set, &dev, false).unwrap();
+    let zero = Pgd {
+        eps: 0.0,
+        step: 0.0,
+        steps: 1,
+        norm: Norm::Linf,
+        random_start: false,
+    };
+    let strong = Pgd {
+        eps: 0.3,
+        step: 0.02,
+        steps: 15,
+        norm: Norm::Linf,
+        random_start: false,
+    };
+    let score = |k: AttackKind, p: &Pgd, name: &str| run(&ctx, k, p, 64, 32, 5).unwrap().score(name).unwrap();
+    // CA+: the candidate's rank (percent of the set closer to the query) falls from ~50.
+    let (c0, c1) = (
+        score(AttackKind::CaPlus, &zero, "CA+"),
+        score(AttackKind::CaPlus, &strong, "CA+"),
+    );
+    assert!(c0 > 25.0 && c1 < c0 / 2.0, "CA+ {c0} → {c1}");
+    // CA−: from the top 1 % the candidate is pushed down the list.
+    let (c0, c1) = (
+        score(AttackKind::CaMinus, &zero, "CA-"),
+        score(AttackKind::CaMinus, &strong, "CA-"),
+    );
+    assert!(c0 < 10.0 && c1 > c0 + 20.0, "CA- {c0} → {c1}");
+    let (q0, q1) = (
+        score(AttackKind::QaPlus, &zero, "QA+"),
+        score(AttackKind::QaPlus, &strong, "QA+"),
+    );
+    assert!(q1 < q0 / 2.0, "QA+ {q0} → {q1}");
+    let (q0, q1) = (
+        score(AttackKind::QaMinus, &zero, "QA-"),
+        score(AttackKind::QaMinus, &strong, "QA-"),
+    );
+    assert!(q1 > q0 + 20.0, "QA- {q0} → {q1}");
+    // ES at ε = 0: no shift and the clean Recall@1.
+    let es0 = run(&ctx, AttackKind::Es, &zero, 64, 32, 5).unwrap();
+    assert!(es0.score("ES:D").unwrap() < 1e-3);
+    assert!((es0.score("ES:R").unwrap() - es0.score("R@1:clean").unwrap()).abs() < 1e-9);
+    let es1 = run(&ctx, AttackKind::Es, &strong, 64, 32, 5).unwrap();
+    assert!(es1.score("ES:D").unwrap() > 0.3 && es1.score("ES:R").unwrap() < es0.score("ES:R").unwrap());
+    // The nearest-neighbour attack lowers Recall@1; GTT at ε = 0 retains every top-1.
+    let nn0 = score(AttackKind::Nn, &zero, "R@1");
+    let nn1 = score(AttackKind::Nn, &strong, "R@1");
+    assert!(nn1 < nn0 / 2.0, "NN R@1 {nn0} → {nn1}");
+    assert_eq!(score(AttackKind::Gtt, &zero, "GTT"), 100.0);
+    let t0 = score(AttackKind::Tma, &zero, "TMA");
+    let t1 = score(AttackKind::Tma, &strong, "TMA");
+    assert!(1.0 - t1 < (1.0 - t0) / 2.0, "TMA {t0} → {t1}");
+}
+
+#[test]
+fn ers_and_ars_by_hand() {
+    // robrank's CUB "no defense" row → ERS 3.8; Fashion rc2f2:ptripletN → 4.2 (reference §A3, §F).
+    let cub = [
+        ("CA+", 0.0),
+        ("CA-", 100.0),
+        ("QA+", 0.0),
+        ("QA-", 99.9),
+        ("TMA", 0.883),
+        ("ES:D", 1.762),
+        ("ES:R", 0.0),
+        ("LTM", 0.0),
+        ("GTM", 14.1),
+        ("GTT", 0.0),
+    ];
+    assert!((ers(&cub) - 3.8).abs() < 0.05, "{}", ers(&cub));
+    let fashion = [
+        ("CA+", 1.1),
+        ("CA-", 96.8),
+        ("QA+", 0.3),
+        ("QA-", 97.8),
+        ("TMA", 0.990),
+        ("ES:D", 1.604),
+        ("ES:R", 0.1),
+        ("LTM", 0.0),
+        ("GTM", 12.6),
+        ("GTT", 0.0),
+    ];
+    assert!((ers(&fashion) - 4.2).abs() < 0.05, "{}", ers(&fashion));
+    // CA-TRIDE's CUB HM terms: CA+ 15.5 from 50 → 31.0; CA− 37.7 from 1 → 62.9.
+    assert!((ars_rank_term(true, 50.0, 15.5) - 31.0).abs() < 1e-9);
+    assert!((ars_rank_term(false, 1.0, 37.7) - 62.93).abs() < 0.01);
+    assert!(aggregate(vec![]).rows.is_empty());
+}
