@@ -218,6 +218,22 @@ fn run(cli: Cli) -> Result<()> {
                 "total_seconds": t0.elapsed().as_secs_f64(),
                 "run_dir": out,
             });
+            // How fragile is it? The nearest-neighbour attack (Algorithm 1 of the positive-
+            // perturbation paper) with robrank's rob28 budget on the first 512 test images.
+            let splits = exp.data.load(exp.seed)?;
+            let net = load_run(&out, &device)?.1;
+            let ctx = rdml::attack::suite::Context::new(&net, &splits.test.query, &device, false)?;
+            let pgd = rdml::attack::engine::Pgd { eps: 77.0 / 255.0, step: 3.0 / 255.0, steps: 32, norm: rdml::attack::engine::Norm::Linf, random_start: false };
+            let nn = rdml::attack::suite::run(&ctx, rdml::attack::suite::AttackKind::Nn, &pgd, 512, 128, exp.seed)?;
+            let clean_r1 = nn.score("R@1:clean").unwrap_or(0.0);
+            let adv_r1 = nn.score("R@1").unwrap_or(0.0);
+            println!(
+                "\nNearest-neighbour PGD attack (ε = 77/255, 32 steps of 3/255) on 512 test queries:\n  Recall@1 clean {clean_r1:.1} % → attacked {adv_r1:.1} % ({:.0} s)",
+                nn.seconds
+            );
+            let mut report = report;
+            report["attack"] = serde_json::json!({"attack": "NN (Algorithm 1)", "pgd": pgd, "queries": nn.queries, "recall_at_1_clean": clean_r1, "recall_at_1_attacked": adv_r1, "seconds": nn.seconds});
+            report["total_seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());
             write_json(&out.join("report.json"), &report)?;
             println!(
                 "\nWrote {} (model, run.json, log.jsonl in the same folder).",
