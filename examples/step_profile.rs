@@ -37,7 +37,7 @@ fn main() {
         let t = Instant::now();
         let gp = GradientsParams::from_module(&mut g, &net);
         net = opt.step(1e-3, net, gp);
-        let _ = net.valid().forward(xp.clone().slice([0..1])).into_data();
+        let _ = net.valid().forward(xp.clone().narrow(0, 0, 1)).into_data();
         let s = t.elapsed().as_secs_f64();
         println!("iter {it}: eval-forward {f_plain:.3}s  train-forward {f:.3}s  backward {b:.3}s  step {s:.3}s");
     }

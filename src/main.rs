@@ -223,7 +223,13 @@ fn run(cli: Cli) -> Result<()> {
             let splits = exp.data.load(exp.seed)?;
             let net = load_run(&out, &device)?.1;
             let ctx = rdml::attack::suite::Context::new(&net, &splits.test.query, &device, false)?;
-            let pgd = rdml::attack::engine::Pgd { eps: 77.0 / 255.0, step: 3.0 / 255.0, steps: 32, norm: rdml::attack::engine::Norm::Linf, random_start: false };
+            let pgd = rdml::attack::engine::Pgd {
+                eps: 77.0 / 255.0,
+                step: 3.0 / 255.0,
+                steps: 32,
+                norm: rdml::attack::engine::Norm::Linf,
+                random_start: false,
+            };
             let nn = rdml::attack::suite::run(&ctx, rdml::attack::suite::AttackKind::Nn, &pgd, 512, 128, exp.seed)?;
             let clean_r1 = nn.score("R@1:clean").unwrap_or(0.0);
             let adv_r1 = nn.score("R@1").unwrap_or(0.0);

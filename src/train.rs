@@ -325,7 +325,7 @@ fn progress(tty: bool, epoch: usize, epochs: usize, i: usize, n: usize, loss: f6
             " ".repeat(w - fill),
             eta
         );
-    } else if i == n || i % (n / 10).max(1) == 0 {
+    } else if i == n || i.is_multiple_of((n / 10).max(1)) {
         eprintln!(
             "epoch {}/{epochs} batch {i}/{n} loss {loss:.4} ({rate:.2} batch/s)",
             epoch + 1

@@ -37,7 +37,7 @@ fn engine_respects_budgets_and_frozen_rows() {
         };
         let obj = EmbeddingShift { clean: clean.clone() };
         let xa = attack(&net, 0, &x, Some(&[true, false, true, true]), &obj, &pgd, 3).unwrap();
-        let d = (xa.clone() - x.clone()).into_data().to_vec::<f32>().unwrap();
+        let d = (xa.clone() - x.clone()).into_data().try_to_vec::<f32>().unwrap();
         let per = 28 * 28;
         let row = |i: usize| &d[i * per..(i + 1) * per];
         assert!(row(1).iter().all(|v| *v == 0.0), "frozen row moved");
@@ -45,7 +45,7 @@ fn engine_respects_budgets_and_frozen_rows() {
             Norm::Linf => assert!(d.iter().all(|v| v.abs() <= 0.1 + 1e-6)),
             Norm::L2 => assert!((0..4).all(|i| row(i).iter().map(|v| v * v).sum::<f32>().sqrt() <= 0.1 + 1e-4)),
         }
-        let v = xa.into_data().to_vec::<f32>().unwrap();
+        let v = xa.into_data().try_to_vec::<f32>().unwrap();
         assert!(v.iter().all(|p| (0.0..=1.0).contains(p)));
     }
     // Embedding shift grows with ε.

@@ -39,13 +39,20 @@ fn batch_norm_sets_are_separate_and_follow_pytorch_running_variance() {
     // Batch of 4 values of one channel: mean 2.5, biased var 1.25, unbiased 5/3.
     let x = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [4, 1, 1, 1]), &dev);
     let _ = bn.forward(x, 1);
-    let rv = |s: usize| bn.sets[s].running_var.value_sync().into_data().to_vec::<f32>().unwrap()[0];
+    let rv = |s: usize| {
+        bn.sets[s]
+            .running_var
+            .value_sync()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap()[0]
+    };
     let rm = |s: usize| {
         bn.sets[s]
             .running_mean
             .value_sync()
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap()[0]
     };
     assert!((rm(1) - 0.25).abs() < 1e-6, "{}", rm(1));
@@ -54,14 +61,14 @@ fn batch_norm_sets_are_separate_and_follow_pytorch_running_variance() {
     // Frozen: running statistics, no update.
     let frozen = MultiBatchNorm::new(1, 1, true, &dev);
     let x = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 3.0], [2, 1, 1, 1]), &dev);
-    let y = frozen.forward(x, 0).into_data().to_vec::<f32>().unwrap();
+    let y = frozen.forward(x, 0).into_data().try_to_vec::<f32>().unwrap();
     assert!((y[0] - 1.0 / (1.0f32 + 1e-5).sqrt()).abs() < 1e-5);
     assert_eq!(
         frozen.sets[0]
             .running_mean
             .value_sync()
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap()[0],
         0.0
     );

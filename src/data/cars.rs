@@ -31,7 +31,7 @@ pub fn read_annotations(file: &Path) -> Result<Vec<(String, u32)>> {
             .scalar()
             .with_context(|| format!("{}: annotations({}).class is not a number", file.display(), i + 1))?;
         ensure!(
-            class >= 1.0 && class <= 196.0 && class.fract() == 0.0,
+            (1.0..=196.0).contains(&class) && class.fract() == 0.0,
             "{}: annotations({}).class = {class}, expected an integer in 1..=196",
             file.display(),
             i + 1

@@ -66,8 +66,8 @@ pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device
         }
         let mut sums = vec![0f64; k * d];
         let mut counts = vec![0usize; k];
-        for i in 0..n {
-            let c = assign[i] as usize;
+        for (i, &a) in assign.iter().enumerate() {
+            let c = a as usize;
             counts[c] += 1;
             for (s, &v) in sums[c * d..(c + 1) * d].iter_mut().zip(x.row(i)) {
                 *s += v as f64;

@@ -89,8 +89,8 @@ fn row_stats(row: &[f32], qlabel: u32, glabels: &[u32], skip: Option<usize>, r: 
         before[p] += 1;
     }
     let (mut cum, mut ap) = (0usize, 0.0f64);
-    for j in 0..rel_keys.len() {
-        cum += before[j];
+    for (j, b) in before.iter().take(rel_keys.len()).enumerate() {
+        cum += b;
         // `cum` counts items strictly before relevant j, including relevant items 0..j.
         ap += (j + 1) as f64 / (cum + 1) as f64;
     }

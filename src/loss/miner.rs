@@ -66,7 +66,7 @@ pub struct MineOptions {
 /// (anchor, positive) pairs of a batch laid out in class groups.
 pub fn anchor_pairs(labels: &[u32], mode: Anchors, rng: &mut ChaCha8Rng) -> Vec<(usize, usize)> {
     let n = labels.len();
-    let spc2 = n % 2 == 0 && (0..n).step_by(2).all(|i| labels[i] == labels[i + 1]);
+    let spc2 = n.is_multiple_of(2) && (0..n).step_by(2).all(|i| labels[i] == labels[i + 1]);
     let random_positive = |a: usize, rng: &mut ChaCha8Rng| {
         let same: Vec<usize> = (0..n).filter(|&j| j != a && labels[j] == labels[a]).collect();
         same.choose(rng).copied()

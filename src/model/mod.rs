@@ -75,6 +75,7 @@ impl ModelConfig {
 }
 
 #[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)] // one model per process; boxing would change parameter paths
 pub enum Backbone {
     C2f2(C2f2),
     Resnet18(ResNet<BasicBlock>),

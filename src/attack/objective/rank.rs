@@ -3,6 +3,7 @@
 //!   fixed query q: `mean_x [d(c̃,q) − d(x,q)]_+` / `mean_x [d(x,q) − d(c̃,q)]_+`;
 //! - query attack QA+ / QA− perturbs a query q to raise / lower a fixed candidate c:
 //!   `mean_x [d(q̃,c) − d(q̃,x)]_+` / `mean_x [d(q̃,x) − d(q̃,c)]_+`.
+//!
 //! GTT is QA− with the query's current top-1 as c.
 
 use super::{dist_rows, dist_to_all};
