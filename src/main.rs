@@ -175,11 +175,11 @@ fn run(cli: Cli) -> Result<()> {
                 Some(d) => {
                     set.push("data.dataset=\"fashion-mnist\"".into());
                     set.push(format!("data.root={:?}", d.display().to_string()));
-                    // 469 batches per epoch: one epoch of 250 batches stays within a few minutes on
+                    // 469 batches per epoch: one epoch of 200 batches stays within a few minutes on
                     // two CPU cores (see README).
                     if epochs.is_none() {
                         set.push("train.epochs=1".into());
-                        set.push("train.max_batches=250".into());
+                        set.push("train.max_batches=200".into());
                     }
                     format!("Fashion-MNIST from {} (60,000 train / 10,000 test)", d.display())
                 }
