@@ -161,3 +161,27 @@ fn ers_and_ars_by_hand() {
     assert!((ars_rank_term(false, 1.0, 37.7) - 62.93).abs() < 0.01);
     assert!(aggregate(vec![]).rows.is_empty());
 }
+
+#[test]
+fn feature_space_examples_of_mdprop() {
+    let (net, set) = small();
+    let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
+    let pgd = Pgd {
+        eps: 0.3,
+        step: 0.02,
+        steps: 10,
+        norm: Norm::Linf,
+        random_start: false,
+    };
+    let stax = run(&ctx, AttackKind::Stax, &pgd, 64, 32, 1).unwrap();
+    let ux = run(&ctx, AttackKind::parse("UX:3").unwrap(), &pgd, 64, 32, 1).unwrap();
+    let mtax = run(&ctx, AttackKind::parse("mtax:5").unwrap(), &pgd, 64, 32, 1).unwrap();
+    let clean = stax.score("R@1:clean").unwrap();
+    // Adversarial targets of other classes lower Recall@1; targets of the own class raise it.
+    assert!(stax.score("R@1").unwrap() < clean - 10.0, "{stax:?}");
+    assert!(mtax.score("R@1").unwrap() < clean - 10.0, "{mtax:?}");
+    assert!(ux.score("R@1").unwrap() > clean, "{ux:?}");
+    assert!(ux.score("NMI").unwrap() > mtax.score("NMI").unwrap());
+    assert!(mtax.score("pi_ratio").unwrap() > 0.0);
+    assert!(AttackKind::parse("MTAX:0").is_err());
+}

@@ -11,7 +11,7 @@ use crate::eval::knn::{Embeddings, top_k};
 use crate::eval::{batch_tensor, embed, metrics};
 use crate::loss::to_host;
 use crate::model::EmbeddingNet;
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use burn::module::Module;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use rand::seq::IndexedRandom;
@@ -44,6 +44,15 @@ pub enum AttackKind {
     /// Nearest-neighbour attack (positive-perturbation paper, Algorithm 1).
     #[serde(rename = "NN")]
     Nn,
+    /// MDProp's single-targeted feature-space AX (one random target of another class).
+    #[serde(rename = "STAX")]
+    Stax,
+    /// MDProp's multi-targeted feature-space AX (`targets` random targets of other classes).
+    #[serde(rename = "MTAX")]
+    Mtax { targets: usize },
+    /// MDProp's unadversarial example (targets of the item's own class).
+    #[serde(rename = "UX")]
+    Ux { targets: usize },
 }
 
 impl AttackKind {
@@ -70,7 +79,23 @@ impl AttackKind {
             "GTM" => Self::Gtm,
             "GTT" => Self::Gtt,
             "NN" => Self::Nn,
-            o => bail!("unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT or NN"),
+            "STAX" => Self::Stax,
+            o if o.starts_with("MTAX") || o.starts_with("UX") => {
+                let (head, t) = o.split_once(':').unwrap_or((o, "5"));
+                let targets: usize = t
+                    .parse()
+                    .ok()
+                    .filter(|&t| t >= 1)
+                    .with_context(|| format!("attack '{o}': the number of targets after ':' must be ≥ 1"))?;
+                if head == "MTAX" {
+                    Self::Mtax { targets }
+                } else {
+                    Self::Ux { targets }
+                }
+            }
+            o => bail!(
+                "unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN, STAX, MTAX[:T] or UX[:T]"
+            ),
         })
     }
     pub fn name(self) -> &'static str {
@@ -85,6 +110,9 @@ impl AttackKind {
             Self::Gtm => "GTM",
             Self::Gtt => "GTT",
             Self::Nn => "NN",
+            Self::Stax => "STAX",
+            Self::Mtax { .. } => "MTAX",
+            Self::Ux { .. } => "UX",
         }
     }
 }
@@ -185,6 +213,8 @@ pub fn run(
         Some(s) => s.1 += v,
         None => sums.push((name.to_string(), v)),
     };
+    // Attacked embeddings of the feature-space examples, for NMI and π_ratio over all queries.
+    let mut attacked: Vec<f32> = vec![];
     for (bi, chunk) in (0..q).collect::<Vec<_>>().chunks(batch.max(1)).enumerate() {
         let hb = loader::load_batch(&ctx.set, chunk, None)?;
         let x = batch_tensor(&hb, &ctx.device);
@@ -325,6 +355,53 @@ pub fn run(
                     add("TMA", (dot / (ne * nt)) as f64);
                 }
             }
+            AttackKind::Stax | AttackKind::Mtax { .. } | AttackKind::Ux { .. } => {
+                let (t, own) = match kind {
+                    AttackKind::Mtax { targets } => (targets, false),
+                    AttackKind::Ux { targets } => (targets, true),
+                    _ => (1, false),
+                };
+                let mut targets = vec![];
+                for _ in 0..t {
+                    let idx: Vec<usize> = chunk
+                        .iter()
+                        .map(|&qi| {
+                            for _ in 0..1000 {
+                                let j = rng.random_range(0..n);
+                                if j != qi && (labels[j] == labels[qi]) == own {
+                                    return j;
+                                }
+                            }
+                            qi
+                        })
+                        .collect();
+                    targets.push(ctx.rows(&idx));
+                }
+                let xa = attack(&ctx.model, 0, &x, None, &targets::TowardTargets { targets }, pgd, aseed)?;
+                let ea = embed_tensor(&ctx.model, xa);
+                let adv = Embeddings::new(ea, b, ctx.clean.dim)?;
+                let ql: Vec<u32> = chunk.iter().map(|&i| labels[i]).collect();
+                let ks: &[usize] = &[1, 2, 4, 8];
+                let m = metrics::retrieval_skipping(&adv, &ql, &ctx.clean, labels, Some(chunk), ks, &ctx.device)?;
+                let scored = (m.queries - m.lone_queries) as f64;
+                for (k, v) in &m.recall {
+                    add(&format!("R@{k}"), 100.0 * v * scored);
+                }
+                let c = metrics::retrieval_skipping(
+                    &Embeddings::new(ctx.rows_host(chunk), b, ctx.clean.dim)?,
+                    &ql,
+                    &ctx.clean,
+                    labels,
+                    Some(chunk),
+                    &[1],
+                    &ctx.device,
+                )?;
+                add(
+                    "R@1:clean",
+                    100.0 * c.recall_at(1).unwrap_or(0.0) * (c.queries - c.lone_queries) as f64,
+                );
+                attacked.extend(adv.data);
+            }
             AttackKind::Es | AttackKind::Ltm | AttackKind::Gtm | AttackKind::Nn => {
                 let (obj, movable): (Box<dyn Objective>, Option<Vec<bool>>) = match kind {
                     AttackKind::Es => (Box::new(EmbeddingShift { clean: ctx.rows(chunk) }), None),
@@ -442,13 +519,32 @@ pub fn run(
             }
         }
     }
-    let scores = sums
+    let mut scores: Vec<Score> = sums
         .into_iter()
         .map(|(name, v)| Score {
             name,
             value: v / q.max(1) as f64,
         })
         .collect();
+    if !attacked.is_empty() {
+        let adv = Embeddings::new(attacked, q, ctx.clean.dim)?;
+        let ql = &labels[..q];
+        let k = {
+            let mut l = ql.to_vec();
+            l.sort_unstable();
+            l.dedup();
+            l.len()
+        };
+        let a = crate::eval::cluster::kmeans(&adv, k, 100, seed, &ctx.device)?;
+        scores.push(Score {
+            name: "NMI".into(),
+            value: crate::eval::cluster::nmi(&a, ql),
+        });
+        scores.push(Score {
+            name: "pi_ratio".into(),
+            value: crate::eval::cluster::pi_ratio(&adv, ql, &ctx.device)?,
+        });
+    }
     Ok(AttackResult {
         attack: kind,
         scores,

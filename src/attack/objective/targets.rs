@@ -50,3 +50,29 @@ impl Objective for LabelMislead {
         relu(max_diff - min_same).sum()
     }
 }
+
+/// MDProp's feature-space examples (seed 004, Eq. 3 and Eq. 8): move `f(x̃)` toward T target
+/// embeddings per item, `mean_t mean_i ‖f(x̃_i) − t_{t,i}‖`. One target of another class is a
+/// single-targeted AX (STAX), several are a multi-targeted AX (MTAX), targets of the item's own
+/// class an unadversarial example (UX).
+pub struct TowardTargets {
+    /// `T` tensors `[b, d]`.
+    pub targets: Vec<Tensor<2>>,
+}
+
+impl Objective for TowardTargets {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        let t = self.targets.len().max(1) as f32;
+        let mut total: Option<Tensor<1>> = None;
+        for target in &self.targets {
+            let d = dist_rows(emb.clone(), target.clone()).mean();
+            total = Some(match total {
+                Some(s) => s + d,
+                None => d,
+            });
+        }
+        total
+            .map(|s| s.div_scalar(t))
+            .unwrap_or_else(|| emb.sum().mul_scalar(0.0))
+    }
+}
