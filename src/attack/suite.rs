@@ -540,10 +540,13 @@ pub fn run(
             name: "NMI".into(),
             value: crate::eval::cluster::nmi(&a, ql),
         });
-        scores.push(Score {
-            name: "pi_ratio".into(),
-            value: crate::eval::cluster::pi_ratio(&adv, ql, &ctx.device)?,
-        });
+        // π_ratio needs two classes, one with two items, among the queries.
+        if let Ok(p) = crate::eval::cluster::pi_ratio(&adv, ql, &ctx.device) {
+            scores.push(Score {
+                name: "pi_ratio".into(),
+                value: p,
+            });
+        }
     }
     Ok(AttackResult {
         attack: kind,
