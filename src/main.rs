@@ -71,7 +71,8 @@ enum Cmd {
     Attack {
         #[arg(long)]
         model: PathBuf,
-        /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, or NN (nearest-neighbour, Algorithm 1).
+        /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN (nearest-neighbour, Algorithm 1), STAX,
+        /// MTAX[:T] or UX[:T] (MDProp's feature-space examples, T targets, default 5).
         #[arg(long)]
         attack: String,
         #[command(flatten)]
