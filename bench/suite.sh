@@ -4,13 +4,13 @@
 # Usage: bench/suite.sh RUN_DIR [QUERIES] [DATA] [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run=$1; q=${2:-512}; data=${3:-/usr/share/datasets/fashion-mnist}; py=${4:-python3}
+run=$(realpath "$1"); q=${2:-512}; data=${3:-/usr/share/datasets/fashion-mnist}; py=${4:-python3}
 out=bench/out; mkdir -p $out
 cargo build --release --quiet
 s=$(date +%s.%N)
 ./target/release/rdml robustness --model "$run" --profile rob28 --queries $q --out $out/rdml-suite.json > $out/rdml-suite.txt
 e=$(date +%s.%N)
-(cd bench && $py torch_suite.py --run "../$run" --data "$data" --queries $q) > $out/torch-suite.json
+(cd bench && $py torch_suite.py --run "$run" --data "$data" --queries $q) > $out/torch-suite.json
 python3 - "$s" "$e" <<'PY'
 import json, sys
 r = float(sys.argv[2]) - float(sys.argv[1]); t = json.load(open("bench/out/torch-suite.json"))
