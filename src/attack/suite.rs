@@ -239,16 +239,8 @@ pub fn run(
                     .iter()
                     .zip(&nbrs)
                     .map(|(&c, nb)| match kind {
-                        AttackKind::CaPlus => loop {
-                            let j = rng.random_range(0..n);
-                            if j != c {
-                                break j;
-                            }
-                        },
-                        _ => nb[..topmost.min(nb.len())]
-                            .choose(&mut rng)
-                            .map(|x| x.1 as usize)
-                            .unwrap_or(c),
+                        AttackKind::CaPlus => random_other(&mut rng, n, c),
+                        _ => from_top(&mut rng, nb, topmost, c),
                     })
                     .collect();
                 let qe = ctx.rows(&qidx);
@@ -289,16 +281,8 @@ pub fn run(
                     .iter()
                     .zip(&nbrs)
                     .map(|(&qi, nb)| match kind {
-                        AttackKind::QaPlus => loop {
-                            let j = rng.random_range(0..n);
-                            if j != qi {
-                                break j;
-                            }
-                        },
-                        AttackKind::QaMinus => nb[..topmost.min(nb.len())]
-                            .choose(&mut rng)
-                            .map(|x| x.1 as usize)
-                            .unwrap_or(qi),
+                        AttackKind::QaPlus => random_other(&mut rng, n, qi),
+                        AttackKind::QaMinus => from_top(&mut rng, nb, topmost, qi),
                         _ => nb[0].1 as usize,
                     })
                     .collect();
@@ -554,6 +538,24 @@ pub fn run(
         queries: q,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// A uniformly random index in `0..n` other than `i` (W = 1 / M = 1 selections).
+fn random_other(rng: &mut ChaCha8Rng, n: usize, i: usize) -> usize {
+    loop {
+        let j = rng.random_range(0..n);
+        if j != i || n < 2 {
+            return j;
+        }
+    }
+}
+
+/// A random item among the `topmost` nearest neighbours `nb` (the top 1 %), or `own` if none.
+fn from_top(rng: &mut ChaCha8Rng, nb: &[(f32, u32)], topmost: usize, own: usize) -> usize {
+    nb[..topmost.min(nb.len())]
+        .choose(rng)
+        .map(|x| x.1 as usize)
+        .unwrap_or(own)
 }
 
 /// One ranking trial's ARS term (CA-TRIDE, Section 3.4 / Appendix B): `100·(1 − (r − r₀)/(g − r₀))`
