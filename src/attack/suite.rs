@@ -168,23 +168,15 @@ impl Context {
     }
 
     fn rows(&self, idx: &[usize]) -> Tensor<2> {
-        let v: Vec<f32> = idx.iter().flat_map(|&i| self.clean.row(i).iter().copied()).collect();
-        Tensor::<2>::from_data(TensorData::new(v, [idx.len(), self.clean.dim]), &self.device)
+        Tensor::<2>::from_data(
+            TensorData::new(self.rows_host(idx), [idx.len(), self.clean.dim]),
+            &self.device,
+        )
     }
 
     /// Squared-free Euclidean distances of host row `e` to all candidates.
     fn host_dists(&self, e: &[f32]) -> Vec<f32> {
-        (0..self.clean.n)
-            .map(|j| {
-                self.clean
-                    .row(j)
-                    .iter()
-                    .zip(e)
-                    .map(|(a, b)| (a - b) * (a - b))
-                    .sum::<f32>()
-                    .sqrt()
-            })
-            .collect()
+        (0..self.clean.n).map(|j| euclid(self.clean.row(j), e)).collect()
     }
 }
 
@@ -261,14 +253,7 @@ pub fn run(
                 for (r, (&qi, &c)) in qidx.iter().zip(chunk).enumerate() {
                     let e = &ea[r * ctx.clean.dim..(r + 1) * ctx.clean.dim];
                     let prank = |e: &[f32]| {
-                        let dcq: f32 = ctx
-                            .clean
-                            .row(qi)
-                            .iter()
-                            .zip(e)
-                            .map(|(a, b)| (a - b) * (a - b))
-                            .sum::<f32>()
-                            .sqrt();
+                        let dcq: f32 = euclid(ctx.clean.row(qi), e);
                         100.0 * dxq[r * n..(r + 1) * n].iter().filter(|&&d| d < dcq).count() as f64 / n as f64
                     };
                     let (adv, init) = (prank(e), prank(ctx.clean.row(c)));
@@ -482,13 +467,7 @@ pub fn run(
                             .enumerate()
                             .map(|(r, &qi)| {
                                 let e = &ea[r * ctx.clean.dim..(r + 1) * ctx.clean.dim];
-                                ctx.clean
-                                    .row(qi)
-                                    .iter()
-                                    .zip(e)
-                                    .map(|(a, b)| (a - b) * (a - b))
-                                    .sum::<f32>()
-                                    .sqrt() as f64
+                                euclid(ctx.clean.row(qi), e) as f64
                             })
                             .sum();
                         add("ES:D", shift);
@@ -538,6 +517,11 @@ pub fn run(
         queries: q,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Euclidean distance of two host embeddings.
+fn euclid(a: &[f32], b: &[f32]) -> f32 {
+    crate::loss::distance::Distance::Euclidean.host(a, b)
 }
 
 /// A uniformly random index in `0..n` other than `i` (W = 1 / M = 1 selections).
