@@ -66,34 +66,36 @@ fn eps() -> f32 {
     1e-8
 }
 
+macro_rules! presets {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../presets/", $name, ".toml")))),*]
+    };
+}
+
 /// The presets shipped with rdml (also in `presets/`).
-pub const PRESETS: &[(&str, &str)] = &[
-    ("quickstart", include_str!("../presets/quickstart.toml")),
-    (
-        "fashion-c2f2-triplet",
-        include_str!("../presets/fashion-c2f2-triplet.toml"),
-    ),
-    ("mnist-c2f2-triplet", include_str!("../presets/mnist-c2f2-triplet.toml")),
-    (
-        "cub-resnet18-triplet",
-        include_str!("../presets/cub-resnet18-triplet.toml"),
-    ),
-    (
-        "cars-resnet18-triplet",
-        include_str!("../presets/cars-resnet18-triplet.toml"),
-    ),
-    (
-        "sop-resnet18-triplet",
-        include_str!("../presets/sop-resnet18-triplet.toml"),
-    ),
-    (
-        "cub-resnet50-positive-perturbation-base",
-        include_str!("../presets/cub-resnet50-positive-perturbation-base.toml"),
-    ),
-    (
-        "synthetic-two-gaussians",
-        include_str!("../presets/synthetic-two-gaussians.toml"),
-    ),
+pub const PRESETS: &[(&str, &str)] = presets![
+    "quickstart",
+    "cars-resnet18-triplet",
+    "cars-resnet50-dro-kl",
+    "cars-resnet50-dro-topk",
+    "cars-resnet50-dro-topk-pn",
+    "cub-resnet18-triplet",
+    "cub-resnet50-dro-kl",
+    "cub-resnet50-dro-topk",
+    "cub-resnet50-dro-topk-pn",
+    "cub-resnet50-positive-perturbation-base",
+    "fashion-c2f2-dro-kl",
+    "fashion-c2f2-dro-kl-g",
+    "fashion-c2f2-dro-ms",
+    "fashion-c2f2-dro-topk",
+    "fashion-c2f2-dro-topk-pn",
+    "fashion-c2f2-triplet",
+    "inshop-resnet50-dro-kl",
+    "inshop-resnet50-dro-topk",
+    "inshop-resnet50-dro-topk-pn",
+    "mnist-c2f2-triplet",
+    "sop-resnet18-triplet",
+    "synthetic-two-gaussians",
 ];
 
 impl Experiment {
@@ -105,6 +107,14 @@ impl Experiment {
         let t = &self.train;
         ensure!(t.epochs >= 1, "train.epochs must be ≥ 1");
         t.sampler.validate()?;
+        if let LossConfig::Dro { k: Some(k), .. } = self.loss {
+            let b = t.sampler.batch_size();
+            ensure!(
+                k <= b * (b - 1),
+                "loss.k = {k} exceeds the {} ordered pairs of a batch of {b}",
+                b * (b - 1)
+            );
+        }
         ensure!(t.max_batches != Some(0), "train.max_batches must be ≥ 1 when given");
         let o = &t.optimizer;
         ensure!(
@@ -200,6 +210,20 @@ mod tests {
     fn presets_parse_and_validate() {
         for (name, _) in PRESETS {
             Experiment::load(name, &[]).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+        // Every file in presets/ is shipped.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("presets");
+        for f in std::fs::read_dir(dir).unwrap() {
+            let name = f
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".toml")
+                .to_string();
+            assert!(
+                PRESETS.iter().any(|p| p.0 == name),
+                "presets/{name}.toml is not in PRESETS"
+            );
         }
     }
 

@@ -82,6 +82,22 @@ pub fn embedded_fashion(train_fraction: f64, seed: u64) -> Result<Splits> {
     })
 }
 
+/// The `t10k-*` files of `root` alone, divided into train and test parts by the rule of
+/// [`embedded_fashion`].
+pub fn test_file_split(root: &Path, name: &str, train_fraction: f64, seed: u64) -> Result<Splits> {
+    let (vi, vl) = idx::find_pair(root, "t10k")?;
+    let (img, lab) = idx::read_pair(&vi, &vl)?;
+    let all = to_set(name, img, lab);
+    let (train, test) = split_by_class(&all, train_fraction, seed);
+    Ok(Splits {
+        train: all.subset(&format!("{name}/train"), &train),
+        test: EvalSet {
+            query: all.subset(&format!("{name}/test"), &test),
+            gallery: None,
+        },
+    })
+}
+
 /// Positions of `set` for training and test under the per-class seeded rule.
 pub fn split_by_class(set: &ImageSet, train_fraction: f64, seed: u64) -> (Vec<usize>, Vec<usize>) {
     let mut classes: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();

@@ -188,6 +188,9 @@ pub struct Splits {
 #[serde(rename_all = "kebab-case")]
 pub enum DatasetKind {
     Mnist,
+    /// MNIST's test file alone (`t10k-*`, e.g. `../shared/data/mnist-test`), split per class by
+    /// `train_fraction` with the seeded rule of the embedded Fashion-MNIST split.
+    MnistTestSplit,
     FashionMnist,
     /// The Fashion-MNIST test split embedded in the binary, split into train and test parts.
     FashionMnistEmbedded,
@@ -255,6 +258,12 @@ impl DataConfig {
             DatasetKind::FashionMnist => mnist::load(
                 root.unwrap_or_else(|| mnist::default_root("FashionMNIST")),
                 "fashion-mnist",
+            ),
+            DatasetKind::MnistTestSplit => mnist::test_file_split(
+                &root.unwrap_or_else(|| mnist::default_root("MNIST")),
+                "mnist-test-split",
+                self.train_fraction,
+                seed,
             ),
             DatasetKind::FashionMnistEmbedded => mnist::embedded_fashion(self.train_fraction, seed),
             DatasetKind::Cub => cub::load(&need_root(root, "cub")?, self.resize, self.crop),

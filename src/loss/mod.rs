@@ -3,6 +3,7 @@
 
 pub mod contrastive;
 pub mod distance;
+pub mod dro;
 pub mod lifted;
 pub mod margin;
 pub mod miner;
@@ -14,6 +15,7 @@ use anyhow::{Result, ensure};
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use distance::Distance;
+use dro::{Dro, DroVariant, PairLoss};
 use miner::{Anchors, MineOptions, Miner, Triplets};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -88,6 +90,42 @@ pub enum LossConfig {
         #[serde(default = "f5e_3")]
         l2_reg: f32,
     },
+    /// The DRO pair-weighting framework (seed 002) over a pairwise base loss on cosine similarity.
+    /// Options a variant does not use must be left out (validation says which).
+    Dro {
+        variant: DroVariant,
+        #[serde(default)]
+        base: PairLoss,
+        /// TopK / TopK-PN: number of pairs.
+        #[serde(default)]
+        k: Option<usize>,
+        /// KL, HAP2S_E: γ; KL-G and MS: both γ⁺ and γ⁻ unless given apart.
+        #[serde(default)]
+        gamma: Option<f32>,
+        #[serde(default)]
+        gamma_pos: Option<f32>,
+        #[serde(default)]
+        gamma_neg: Option<f32>,
+        /// m of the margin base loss (and of HAP2S_E).
+        #[serde(default = "f0_2")]
+        margin: f32,
+        /// λ, the similarity threshold of both base losses.
+        #[serde(default = "f0_5")]
+        lambda: f32,
+        /// α, β of the binomial base loss (defaults 2 and 50).
+        #[serde(default)]
+        alpha: Option<f32>,
+        #[serde(default)]
+        beta: Option<f32>,
+        /// KL: sample this many pairs from p* when the batch has more.
+        #[serde(default)]
+        sample_pairs: Option<usize>,
+        /// MS: multi-similarity's mining slack ε (default 0.1).
+        #[serde(default)]
+        epsilon: Option<f32>,
+        #[serde(default)]
+        keep_zero_loss: bool,
+    },
 }
 
 fn d_n() -> Distance {
@@ -139,6 +177,7 @@ impl LossConfig {
             LossConfig::MultiSimilarity { .. } => "multi-similarity",
             LossConfig::Lifted { .. } => "lifted",
             LossConfig::Npair { .. } => "npair",
+            LossConfig::Dro { .. } => "dro",
         }
     }
 
@@ -147,7 +186,7 @@ impl LossConfig {
         match self {
             LossConfig::Triplet { distance, .. } | LossConfig::Contrastive { distance, .. } => *distance,
             LossConfig::Margin { .. } | LossConfig::Lifted { .. } => Distance::NormalizedEuclidean,
-            LossConfig::MultiSimilarity { .. } | LossConfig::Npair { .. } => Distance::Cosine,
+            LossConfig::MultiSimilarity { .. } | LossConfig::Npair { .. } | LossConfig::Dro { .. } => Distance::Cosine,
         }
     }
 
@@ -188,8 +227,97 @@ impl LossConfig {
             }
             LossConfig::Lifted { margin } => pos(*margin, "margin")?,
             LossConfig::Npair { l2_reg } => pos(*l2_reg, "l2_reg")?,
+            LossConfig::Dro { .. } => {
+                self.dro()?;
+            }
         }
         Ok(())
+    }
+
+    /// The resolved DRO parameters; an error names an option the variant does not use or a bad value.
+    pub fn dro(&self) -> Result<Dro> {
+        let LossConfig::Dro {
+            variant,
+            base,
+            k,
+            gamma,
+            gamma_pos,
+            gamma_neg,
+            margin,
+            lambda,
+            alpha,
+            beta,
+            sample_pairs,
+            epsilon,
+            keep_zero_loss,
+        } = self.clone()
+        else {
+            anyhow::bail!("loss.kind is {}, not dro", self.name());
+        };
+        use DroVariant::*;
+        let name = serde_json::to_string(&variant).unwrap_or_default();
+        let unused = |set: bool, what: &str, users: &str| -> Result<()> {
+            ensure!(
+                !set,
+                "loss.{what} is not used by variant {name} (only by {users}); remove it"
+            );
+            Ok(())
+        };
+        let topk = matches!(variant, TopK | TopKPn);
+        unused(k.is_some() && !topk, "k", "top-k, top-k-pn")?;
+        ensure!(
+            !topk || k.is_some(),
+            "loss.k (number of pairs) is required by variant {name}"
+        );
+        unused(gamma.is_some() && topk, "gamma", "kl, kl-g, ms, hap2s-e")?;
+        let split = matches!(variant, KlG | Ms | Hap2sE);
+        unused(gamma_pos.is_some() && !split, "gamma_pos", "kl-g, ms, hap2s-e")?;
+        unused(gamma_neg.is_some() && !split, "gamma_neg", "kl-g, ms, hap2s-e")?;
+        unused(sample_pairs.is_some() && variant != Kl, "sample_pairs", "kl")?;
+        unused(epsilon.is_some() && variant != Ms, "epsilon", "ms")?;
+        let binomial = base == PairLoss::Binomial;
+        unused(alpha.is_some() && !binomial, "alpha", "base = \"binomial\"")?;
+        unused(beta.is_some() && !binomial, "beta", "base = \"binomial\"")?;
+        ensure!(
+            !binomial || matches!(variant, TopK | TopKPn | Kl | KlG),
+            "loss.base = \"binomial\" is not defined for variant {name} (its weights assume the margin loss)"
+        );
+        ensure!(k != Some(0), "loss.k must be ≥ 1");
+        ensure!(
+            variant != TopKPn || k.unwrap_or(2) >= 2,
+            "loss.k must be ≥ 2 for top-k-pn (K/2 pairs of each sign)"
+        );
+        ensure!(sample_pairs != Some(0), "loss.sample_pairs must be ≥ 1");
+        // MS defaults to multi-similarity's α = 2, β = 50; the others to the paper's γ = 0.1.
+        let (dp, dn) = if variant == Ms { (0.5, 0.02) } else { (0.1, 0.1) };
+        let gp = gamma_pos.or(gamma).unwrap_or(dp);
+        let gn = gamma_neg.or(gamma).unwrap_or(dn);
+        for (v, what) in [(gp, "gamma / gamma_pos"), (gn, "gamma / gamma_neg")] {
+            ensure!(v.is_finite() && v > 0.0, "loss.{what} must be > 0, got {v}");
+        }
+        ensure!(
+            margin.is_finite() && margin >= 0.0,
+            "loss.margin must be ≥ 0, got {margin}"
+        );
+        ensure!(lambda.is_finite(), "loss.lambda must be a number");
+        let (a, b) = (alpha.unwrap_or(2.0), beta.unwrap_or(50.0));
+        ensure!(a > 0.0 && b > 0.0, "loss.alpha and loss.beta must be > 0");
+        let eps = epsilon.unwrap_or(0.1);
+        ensure!(eps.is_finite() && eps >= 0.0, "loss.epsilon must be ≥ 0");
+        Ok(Dro {
+            variant,
+            base,
+            k: k.unwrap_or(0),
+            gamma_pos: gp,
+            gamma_neg: gn,
+            margin,
+            lambda,
+            alpha: a,
+            beta: b,
+            sample_pairs,
+            epsilon: eps,
+            keep_zero_loss,
+        })
     }
 }
 
@@ -288,10 +416,10 @@ pub fn compute(
 ) -> LossOutput {
     let [n, dim] = emb.dims();
     debug_assert_eq!(n, labels.len());
-    let host = to_host(&emb);
+    let host = || to_host(&emb);
     match cfg {
         LossConfig::Triplet { distance, margin, .. } => {
-            let t = mine_triplets(cfg, &host, dim, labels, rng);
+            let t = mine_triplets(cfg, &host(), dim, labels, rng);
             LossOutput {
                 loss: triplet::triplet_loss(&emb, &t, *distance, *margin),
                 triplets: Some(t),
@@ -303,14 +431,14 @@ pub fn compute(
             neg_margin,
             ..
         } => {
-            let t = mine_triplets(cfg, &host, dim, labels, rng);
+            let t = mine_triplets(cfg, &host(), dim, labels, rng);
             LossOutput {
                 loss: contrastive::contrastive_loss(&emb, &t, *distance, *pos_margin, *neg_margin),
                 triplets: Some(t),
             }
         }
         LossConfig::Margin { margin, nu, beta, .. } => {
-            let t = mine_triplets(cfg, &host, dim, labels, rng);
+            let t = mine_triplets(cfg, &host(), dim, labels, rng);
             let b = match &params.beta {
                 Some(p) => p.val(),
                 None => Tensor::<1>::from_floats([*beta], &emb.device()),
@@ -326,13 +454,8 @@ pub fn compute(
             base,
             epsilon,
         } => {
-            let sim: Vec<f32> = Distance::Cosine
-                .host_matrix(&host, n, dim)
-                .iter()
-                .map(|d| 1.0 - d)
-                .collect();
-            let (pm, nm) = multisim::ms_masks(&sim, labels, *epsilon);
-            let s = emb.clone().matmul(emb.transpose());
+            let s = emb.clone().matmul(emb.clone().transpose());
+            let (pm, nm) = multisim::ms_masks(&to_host(&s), labels, *epsilon);
             LossOutput {
                 loss: multisim::multisim_loss(s, pm, nm, *alpha, *beta, *base),
                 triplets: None,
@@ -348,6 +471,14 @@ pub fn compute(
                 loss: npair::npair_loss(&emb, &pairs, labels, *l2_reg),
                 triplets: None,
             }
+        }
+        LossConfig::Dro { .. } => {
+            // Validated with the config; a bad one here is a programming error reported as NaN.
+            let loss = match cfg.dro() {
+                Ok(d) => d.loss(emb.clone().matmul(emb.transpose()), labels, rng),
+                Err(_) => Tensor::<1>::from_floats([f32::NAN], &emb.device()),
+            };
+            LossOutput { loss, triplets: None }
         }
     }
 }
