@@ -23,6 +23,9 @@ pub struct Experiment {
     pub train: TrainConfig,
     #[serde(default)]
     pub eval: EvalConfig,
+    /// Robust training (`[defense]`, kind = madry | est | act | hm); none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defense: Option<crate::defense::DefenseConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,11 +87,15 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "cub-resnet50-dro-topk",
     "cub-resnet50-dro-topk-pn",
     "cub-resnet50-positive-perturbation-base",
+    "fashion-c2f2-act",
     "fashion-c2f2-dro-kl",
     "fashion-c2f2-dro-kl-g",
     "fashion-c2f2-dro-ms",
     "fashion-c2f2-dro-topk",
     "fashion-c2f2-dro-topk-pn",
+    "fashion-c2f2-est",
+    "fashion-c2f2-hm-lga-ics",
+    "fashion-c2f2-madry",
     "fashion-c2f2-triplet",
     "inshop-resnet50-dro-kl",
     "inshop-resnet50-dro-topk",
@@ -104,6 +111,9 @@ impl Experiment {
         self.model.validate()?;
         self.loss.validate(self.model.l2_normalize).context("in [loss]")?;
         self.eval.validate()?;
+        if let Some(d) = &self.defense {
+            d.validate(&self.loss).context("in [defense]")?;
+        }
         let t = &self.train;
         ensure!(t.epochs >= 1, "train.epochs must be ≥ 1");
         t.sampler.validate()?;

@@ -6,6 +6,7 @@
 pub mod attack;
 pub mod config;
 pub mod data;
+pub mod defense;
 pub mod eval;
 pub mod loss;
 pub mod model;

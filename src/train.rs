@@ -4,6 +4,8 @@
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
+use crate::defense::diagnostics::{self, Accumulator, BatchDiagnostics, EpochDiagnostics};
+use crate::defense::{self as defense_mod, DefenseState};
 use crate::eval::{self, Metrics, batch_tensor};
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
@@ -26,6 +28,9 @@ pub struct EpochRecord {
     pub mean_loss: f64,
     pub seconds: f64,
     pub metrics: Option<Metrics>,
+    /// Collapse diagnostics averaged over the epoch's batches.
+    #[serde(default)]
+    pub diagnostics: Option<EpochDiagnostics>,
 }
 
 /// `run.json`: the resolved config, the per-epoch history and the wall time.
@@ -68,6 +73,7 @@ fn adam(cfg: &crate::config::OptimizerConfig) -> ModuleOptimizer {
 pub struct Trainer {
     pub net: EmbeddingNet,
     pub loss_params: LossParams,
+    pub defense_state: DefenseState,
     optim: ModuleOptimizer,
     optim_loss: ModuleOptimizer,
 }
@@ -80,21 +86,55 @@ impl Trainer {
         Ok(Self {
             net,
             loss_params,
+            defense_state: DefenseState::default(),
             optim: adam(&exp.train.optimizer),
             optim_loss: adam(&exp.train.optimizer),
         })
     }
 
-    /// One optimisation step on a batch; returns the updated trainer and the loss value.
+    /// One optimisation step on a batch; returns the updated trainer, the loss value and the
+    /// batch's collapse diagnostics.
     pub fn step(
         mut self,
         exp: &Experiment,
         images: burn::tensor::Tensor<4>,
         labels: &[u32],
         rng: &mut rand_chacha::ChaCha8Rng,
-    ) -> Result<(Self, f64)> {
-        let emb = self.net.forward(images);
-        let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng);
+    ) -> Result<(Self, f64, BatchDiagnostics)> {
+        let (loss_t, diag) = match &exp.defense {
+            Some(d) => {
+                let out = defense_mod::defended_loss(
+                    d,
+                    &exp.loss,
+                    &self.net,
+                    &self.loss_params,
+                    images,
+                    labels,
+                    &self.defense_state,
+                    rng,
+                )?;
+                self.defense_state.prev_loss = out.adv_loss;
+                self.defense_state.steps_done += 1;
+                (out.loss, out.diag)
+            }
+            None => {
+                let emb = self.net.forward(images);
+                let host = loss::to_host(&emb);
+                let dim = emb.dims()[1];
+                let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng);
+                let tr = match &out.triplets {
+                    Some(t) => t.clone(),
+                    // Their own generator, so that logging leaves the training stream unchanged.
+                    None => diagnostics::spc2_random_triplets(labels, &mut rand::SeedableRng::seed_from_u64(0)),
+                };
+                let diag = diagnostics::batch(&host, dim, &tr, exp.loss.distance(), None);
+                (out.loss, diag)
+            }
+        };
+        let out = loss::LossOutput {
+            loss: loss_t,
+            triplets: None,
+        };
         let value = out.loss.clone().into_scalar::<f32>() as f64;
         ensure!(
             value.is_finite(),
@@ -109,7 +149,7 @@ impl Trainer {
         {
             self.loss_params = self.optim_loss.step(beta_lr, self.loss_params, g_loss);
         }
-        Ok((self, value))
+        Ok((self, value, diag))
     }
 
     fn save_checkpoint(&self, dir: &Path, state: &CheckpointState) -> Result<()> {
@@ -148,6 +188,8 @@ struct CheckpointState {
     history: Vec<EpochRecord>,
     train_seconds: f64,
     config_toml: String,
+    #[serde(default)]
+    defense_state: DefenseState,
 }
 
 /// Whether a checkpoint's config and the current one describe the same run; only the number of
@@ -188,6 +230,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             exp.train.epochs
         );
         trainer = t;
+        trainer.defense_state = state.defense_state.clone();
         history = state.history;
         start = state.epochs_done;
         train_seconds = state.train_seconds;
@@ -211,11 +254,13 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         let augment = Some(exp.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64));
         let mut rng = epoch_rng(exp.seed, epoch, 2);
         let mut sum = 0.0;
+        let mut acc = Accumulator::new();
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
             let b = b?;
             let x = batch_tensor(&b, &device);
-            let (t, l) = trainer.step(exp, x, &b.labels, &mut rng)?;
+            let (t, l, diag) = trainer.step(exp, x, &b.labels, &mut rng)?;
             trainer = t;
+            acc.add(&diag);
             sum += l;
             writeln!(
                 log,
@@ -258,7 +303,16 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             mean_loss: sum / nb.max(1) as f64,
             seconds: secs,
             metrics,
+            diagnostics: acc.finish(),
         };
+        if let Some(d) = rec.diagnostics.as_ref().filter(|d| d.collapsed) {
+            eprintln!(
+                "warning: epoch {} COLLAPSED: separability {:.4} (≤ 0 in every batch, or NaN), mean distance {:.4}",
+                epoch + 1,
+                d.separability,
+                d.mean_distance
+            );
+        }
         writeln!(log, "{}", serde_json::json!({"event": "epoch", "record": rec}))?;
         if opts.progress {
             let m = rec.metrics.as_ref().map(|m| {
@@ -284,6 +338,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             history: history.clone(),
             train_seconds,
             config_toml: config_toml.clone(),
+            defense_state: trainer.defense_state.clone(),
         };
         trainer.save_checkpoint(&ckpt_dir(&opts.out), &state)?;
         let partial = RunReport {

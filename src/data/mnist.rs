@@ -90,9 +90,9 @@ pub fn test_file_split(root: &Path, name: &str, train_fraction: f64, seed: u64) 
     let all = to_set(name, img, lab);
     let (train, test) = split_by_class(&all, train_fraction, seed);
     Ok(Splits {
-        train: all.subset(&format!("{name}/train"), &train),
+        train: all.subset(format!("{name}/train"), &train),
         test: EvalSet {
-            query: all.subset(&format!("{name}/test"), &test),
+            query: all.subset(format!("{name}/test"), &test),
             gallery: None,
         },
     })

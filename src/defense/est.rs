@@ -1,0 +1,49 @@
+//! Embedding-shifted triplet (EST; Zhou et al. ECCV'20, seed 003 Eq. 1): every image of the batch
+//! is replaced by its adversarial counterpart `x + r*`, `r* = argmax_r d(φ(x + r), φ(x))` (the ES
+//! attack, from the clean point), and the configured loss — with its own miner — is computed on
+//! the shifted embeddings only.
+
+use super::{DefendedLoss, DefenseConfig, Perturbed, diagnostics};
+use crate::attack::engine;
+use crate::attack::objective::shift::EmbeddingShift;
+use crate::loss::{self, LossConfig, LossParams};
+use crate::model::EmbeddingNet;
+use anyhow::Result;
+use burn::tensor::{Tensor, TensorData};
+use rand_chacha::ChaCha8Rng;
+
+/// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings.
+pub fn perturb(cfg: &DefenseConfig, net: &EmbeddingNet, x: &Tensor<4>, clean: &[f32], dim: usize) -> Result<Tensor<4>> {
+    let n = clean.len() / dim.max(1);
+    let reference = Tensor::<2>::from_data(TensorData::new(clean.to_vec(), [n, dim]), &x.device());
+    let obj = EmbeddingShift { clean: reference };
+    engine::attack(net, 0, x, None, &obj, &cfg.pgd(), 0)
+}
+
+/// The configured loss on the training-mode embeddings of the shifted batch.
+pub fn outer(
+    loss_cfg: &LossConfig,
+    net: &EmbeddingNet,
+    params: &LossParams,
+    pert: Perturbed,
+    labels: &[u32],
+    rng: &mut ChaCha8Rng,
+) -> DefendedLoss {
+    let emb = net.forward(pert.adversarial.autodiff());
+    let adv_host = loss::to_host(&emb);
+    let out = loss::compute(loss_cfg, emb, labels, params, rng);
+    let adv_loss = out.loss.clone().into_scalar::<f32>();
+    // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs with
+    // random negatives, from the diagnostics' own generator).
+    let tr = out
+        .triplets
+        .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels, &mut rand::SeedableRng::seed_from_u64(0)));
+    let (distance, margin) = super::triplet_params(loss_cfg);
+    let adv_d = diagnostics::triplet_distances(&adv_host, pert.dim, &tr, distance);
+    let diag = diagnostics::batch(&pert.clean, pert.dim, &tr, distance, Some((&adv_d, margin)));
+    DefendedLoss {
+        loss: out.loss,
+        adv_loss,
+        diag,
+    }
+}

@@ -1,0 +1,182 @@
+//! Hardness Manipulation (Zhou & Patel, CVPR'22; seed 003): the source triplets (a, p, n) of one
+//! miner are perturbed until their hardness `H̃_S = d(ã,p̃) − d(ã,ñ)` reaches the destination
+//! hardness `H_D` — another miner's triplets on the same anchors, or the linear gradual adversary
+//! `g_LGA(ℓ̄_{t−1}) = −γ·ℓ̄_{t−1}` (ℓ̄ clamped to [0, γ] and scaled by 1/γ) — by PGD on
+//! `‖max(0, H_D − H̃_S)‖²` (ET), then trained with `L_T(ã, p̃, ñ)` plus the intra-class structure
+//! term `L_ICS = λ·L_T(a, ã, p; 0)`.
+
+use super::{DefendedLoss, DefenseConfig, DefenseState, Destination, HmObjective, Perturbed, TripletLayout};
+use crate::attack::engine::Objective;
+use crate::loss::LossConfig;
+use crate::loss::distance::Distance;
+use crate::loss::miner::{self, Anchors, MineOptions, Miner, Triplets};
+use crate::model::EmbeddingNet;
+use anyhow::Result;
+use burn::tensor::Device;
+use burn::tensor::activation::relu;
+use burn::tensor::{Tensor, TensorData};
+use rand_chacha::ChaCha8Rng;
+use std::cell::Cell;
+
+/// LGA's destination hardness from the previous step's adversarial loss, `γ` = the triplet margin.
+pub fn lga_destination(prev_loss: f32, gamma: f32) -> f32 {
+    -gamma * prev_loss.clamp(0.0, gamma) / gamma
+}
+
+/// The HM objective: `H̃_S` of the stacked rows against the constant `H_D` (one per triplet).
+pub struct Manipulate {
+    pub layout: TripletLayout,
+    pub distance: Distance,
+    pub dest: Tensor<1>,
+    pub objective: HmObjective,
+    /// The loss two steps back, for robrank's saturation stop (|Δ| < 1e-7).
+    before_prev: Cell<Option<f32>>,
+}
+
+impl Manipulate {
+    pub fn new(layout: TripletLayout, distance: Distance, dest: Tensor<1>, objective: HmObjective) -> Self {
+        Self {
+            layout,
+            distance,
+            dest,
+            objective,
+            before_prev: Cell::new(None),
+        }
+    }
+}
+
+impl Objective for Manipulate {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        let (a, p, n) = self.layout.split(emb);
+        let hs = super::hardness(a, p, n, self.distance);
+        let hd = self.dest.clone();
+        match self.objective {
+            HmObjective::Et => (hs - hd).clamp_max(0.0).powi_scalar(2).mean(),
+            HmObjective::L2 => (hs - hd).powi_scalar(2).mean(),
+            // robrank: kl_div(s, t) on L1-normalised vectors = mean(t (ln t − s)); the t ln t term
+            // is constant (and NaN for negative t), so its gradient-equivalent −mean(t·s) is used.
+            HmObjective::Kl => {
+                let s = hs.clone() / hs.abs().sum().clamp_min(1e-12);
+                let t = hd.clone() / hd.abs().sum().clamp_min(1e-12);
+                (s * t).mean().neg()
+            }
+        }
+    }
+
+    fn done(&self, _emb: &Tensor<2>, prev_loss: Option<f32>, _step: usize) -> bool {
+        let stop = matches!((prev_loss, self.before_prev.get()), (Some(a), Some(b)) if (a - b).abs() < 1e-7);
+        self.before_prev.set(prev_loss);
+        stop
+    }
+}
+
+fn as_miner(d: Destination) -> Option<Miner> {
+    match d {
+        Destination::Random => Some(Miner::Random),
+        Destination::Semihard => Some(Miner::Semihard),
+        Destination::Softhard => Some(Miner::Softhard),
+        Destination::Distance => Some(Miner::Distance),
+        Destination::Hardest => Some(Miner::Hardest),
+        Destination::Lga => None,
+    }
+}
+
+/// Source triplets and the destination hardness per source triplet (aligned by anchor).
+pub fn source_and_destination(
+    clean: &[f32],
+    dim: usize,
+    labels: &[u32],
+    (source, destination): (Miner, Destination),
+    (distance, margin): (Distance, f32),
+    prev_loss: f32,
+    rng: &mut ChaCha8Rng,
+) -> (Triplets, Vec<f32>) {
+    let n = labels.len();
+    let dist = distance.host_matrix(clean, n, dim);
+    let pairs = miner::anchor_pairs(labels, Anchors::Pairs, rng);
+    let opt = MineOptions {
+        margin,
+        dim,
+        cutoff: 0.0,
+        nonzero_loss_cutoff: None,
+    };
+    let src = miner::mine(source, &dist, labels, &pairs, &opt, rng);
+    let hd = match as_miner(destination) {
+        None => vec![lga_destination(prev_loss, margin); src.len()],
+        Some(m) => {
+            let dst = miner::mine(m, &dist, labels, &pairs, &opt, rng);
+            (0..dst.len())
+                .map(|k| dist[dst.anchor[k] * n + dst.positive[k]] - dist[dst.anchor[k] * n + dst.negative[k]])
+                .collect()
+        }
+    };
+    (src, hd)
+}
+
+/// Whether HM trains on the clean source triplets (robrank: source and destination are the same
+/// miner, so there is nothing to manipulate).
+pub fn skips_attack(cfg: &DefenseConfig) -> bool {
+    matches!(cfg, DefenseConfig::Hm { source, destination, .. } if as_miner(*destination) == Some(*source))
+}
+
+/// Source triplets and the HM objective toward their destination hardness.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    cfg: &DefenseConfig,
+    loss_cfg: &LossConfig,
+    clean: &[f32],
+    dim: usize,
+    labels: &[u32],
+    state: &DefenseState,
+    device: &Device,
+    rng: &mut ChaCha8Rng,
+) -> Result<(Triplets, Box<dyn Objective>)> {
+    let DefenseConfig::Hm {
+        source,
+        destination,
+        objective,
+        ..
+    } = *cfg
+    else {
+        anyhow::bail!("hm::plan called with defense {}", cfg.name());
+    };
+    let (distance, margin) = super::triplet_params(loss_cfg);
+    let (tr, hd) = source_and_destination(
+        clean,
+        dim,
+        labels,
+        (source, destination),
+        (distance, margin),
+        state.prev_loss,
+        rng,
+    );
+    let dest = Tensor::<1>::from_data(TensorData::new(hd, [tr.len()]), device);
+    let obj = Manipulate::new(TripletLayout { t: tr.len() }, distance, dest, objective);
+    Ok((tr, Box::new(obj)))
+}
+
+/// `L_T(ã, p̃, ñ) + λ·L_T(a, ã, p; 0)`: one training-mode forward of `[ã, p̃, ñ, a, p]`.
+pub fn outer_with_ics(
+    loss_cfg: &LossConfig,
+    net: &EmbeddingNet,
+    x: &Tensor<4>,
+    pert: Perturbed,
+    lambda: f32,
+) -> DefendedLoss {
+    let (distance, _) = super::triplet_params(loss_cfg);
+    let t = pert.triplets.as_ref().map_or(0, |tr| tr.len());
+    let idx: Vec<usize> = pert
+        .triplets
+        .as_ref()
+        .map(|tr| [tr.anchor.clone(), tr.positive.clone()].concat())
+        .unwrap_or_default();
+    let clean_ap = super::select_rows(x, &idx);
+    let all = net.forward(Tensor::cat(vec![pert.adversarial.clone().autodiff(), clean_ap], 0));
+    let adv_e = all.clone().narrow(0, 0, 3 * t);
+    let (a, p) = (all.clone().narrow(0, 3 * t, t), all.narrow(0, 4 * t, t));
+    let a_adv = adv_e.clone().narrow(0, 0, t);
+    let ics = relu(distance.rows(a.clone(), a_adv) - distance.rows(a, p))
+        .mean()
+        .mul_scalar(lambda);
+    super::triplet_outcome(loss_cfg, &pert, adv_e, Some(ics))
+}

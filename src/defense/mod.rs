@@ -1,0 +1,321 @@
+//! Robust training: each defense is an inner maximisation (an [`Objective`] for the attack engine
+//! plus which batch rows move) and the outer loss the model is trained on. One small file per
+//! paper method; this file holds the config, the triplet batch layout they share and the dispatch.
+
+pub mod act;
+pub mod diagnostics;
+pub mod est;
+pub mod hm;
+pub mod madry;
+
+use crate::attack::engine::{self, Objective, Pgd};
+use crate::loss::distance::Distance;
+use crate::loss::miner::{Miner, Triplets};
+use crate::loss::{self, LossConfig, LossParams};
+use crate::model::EmbeddingNet;
+use anyhow::{Result, bail, ensure};
+use burn::tensor::{Int, Tensor};
+use diagnostics::BatchDiagnostics;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Destination hardness of Hardness Manipulation: another miner's triplets, or LGA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Destination {
+    Random,
+    Semihard,
+    Softhard,
+    Distance,
+    Hardest,
+    /// Linear gradual adversary `g_LGA(ℓ̄_{t−1}) = −γ·ℓ̄_{t−1}/γ` (clamped to [0, γ]) of HM.
+    Lga,
+}
+
+/// How HM aligns the source hardness with the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HmObjective {
+    /// `mean(min(0, H̃_S − H_D)²)`: stops at the destination.
+    #[default]
+    Et,
+    /// robrank's "KL" on L1-normalised hardness vectors.
+    Kl,
+    /// `mean((H̃_S − H_D)²)`.
+    L2,
+}
+
+/// The `[defense]` table. Every defense gets its own PGD budget (in pixel units).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum DefenseConfig {
+    /// Madry adversarial training on the triplet loss: (a, p, n) perturbed to maximise it.
+    Madry { eps: f32, step: f32, steps: usize },
+    /// Embedding-shifted triplet (EST): every image shifted as far as possible in embedding space,
+    /// then the configured loss on the shifted embeddings.
+    Est { eps: f32, step: f32, steps: usize },
+    /// Anti-collapse triplet (ACT): p and n pushed toward each other, the anchor clean.
+    Act { eps: f32, step: f32, steps: usize },
+    /// Hardness manipulation HM[source, destination] with optional ICS term weight `ics`.
+    Hm {
+        eps: f32,
+        step: f32,
+        steps: usize,
+        source: Miner,
+        destination: Destination,
+        #[serde(default)]
+        objective: HmObjective,
+        #[serde(default)]
+        ics: Option<f32>,
+    },
+}
+
+impl DefenseConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DefenseConfig::Madry { .. } => "madry",
+            DefenseConfig::Est { .. } => "est",
+            DefenseConfig::Act { .. } => "act",
+            DefenseConfig::Hm { .. } => "hm",
+        }
+    }
+
+    pub fn pgd(&self) -> Pgd {
+        let (eps, step, steps) = match *self {
+            DefenseConfig::Madry { eps, step, steps }
+            | DefenseConfig::Est { eps, step, steps }
+            | DefenseConfig::Act { eps, step, steps }
+            | DefenseConfig::Hm { eps, step, steps, .. } => (eps, step, steps),
+        };
+        Pgd {
+            eps,
+            step,
+            steps,
+            norm: engine::Norm::Linf,
+            random_start: false,
+        }
+    }
+
+    pub fn validate(&self, loss: &LossConfig) -> Result<()> {
+        self.pgd().validate().map_err(|e| anyhow::anyhow!("defense.{e}"))?;
+        let triplet_based = !matches!(self, DefenseConfig::Est { .. });
+        if triplet_based && !matches!(loss, LossConfig::Triplet { .. }) {
+            bail!(
+                "defense {} trains on triplets: it needs loss.kind = \"triplet\" (got \"{}\")",
+                self.name(),
+                loss.name()
+            );
+        }
+        if let DefenseConfig::Hm { ics: Some(l), .. } = self {
+            ensure!(l.is_finite() && *l >= 0.0, "defense.ics must be ≥ 0, got {l}");
+        }
+        Ok(())
+    }
+}
+
+/// State a defense carries from one training step to the next (checkpointed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DefenseState {
+    /// The previous step's adversarial triplet loss (LGA's ℓ̄_{t−1}); robrank starts at 2.0.
+    pub prev_loss: f32,
+    pub steps_done: u64,
+}
+
+impl Default for DefenseState {
+    fn default() -> Self {
+        Self {
+            prev_loss: 2.0,
+            steps_done: 0,
+        }
+    }
+}
+
+/// A mined triplet batch laid out as rows `[a₀…a_{T−1}, p₀…, n₀…]` (images or embeddings).
+pub struct TripletLayout {
+    pub t: usize,
+}
+
+impl TripletLayout {
+    /// Indices of the stacked rows into the original batch.
+    pub fn gather_index(tr: &Triplets) -> Vec<usize> {
+        tr.anchor
+            .iter()
+            .chain(&tr.positive)
+            .chain(&tr.negative)
+            .copied()
+            .collect()
+    }
+    /// The triplets over stacked rows: (i, T+i, 2T+i).
+    pub fn stacked(&self) -> Triplets {
+        let t = self.t;
+        Triplets {
+            anchor: (0..t).collect(),
+            positive: (t..2 * t).collect(),
+            negative: (2 * t..3 * t).collect(),
+        }
+    }
+    /// `[a, p, n]` thirds of a `[3T, d]` embedding tensor.
+    pub fn split(&self, e: Tensor<2>) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+        let t = self.t;
+        (
+            e.clone().narrow(0, 0, t),
+            e.clone().narrow(0, t, t),
+            e.narrow(0, 2 * t, t),
+        )
+    }
+    /// Which of the 3T rows an attack may move.
+    pub fn movable(&self, a: bool, p: bool, n: bool) -> Vec<bool> {
+        [a, p, n].iter().flat_map(|&m| std::iter::repeat_n(m, self.t)).collect()
+    }
+}
+
+/// Hardness `H = d(a, p) − d(a, n)` per row of the thirds → `[T]`.
+pub fn hardness(a: Tensor<2>, p: Tensor<2>, n: Tensor<2>, d: Distance) -> Tensor<1> {
+    d.rows(a.clone(), p) - d.rows(a, n)
+}
+
+pub(crate) fn select_rows(x: &Tensor<4>, idx: &[usize]) -> Tensor<4> {
+    let i: Tensor<1, Int> = loss::index_tensor(idx, &x.device());
+    x.clone().select(0, i)
+}
+
+/// What one defended training step produces: the loss to minimise and the diagnostics.
+pub struct DefendedLoss {
+    pub loss: Tensor<1>,
+    pub adv_loss: f32,
+    pub diag: BatchDiagnostics,
+}
+
+/// The inner maximisation's result: the perturbed rows next to the originals. For triplet
+/// defenses the rows are the stacked `[a, p, n]` of `triplets`; for EST the batch itself.
+pub struct Perturbed {
+    pub triplets: Option<Triplets>,
+    /// Clean evaluation-mode embeddings of the batch (host, `[n, dim]`), used for mining.
+    pub clean: Vec<f32>,
+    pub dim: usize,
+    pub original: Tensor<4>,
+    pub adversarial: Tensor<4>,
+}
+
+/// Runs only the defense's inner maximisation (on a plain device).
+pub fn perturb(
+    cfg: &DefenseConfig,
+    loss_cfg: &LossConfig,
+    net: &EmbeddingNet,
+    x: &Tensor<4>,
+    labels: &[u32],
+    state: &DefenseState,
+    rng: &mut ChaCha8Rng,
+) -> Result<Perturbed> {
+    let (clean, dim) = clean_host(net, x);
+    let x = x.clone().without_autodiff();
+    let (distance, _) = triplet_params(loss_cfg);
+    let (tr, objective, movable): (Triplets, Box<dyn Objective>, Vec<bool>) = match cfg {
+        DefenseConfig::Est { .. } => {
+            let adversarial = est::perturb(cfg, net, &x, &clean, dim)?;
+            return Ok(Perturbed {
+                triplets: None,
+                clean,
+                dim,
+                original: x,
+                adversarial,
+            });
+        }
+        DefenseConfig::Madry { .. } => {
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng);
+            let layout = TripletLayout { t: tr.len() };
+            let movable = layout.movable(true, true, true);
+            (tr, Box::new(madry::MaxHardness { layout, distance }), movable)
+        }
+        DefenseConfig::Act { .. } => {
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng);
+            let layout = TripletLayout { t: tr.len() };
+            let movable = layout.movable(false, true, true);
+            (tr, Box::new(act::Collapse { layout, distance }), movable)
+        }
+        DefenseConfig::Hm { .. } => {
+            let (tr, obj) = hm::plan(cfg, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
+            let movable = TripletLayout { t: tr.len() }.movable(true, true, true);
+            (tr, obj, movable)
+        }
+    };
+    let original = select_rows(&x, &TripletLayout::gather_index(&tr));
+    let skip = hm::skips_attack(cfg);
+    let adversarial = if skip {
+        original.clone()
+    } else {
+        engine::attack(net, 0, &original, Some(&movable), objective.as_ref(), &cfg.pgd(), 0)?
+    };
+    Ok(Perturbed {
+        triplets: Some(tr),
+        clean,
+        dim,
+        original,
+        adversarial,
+    })
+}
+
+/// Runs the defense's inner maximisation on the batch `x` (autodiff device) and returns the
+/// outer loss on the training-mode forward of the perturbed batch.
+#[allow(clippy::too_many_arguments)]
+pub fn defended_loss(
+    cfg: &DefenseConfig,
+    loss_cfg: &LossConfig,
+    net: &EmbeddingNet,
+    params: &LossParams,
+    x: Tensor<4>,
+    labels: &[u32],
+    state: &DefenseState,
+    rng: &mut ChaCha8Rng,
+) -> Result<DefendedLoss> {
+    let pert = perturb(cfg, loss_cfg, net, &x, labels, state, rng)?;
+    match cfg {
+        DefenseConfig::Est { .. } => Ok(est::outer(loss_cfg, net, params, pert, labels, rng)),
+        DefenseConfig::Hm { ics: Some(lambda), .. } => Ok(hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda)),
+        _ => {
+            let emb = net.forward(pert.adversarial.clone().autodiff());
+            Ok(triplet_outcome(loss_cfg, &pert, emb, None))
+        }
+    }
+}
+
+/// The clean embeddings in evaluation mode (host), for mining: robrank mines on the model's
+/// current embeddings before perturbing.
+pub(crate) fn clean_host(net: &EmbeddingNet, x: &Tensor<4>) -> (Vec<f32>, usize) {
+    use burn::module::Module;
+    let e = net.valid().forward(x.clone().without_autodiff());
+    let [_, d] = e.dims();
+    (loss::to_host(&e), d)
+}
+
+/// The triplet loss's distance and margin (validated: triplet-based defenses need that loss).
+pub(crate) fn triplet_params(loss_cfg: &LossConfig) -> (Distance, f32) {
+    match loss_cfg {
+        LossConfig::Triplet { distance, margin, .. } => (*distance, *margin),
+        other => (other.distance(), 0.2),
+    }
+}
+
+/// The shared tail of the triplet defenses: train on `triplet(emb)` over the stacked rows (plus an
+/// extra term) and report diagnostics against the clean mined triplets.
+pub(crate) fn triplet_outcome(
+    loss_cfg: &LossConfig,
+    pert: &Perturbed,
+    emb: Tensor<2>,
+    extra: Option<Tensor<1>>,
+) -> DefendedLoss {
+    let (distance, margin) = triplet_params(loss_cfg);
+    let empty = Triplets::default();
+    let tr = pert.triplets.as_ref().unwrap_or(&empty);
+    let stacked = TripletLayout { t: tr.len() }.stacked();
+    let adv_host = loss::to_host(&emb);
+    let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
+    let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)));
+    let main = loss::triplet::triplet_loss(&emb, &stacked, distance, margin);
+    let adv_loss = main.clone().into_scalar::<f32>();
+    let loss = match extra {
+        Some(e) => main + e,
+        None => main,
+    };
+    DefendedLoss { loss, adv_loss, diag }
+}

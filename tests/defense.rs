@@ -1,0 +1,224 @@
+//! Each defense perturbs exactly the items its paper says, in the direction it says, on a small
+//! C2F2 and real Fashion-MNIST images (SPC-2 batch of 8 pairs).
+
+use burn::tensor::{Device, Tensor};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rdml::config::Experiment;
+use rdml::data::loader::load_batch;
+use rdml::defense::{DefenseConfig, DefenseState, Destination, HmObjective, TripletLayout, perturb};
+use rdml::eval::batch_tensor;
+use rdml::loss::distance::Distance;
+use rdml::loss::miner::Miner;
+use rdml::loss::to_host;
+use rdml::model::EmbeddingNet;
+
+const EPS: f32 = 0.1;
+
+fn setup() -> (Experiment, EmbeddingNet, Tensor<4>, Vec<u32>) {
+    let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
+    let splits = exp.data.load(0).unwrap();
+    let dev = Device::default();
+    dev.seed(3);
+    let net = EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap();
+    // SPC-2 layout: pairs of one class, 8 classes.
+    let labels = &splits.train.labels;
+    let mut idx = vec![];
+    for c in 0..8u32 {
+        let of: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] == c).take(2).collect();
+        idx.extend(of);
+    }
+    let b = load_batch(&splits.train, &idx, None).unwrap();
+    let x = batch_tensor(&b, &dev);
+    (exp, net, x, b.labels)
+}
+
+fn pgd_cfg(kind: &str) -> DefenseConfig {
+    let text = format!("kind = \"{kind}\"\neps = {EPS}\nstep = 0.01\nsteps = 12\n");
+    toml::from_str(&text).unwrap()
+}
+
+/// Max |Δ| per row between two image tensors.
+fn row_change(a: &Tensor<4>, b: &Tensor<4>) -> Vec<f32> {
+    let n = a.dims()[0];
+    let d = (a.clone() - b.clone()).abs().reshape([n as i32, -1]).max_dim(1);
+    to_host(&d)
+}
+
+fn thirds(v: &[f32]) -> [&[f32]; 3] {
+    let t = v.len() / 3;
+    [&v[..t], &v[t..2 * t], &v[2 * t..]]
+}
+
+/// Embeddings of `x` in evaluation mode, `[a, p, n]` thirds as tensors.
+fn embed3(net: &EmbeddingNet, x: &Tensor<4>) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+    let e = net.forward(x.clone());
+    TripletLayout { t: e.dims()[0] / 3 }.split(e)
+}
+
+fn mean(t: Tensor<1>) -> f32 {
+    t.mean().into_scalar::<f32>()
+}
+
+#[test]
+fn act_moves_positives_and_negatives_toward_each_other_and_not_the_anchor() {
+    let (exp, net, x, labels) = setup();
+    let p = perturb(
+        &pgd_cfg("act"),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &DefenseState::default(),
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    let ch = row_change(&p.adversarial, &p.original);
+    let [a, pos, neg] = thirds(&ch);
+    assert!(a.iter().all(|&c| c == 0.0), "anchors moved: {a:?}");
+    assert!(pos.iter().chain(neg).all(|&c| c > 0.0 && c <= EPS + 1e-6), "{ch:?}");
+    let d = Distance::NormalizedEuclidean;
+    let (_, p0, n0) = embed3(&net, &p.original);
+    let (_, p1, n1) = embed3(&net, &p.adversarial);
+    let (before, after) = (mean(d.rows(p0, n0)), mean(d.rows(p1, n1)));
+    assert!(after < 0.7 * before, "d(p, n) {before} → {after}");
+}
+
+#[test]
+fn madry_moves_the_whole_triplet_and_raises_its_hardness() {
+    let (exp, net, x, labels) = setup();
+    let p = perturb(
+        &pgd_cfg("madry"),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &DefenseState::default(),
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    assert!(
+        row_change(&p.adversarial, &p.original)
+            .iter()
+            .all(|&c| c > 0.0 && c <= EPS + 1e-6)
+    );
+    let d = Distance::NormalizedEuclidean;
+    let (a0, p0, n0) = embed3(&net, &p.original);
+    let (a1, p1, n1) = embed3(&net, &p.adversarial);
+    let h0 = mean(rdml::defense::hardness(a0, p0, n0, d));
+    let h1 = mean(rdml::defense::hardness(a1, p1, n1, d));
+    assert!(h1 > h0 + 0.1, "hardness {h0} → {h1}");
+}
+
+#[test]
+fn est_shifts_every_image_and_the_shift_grows_with_eps() {
+    let (exp, net, x, labels) = setup();
+    let shift = |eps: f32| {
+        let cfg: DefenseConfig =
+            toml::from_str(&format!("kind = \"est\"\neps = {eps}\nstep = 0.01\nsteps = 8\n")).unwrap();
+        let p = perturb(
+            &cfg,
+            &exp.loss,
+            &net,
+            &x,
+            &labels,
+            &DefenseState::default(),
+            &mut ChaCha8Rng::seed_from_u64(0),
+        )
+        .unwrap();
+        assert_eq!(p.adversarial.dims(), x.dims());
+        let moved = row_change(&p.adversarial, &p.original);
+        let e0 = net.forward(p.original.clone());
+        let e1 = net.forward(p.adversarial.clone());
+        (moved, mean(Distance::Euclidean.rows(e0, e1)))
+    };
+    let (m0, s0) = shift(0.0);
+    assert!(m0.iter().all(|&c| c == 0.0) && s0 < 1e-5, "ε = 0 moved: {s0}");
+    let (m1, s1) = shift(0.03);
+    let (_, s2) = shift(0.1);
+    assert!(m1.iter().all(|&c| c > 0.0));
+    assert!(0.0 < s1 && s1 < s2, "shift {s1} (ε 0.03) vs {s2} (ε 0.1)");
+}
+
+fn hm(destination: Destination, source: Miner) -> DefenseConfig {
+    DefenseConfig::Hm {
+        eps: EPS,
+        step: 0.005,
+        steps: 24,
+        source,
+        destination,
+        objective: HmObjective::Et,
+        ics: None,
+    }
+}
+
+#[test]
+fn hm_stops_at_the_destination_hardness() {
+    let (exp, net, x, labels) = setup();
+    // LGA with ℓ̄_{t−1} = 0.1 and γ = 0.2: H_D = −0.1 for every triplet.
+    let state = DefenseState {
+        prev_loss: 0.1,
+        steps_done: 0,
+    };
+    let p = perturb(
+        &hm(Destination::Lga, Miner::Random),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &state,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    let d = Distance::NormalizedEuclidean;
+    let (a0, p0, n0) = embed3(&net, &p.original);
+    let (a1, p1, n1) = embed3(&net, &p.adversarial);
+    let h0 = to_host(&rdml::defense::hardness(a0, p0, n0, d).unsqueeze_dim(1));
+    let h1 = to_host(&rdml::defense::hardness(a1, p1, n1, d).unsqueeze_dim(1));
+    let ch = row_change(&p.adversarial, &p.original);
+    let t = h0.len();
+    let (mut easy, mut reached) = (0, 0);
+    for k in 0..t {
+        let rows = [ch[k], ch[t + k], ch[2 * t + k]];
+        if h0[k] >= -0.1 {
+            // Already at least as hard as the destination: ET has no gradient, nothing moves.
+            assert!(rows.iter().all(|&c| c == 0.0), "triplet {k} (H {}) moved", h0[k]);
+        } else {
+            easy += 1;
+            assert!(rows.iter().any(|&c| c > 0.0));
+            // Pushed up to the destination and not far past it (one step's overshoot).
+            assert!(h1[k] > h0[k], "triplet {k}: {} → {}", h0[k], h1[k]);
+            assert!(h1[k] < -0.1 + 0.1, "triplet {k} overshot: {}", h1[k]);
+            if h1[k] >= -0.1 - 1e-3 {
+                reached += 1;
+            }
+        }
+    }
+    assert!(easy > 0, "no triplet below the destination: {h0:?}");
+    assert!(reached * 2 >= easy, "{reached} of {easy} reached H_D: {h1:?}");
+}
+
+#[test]
+fn hm_with_equal_source_and_destination_does_not_attack() {
+    let (exp, net, x, labels) = setup();
+    let p = perturb(
+        &hm(Destination::Semihard, Miner::Semihard),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &DefenseState::default(),
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    assert!(row_change(&p.adversarial, &p.original).iter().all(|&c| c == 0.0));
+}
+
+#[test]
+fn triplet_defenses_require_the_triplet_loss() {
+    let e = Experiment::load("fashion-c2f2-act", &["loss={kind=\"multi-similarity\"}".into()])
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(e.contains("needs loss.kind = \"triplet\""), "{e}");
+}
