@@ -258,6 +258,8 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
             let b = b?;
             let x = batch_tensor(&b, &device);
+            trainer.defense_state.epoch = epoch;
+            trainer.defense_state.epochs = exp.train.epochs;
             let (t, l, diag) = trainer.step(exp, x, &b.labels, &mut rng)?;
             trainer = t;
             acc.add(&diag);

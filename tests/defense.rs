@@ -158,7 +158,7 @@ fn hm_stops_at_the_destination_hardness() {
     // LGA with ℓ̄_{t−1} = 0.1 and γ = 0.2: H_D = −0.1 for every triplet.
     let state = DefenseState {
         prev_loss: 0.1,
-        steps_done: 0,
+        ..DefenseState::default()
     };
     let p = perturb(
         &hm(Destination::Lga, Miner::Random),
@@ -221,4 +221,101 @@ fn triplet_defenses_require_the_triplet_loss() {
         .map(|e| format!("{e:#}"))
         .unwrap_or_default();
     assert!(e.contains("needs loss.kind = \"triplet\""), "{e}");
+}
+
+fn ca_tride(mode: &str) -> DefenseConfig {
+    let text = format!("kind = \"ca-tride\"\neps = {EPS}\nstep = 0.02\nsteps = 16\nmode = \"{mode}\"\n");
+    toml::from_str(&text).unwrap()
+}
+
+fn at(steps_done: u64) -> DefenseState {
+    // Second epoch of two: the progressive step is half the configured one.
+    DefenseState {
+        prev_loss: 2.0,
+        steps_done,
+        epoch: 1,
+        epochs: 2,
+    }
+}
+
+#[test]
+fn ca_tride_alternates_cap_and_anp_and_each_moves_only_its_items() {
+    let (exp, net, x, labels) = setup();
+    let d = Distance::NormalizedEuclidean;
+    let collapseness = |x: &Tensor<4>| {
+        let (a, p, n) = embed3(&net, x);
+        rdml::defense::ca_tride::collapseness(d.rows(a.clone(), p), d.rows(a, n), 10.0).into_scalar::<f32>()
+    };
+    // Step 0 (CAP): anchors frozen, candidates moved, collapseness raised.
+    let cap = perturb(
+        &ca_tride("tride"),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &at(0),
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    let ch = row_change(&cap.adversarial, &cap.original);
+    let [a, p, n] = thirds(&ch);
+    assert!(a.iter().all(|&c| c == 0.0), "CAP moved anchors");
+    assert!(p.iter().chain(n).all(|&c| c > 0.0 && c <= EPS + 1e-6), "{ch:?}");
+    let (c0, c1) = (collapseness(&cap.original), collapseness(&cap.adversarial));
+    assert!(c1 > c0, "CAP: C {c0} → {c1}");
+    // Step 1 (ANP): only anchors move.
+    let anp = perturb(
+        &ca_tride("tride"),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &at(1),
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    let ch = row_change(&anp.adversarial, &anp.original);
+    let [a, p, n] = thirds(&ch);
+    assert!(p.iter().chain(n).all(|&c| c == 0.0), "ANP moved candidates");
+    assert!(a.iter().all(|&c| c > 0.0 && c <= EPS + 1e-6), "{ch:?}");
+    // CAP-only never perturbs anchors, whatever the step.
+    let only = perturb(
+        &ca_tride("cap-only"),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &at(1),
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    assert!(
+        thirds(&row_change(&only.adversarial, &only.original))[0]
+            .iter()
+            .all(|&c| c == 0.0)
+    );
+    // First epoch: the progressive step is zero, nothing moves.
+    let first = DefenseState { epoch: 0, ..at(0) };
+    let none = perturb(
+        &ca_tride("tride"),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &first,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    assert!(row_change(&none.adversarial, &none.original).iter().all(|&c| c == 0.0));
+}
+
+#[test]
+fn collapseness_weights_closer_pairs_more() {
+    use burn::tensor::TensorData;
+    let t = |v: Vec<f32>| Tensor::<1>::from_data(TensorData::new(v, [3]), &Device::default());
+    // d(a,p) = [0.1, 0.5, 0.9]: with λ = 10 the weighted mean leans to 0.1; d(a,n) constant 1.
+    let c = rdml::defense::ca_tride::collapseness(t(vec![0.1, 0.5, 0.9]), t(vec![1.0; 3]), 10.0).into_scalar::<f32>();
+    let w = [1.0f32, (-4.0f32).exp(), (-8.0f32).exp()];
+    let want = (0.1 * w[0] + 0.5 * w[1] + 0.9 * w[2]) / w.iter().sum::<f32>() - 1.0;
+    assert!((c - want).abs() < 1e-6, "{c} vs {want}");
 }

@@ -1,6 +1,6 @@
 //! Collapse diagnostics logged per epoch: the mean pairwise distance d̄, the separability
 //! `(d(a,n) − d(a,p))/d̄`, the mean hardness `H = d(a,p) − d(a,n)`, CA-TRIDE's collapseness
-//! (its Sec. 3.3: softmax-weighted mean d(a,p) minus softmax-weighted mean d(a,n), temperature λ)
+//! (its Eq. 5–6: attention-weighted mean d(a,p) minus that of d(a,n), closer pairs weighted more)
 //! and the fraction of triplets the perturbation made hard (zero loss before, positive after).
 
 use crate::loss::distance::Distance;
@@ -20,12 +20,13 @@ pub struct BatchDiagnostics {
     pub made_hard: Option<f64>,
 }
 
-/// Softmax-weighted mean `Σ w d / Σ w`, `w = exp(λ(d − max d))` (CA-TRIDE's attention).
+/// Attention-weighted mean `Σ w d / Σ w`, `w = exp(−λ(d − min d))` (CA-TRIDE's Eq. 6: closer
+/// pairs weigh more).
 pub fn attention_mean(d: &[f64], lambda: f64) -> f64 {
-    let mx = d.iter().copied().fold(f64::MIN, f64::max);
+    let mn = d.iter().copied().fold(f64::MAX, f64::min);
     let (mut num, mut den) = (0.0, 0.0);
     for &x in d {
-        let w = (lambda * (x - mx)).exp();
+        let w = (-lambda * (x - mn)).exp();
         num += w * x;
         den += w;
     }

@@ -3,6 +3,7 @@
 //! paper method; this file holds the config, the triplet batch layout they share and the dispatch.
 
 pub mod act;
+pub mod ca_tride;
 pub mod diagnostics;
 pub mod est;
 pub mod hm;
@@ -68,6 +69,47 @@ pub enum DefenseConfig {
         #[serde(default)]
         ics: Option<f32>,
     },
+    /// CA-TRIDE: CAP and ANP alternating per mini-batch under collapse awareness.
+    CaTride {
+        eps: f32,
+        step: f32,
+        steps: usize,
+        /// Attention factor λ of collapseness (CUB 10, CARS 9.5, SOP 2).
+        #[serde(default = "ten")]
+        lambda: f32,
+        /// γ and β_TR of the top-rank triplet L_TR.
+        #[serde(default = "half")]
+        gamma_tr: f32,
+        #[serde(default = "f0_04")]
+        beta_tr: f32,
+        #[serde(default)]
+        mode: ca_tride::TrideMode,
+        #[serde(default)]
+        adversary: ca_tride::Adversary,
+        /// PGD step `α·epoch/epochs` (the reference code's progressive step; zero in epoch 1).
+        #[serde(default = "yes")]
+        progressive: bool,
+        /// Semihard mining with margin `0.2·(1 − e/2E)²` instead of the loss's miner.
+        #[serde(default = "yes")]
+        margin_schedule: bool,
+        /// Weight *farther* pairs more, as the reference code does (`exp(λ(d − max d))`), instead
+        /// of the paper's anchor-proximity weights (Eq. 6).
+        #[serde(default)]
+        code_weighting: bool,
+    },
+}
+
+fn ten() -> f32 {
+    10.0
+}
+fn half() -> f32 {
+    0.5
+}
+fn f0_04() -> f32 {
+    0.04
+}
+fn yes() -> bool {
+    true
 }
 
 impl DefenseConfig {
@@ -77,6 +119,7 @@ impl DefenseConfig {
             DefenseConfig::Est { .. } => "est",
             DefenseConfig::Act { .. } => "act",
             DefenseConfig::Hm { .. } => "hm",
+            DefenseConfig::CaTride { .. } => "ca-tride",
         }
     }
 
@@ -85,7 +128,8 @@ impl DefenseConfig {
             DefenseConfig::Madry { eps, step, steps }
             | DefenseConfig::Est { eps, step, steps }
             | DefenseConfig::Act { eps, step, steps }
-            | DefenseConfig::Hm { eps, step, steps, .. } => (eps, step, steps),
+            | DefenseConfig::Hm { eps, step, steps, .. }
+            | DefenseConfig::CaTride { eps, step, steps, .. } => (eps, step, steps),
         };
         Pgd {
             eps,
@@ -106,6 +150,19 @@ impl DefenseConfig {
                 loss.name()
             );
         }
+        if let DefenseConfig::CaTride {
+            lambda,
+            gamma_tr,
+            beta_tr,
+            ..
+        } = self
+        {
+            ensure!(lambda.is_finite() && *lambda > 0.0, "defense.lambda must be > 0");
+            ensure!(
+                *gamma_tr >= 0.0 && *beta_tr >= 0.0,
+                "defense.gamma_tr and beta_tr must be ≥ 0"
+            );
+        }
         if let DefenseConfig::Hm { ics: Some(l), .. } = self {
             ensure!(l.is_finite() && *l >= 0.0, "defense.ics must be ≥ 0, got {l}");
         }
@@ -119,6 +176,11 @@ pub struct DefenseState {
     /// The previous step's adversarial triplet loss (LGA's ℓ̄_{t−1}); robrank starts at 2.0.
     pub prev_loss: f32,
     pub steps_done: u64,
+    /// The current epoch (0-based) and the run's epoch count, for schedules.
+    #[serde(default)]
+    pub epoch: usize,
+    #[serde(default)]
+    pub epochs: usize,
 }
 
 impl Default for DefenseState {
@@ -126,6 +188,8 @@ impl Default for DefenseState {
         Self {
             prev_loss: 2.0,
             steps_done: 0,
+            epoch: 0,
+            epochs: 1,
         }
     }
 }
@@ -233,6 +297,45 @@ pub fn perturb(
             let movable = layout.movable(false, true, true);
             (tr, Box::new(act::Collapse { layout, distance }), movable)
         }
+        DefenseConfig::CaTride {
+            lambda,
+            mode,
+            adversary,
+            margin_schedule,
+            code_weighting,
+            ..
+        } => {
+            let tr = if *margin_schedule {
+                let m = ca_tride::margin_schedule(triplet_params(loss_cfg).1, state.epoch, state.epochs);
+                let semihard = LossConfig::Triplet {
+                    distance,
+                    miner: Miner::Semihard,
+                    margin: m,
+                    anchors: Default::default(),
+                    cutoff: 0.0,
+                    nonzero_loss_cutoff: None,
+                };
+                loss::mine_triplets(&semihard, &clean, dim, labels, rng)
+            } else {
+                loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)
+            };
+            let layout = TripletLayout { t: tr.len() };
+            let cap = ca_tride::is_cap(*mode, state);
+            let movable = if cap {
+                layout.movable(false, true, true)
+            } else {
+                layout.movable(true, false, false)
+            };
+            let obj = ca_tride::TrideObjective {
+                layout,
+                distance,
+                cap,
+                adversary: *adversary,
+                lambda: if *code_weighting { -lambda } else { *lambda },
+                clean_anchor: ca_tride::rows_tensor(&clean, &tr.anchor, dim, &x.device()),
+            };
+            (tr, Box::new(obj), movable)
+        }
         DefenseConfig::Hm { .. } => {
             let (tr, obj) = hm::plan(cfg, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
             let movable = TripletLayout { t: tr.len() }.movable(true, true, true);
@@ -240,11 +343,15 @@ pub fn perturb(
         }
     };
     let original = select_rows(&x, &TripletLayout::gather_index(&tr));
-    let skip = hm::skips_attack(cfg);
+    let mut pgd = cfg.pgd();
+    if let DefenseConfig::CaTride { progressive: true, .. } = cfg {
+        pgd.step = ca_tride::progressive_step(pgd.step, state.epoch, state.epochs);
+    }
+    let skip = hm::skips_attack(cfg) || pgd.step == 0.0;
     let adversarial = if skip {
         original.clone()
     } else {
-        engine::attack(net, 0, &original, Some(&movable), objective.as_ref(), &cfg.pgd(), 0)?
+        engine::attack(net, 0, &original, Some(&movable), objective.as_ref(), &pgd, 0)?
     };
     Ok(Perturbed {
         triplets: Some(tr),
@@ -272,6 +379,17 @@ pub fn defended_loss(
     match cfg {
         DefenseConfig::Est { .. } => Ok(est::outer(loss_cfg, net, params, pert, labels, rng)),
         DefenseConfig::Hm { ics: Some(lambda), .. } => Ok(hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda)),
+        DefenseConfig::CaTride {
+            mode,
+            gamma_tr,
+            beta_tr,
+            ..
+        } if !ca_tride::is_cap(*mode, state) => {
+            let emb = net.forward(pert.adversarial.clone().autodiff());
+            let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
+            let l_tr = ca_tride::top_rank_triplet(a, p, n, triplet_params(loss_cfg).0, *gamma_tr, *beta_tr);
+            Ok(triplet_outcome(loss_cfg, &pert, emb, Some(l_tr)))
+        }
         _ => {
             let emb = net.forward(pert.adversarial.clone().autodiff());
             Ok(triplet_outcome(loss_cfg, &pert, emb, None))
