@@ -98,6 +98,7 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "fashion-c2f2-est",
     "fashion-c2f2-hm-lga-ics",
     "fashion-c2f2-madry",
+    "fashion-c2f2-positive-perturbation",
     "fashion-c2f2-triplet",
     "inshop-resnet50-dro-kl",
     "inshop-resnet50-dro-topk",

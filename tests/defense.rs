@@ -319,3 +319,38 @@ fn collapseness_weights_closer_pairs_more() {
     let want = (0.1 * w[0] + 0.5 * w[1] + 0.9 * w[2]) / w.iter().sum::<f32>() - 1.0;
     assert!((c - want).abs() < 1e-6, "{c} vs {want}");
 }
+
+fn positive(target: &str, rate: f32) -> DefenseConfig {
+    let text = format!("kind = \"positive-perturbation\"\neps = {EPS}\nstep = 0.02\nsteps = 8\nrate = {rate}\ntarget = \"{target}\"\n");
+    toml::from_str(&text).unwrap()
+}
+
+#[test]
+fn positive_perturbation_moves_positives_away_from_anchors_at_the_attack_rate() {
+    let (exp, net, x, labels) = setup();
+    let d = Distance::NormalizedEuclidean;
+    let state = DefenseState::default();
+    let p = perturb(&positive("positive", 1.0), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    let ch = row_change(&p.adversarial, &p.original);
+    let [a, pos, neg] = thirds(&ch);
+    assert!(a.iter().chain(neg).all(|&c| c == 0.0), "only positives may move: {ch:?}");
+    assert!(pos.iter().all(|&c| c > 0.0 && c <= EPS + 1e-6));
+    let (a0, p0, _) = embed3(&net, &p.original);
+    let (a1, p1, _) = embed3(&net, &p.adversarial);
+    let (before, after) = (mean(d.rows(a0, p0)), mean(d.rows(a1, p1)));
+    assert!(after > before + 0.05, "d(a, p) {before} → {after}");
+    // Rate 0: nothing moves; rate 0.5 on 8 tuples: some but not all positives.
+    let none = perturb(&positive("positive", 0.0), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    assert!(row_change(&none.adversarial, &none.original).iter().all(|&c| c == 0.0));
+    let half = perturb(&positive("positive", 0.5), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    let moved = thirds(&row_change(&half.adversarial, &half.original))[1].iter().filter(|&&c| c > 0.0).count();
+    assert!(0 < moved && moved < 8, "{moved} of 8 positives moved at rate 0.5");
+    // Appendix F: the negative target pulls negatives toward the anchor, nothing else moves.
+    let n = perturb(&positive("negative", 1.0), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    let ch = row_change(&n.adversarial, &n.original);
+    let [a, pos, neg] = thirds(&ch);
+    assert!(a.iter().chain(pos).all(|&c| c == 0.0) && neg.iter().all(|&c| c > 0.0));
+    let (a0, _, n0) = embed3(&net, &n.original);
+    let (a1, _, n1) = embed3(&net, &n.adversarial);
+    assert!(mean(d.rows(a1, n1)) < mean(d.rows(a0, n0)));
+}

@@ -8,6 +8,7 @@ pub mod diagnostics;
 pub mod est;
 pub mod hm;
 pub mod madry;
+pub mod positive_perturbation;
 
 use crate::attack::engine::{self, Objective, Pgd};
 use crate::loss::distance::Distance;
@@ -69,6 +70,20 @@ pub enum DefenseConfig {
         #[serde(default)]
         ics: Option<f32>,
     },
+    /// Positive-perturbation robust DML: the positive of each tuple, with probability `rate`,
+    /// pushed away from its anchor; for the triplet and contrastive losses.
+    PositivePerturbation {
+        eps: f32,
+        step: f32,
+        steps: usize,
+        /// Attack rate P(γ = 1).
+        rate: f32,
+        #[serde(default)]
+        target: positive_perturbation::PerturbTarget,
+        /// λ of formulation 3 (Eq. 13): adds `λ·max_z d(f(z), f(x))` over the anchors.
+        #[serde(default)]
+        regularizer: Option<f32>,
+    },
     /// CA-TRIDE: CAP and ANP alternating per mini-batch under collapse awareness.
     CaTride {
         eps: f32,
@@ -120,6 +135,7 @@ impl DefenseConfig {
             DefenseConfig::Act { .. } => "act",
             DefenseConfig::Hm { .. } => "hm",
             DefenseConfig::CaTride { .. } => "ca-tride",
+            DefenseConfig::PositivePerturbation { .. } => "positive-perturbation",
         }
     }
 
@@ -129,7 +145,8 @@ impl DefenseConfig {
             | DefenseConfig::Est { eps, step, steps }
             | DefenseConfig::Act { eps, step, steps }
             | DefenseConfig::Hm { eps, step, steps, .. }
-            | DefenseConfig::CaTride { eps, step, steps, .. } => (eps, step, steps),
+            | DefenseConfig::CaTride { eps, step, steps, .. }
+            | DefenseConfig::PositivePerturbation { eps, step, steps, .. } => (eps, step, steps),
         };
         Pgd {
             eps,
@@ -142,6 +159,18 @@ impl DefenseConfig {
 
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {
         self.pgd().validate().map_err(|e| anyhow::anyhow!("defense.{e}"))?;
+        if let DefenseConfig::PositivePerturbation { rate, regularizer, .. } = self {
+            ensure!((0.0..=1.0).contains(rate), "defense.rate (P(γ = 1)) must be in [0, 1], got {rate}");
+            if let Some(l) = regularizer {
+                ensure!(l.is_finite() && *l >= 0.0, "defense.regularizer must be ≥ 0, got {l}");
+            }
+            ensure!(
+                matches!(loss, LossConfig::Triplet { .. } | LossConfig::Contrastive { .. }),
+                "defense positive-perturbation is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
+                loss.name()
+            );
+            return Ok(());
+        }
         let triplet_based = !matches!(self, DefenseConfig::Est { .. });
         if triplet_based && !matches!(loss, LossConfig::Triplet { .. }) {
             bail!(
@@ -336,6 +365,17 @@ pub fn perturb(
             };
             (tr, Box::new(obj), movable)
         }
+        DefenseConfig::PositivePerturbation { rate, target, .. } => {
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng);
+            let layout = TripletLayout { t: tr.len() };
+            let movable = positive_perturbation::plan(&layout, *target, *rate, rng);
+            let obj = positive_perturbation::Rho {
+                layout,
+                distance,
+                target: *target,
+            };
+            (tr, Box::new(obj), movable)
+        }
         DefenseConfig::Hm { .. } => {
             let (tr, obj) = hm::plan(cfg, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
             let movable = TripletLayout { t: tr.len() }.movable(true, true, true);
@@ -347,7 +387,7 @@ pub fn perturb(
     if let DefenseConfig::CaTride { progressive: true, .. } = cfg {
         pgd.step = ca_tride::progressive_step(pgd.step, state.epoch, state.epochs);
     }
-    let skip = hm::skips_attack(cfg) || pgd.step == 0.0;
+    let skip = hm::skips_attack(cfg) || pgd.step == 0.0 || !movable.iter().any(|&m| m);
     let adversarial = if skip {
         original.clone()
     } else {
@@ -379,6 +419,9 @@ pub fn defended_loss(
     match cfg {
         DefenseConfig::Est { .. } => Ok(est::outer(loss_cfg, net, params, pert, labels, rng)),
         DefenseConfig::Hm { ics: Some(lambda), .. } => Ok(hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda)),
+        DefenseConfig::PositivePerturbation { regularizer, .. } => {
+            positive_perturbation::outer(cfg, loss_cfg, net, &x, pert, *regularizer)
+        }
         DefenseConfig::CaTride {
             mode,
             gamma_tr,
@@ -437,3 +480,4 @@ pub(crate) fn triplet_outcome(
     };
     DefendedLoss { loss, adv_loss, diag }
 }
+
