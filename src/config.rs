@@ -89,6 +89,7 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "cub-resnet50-dro-topk-pn",
     "cub-resnet50-positive-perturbation-base",
     "fashion-c2f2-act",
+    "fashion-c2f2-advprop",
     "fashion-c2f2-ca-tride",
     "fashion-c2f2-dro-kl",
     "fashion-c2f2-dro-kl-g",
@@ -98,6 +99,7 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "fashion-c2f2-est",
     "fashion-c2f2-hm-lga-ics",
     "fashion-c2f2-madry",
+    "fashion-c2f2-mdprop",
     "fashion-c2f2-positive-perturbation",
     "fashion-c2f2-triplet",
     "inshop-resnet50-dro-kl",
@@ -116,6 +118,14 @@ impl Experiment {
         self.eval.validate()?;
         if let Some(d) = &self.defense {
             d.validate(&self.loss).context("in [defense]")?;
+            let has_bn = self.model.arch != crate::model::Arch::C2f2;
+            ensure!(
+                !has_bn || d.distributions().is_empty() || self.model.bn_sets == d.bn_sets(),
+                "defense {} generates {} distribution(s) besides the clean one: set model.bn_sets = {}",
+                d.name(),
+                d.bn_sets() - 1,
+                d.bn_sets()
+            );
         }
         let t = &self.train;
         ensure!(t.epochs >= 1, "train.epochs must be ≥ 1");

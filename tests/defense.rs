@@ -321,7 +321,9 @@ fn collapseness_weights_closer_pairs_more() {
 }
 
 fn positive(target: &str, rate: f32) -> DefenseConfig {
-    let text = format!("kind = \"positive-perturbation\"\neps = {EPS}\nstep = 0.02\nsteps = 8\nrate = {rate}\ntarget = \"{target}\"\n");
+    let text = format!(
+        "kind = \"positive-perturbation\"\neps = {EPS}\nstep = 0.02\nsteps = 8\nrate = {rate}\ntarget = \"{target}\"\n"
+    );
     toml::from_str(&text).unwrap()
 }
 
@@ -330,27 +332,122 @@ fn positive_perturbation_moves_positives_away_from_anchors_at_the_attack_rate() 
     let (exp, net, x, labels) = setup();
     let d = Distance::NormalizedEuclidean;
     let state = DefenseState::default();
-    let p = perturb(&positive("positive", 1.0), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    let p = perturb(
+        &positive("positive", 1.0),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &state,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
     let ch = row_change(&p.adversarial, &p.original);
     let [a, pos, neg] = thirds(&ch);
-    assert!(a.iter().chain(neg).all(|&c| c == 0.0), "only positives may move: {ch:?}");
+    assert!(
+        a.iter().chain(neg).all(|&c| c == 0.0),
+        "only positives may move: {ch:?}"
+    );
     assert!(pos.iter().all(|&c| c > 0.0 && c <= EPS + 1e-6));
     let (a0, p0, _) = embed3(&net, &p.original);
     let (a1, p1, _) = embed3(&net, &p.adversarial);
     let (before, after) = (mean(d.rows(a0, p0)), mean(d.rows(a1, p1)));
     assert!(after > before + 0.05, "d(a, p) {before} → {after}");
     // Rate 0: nothing moves; rate 0.5 on 8 tuples: some but not all positives.
-    let none = perturb(&positive("positive", 0.0), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    let none = perturb(
+        &positive("positive", 0.0),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &state,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
     assert!(row_change(&none.adversarial, &none.original).iter().all(|&c| c == 0.0));
-    let half = perturb(&positive("positive", 0.5), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
-    let moved = thirds(&row_change(&half.adversarial, &half.original))[1].iter().filter(|&&c| c > 0.0).count();
+    let half = perturb(
+        &positive("positive", 0.5),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &state,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    let moved = thirds(&row_change(&half.adversarial, &half.original))[1]
+        .iter()
+        .filter(|&&c| c > 0.0)
+        .count();
     assert!(0 < moved && moved < 8, "{moved} of 8 positives moved at rate 0.5");
     // Appendix F: the negative target pulls negatives toward the anchor, nothing else moves.
-    let n = perturb(&positive("negative", 1.0), &exp.loss, &net, &x, &labels, &state, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+    let n = perturb(
+        &positive("negative", 1.0),
+        &exp.loss,
+        &net,
+        &x,
+        &labels,
+        &state,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
     let ch = row_change(&n.adversarial, &n.original);
     let [a, pos, neg] = thirds(&ch);
     assert!(a.iter().chain(pos).all(|&c| c == 0.0) && neg.iter().all(|&c| c > 0.0));
     let (a0, _, n0) = embed3(&net, &n.original);
     let (a1, _, n1) = embed3(&net, &n.adversarial);
     assert!(mean(d.rows(a1, n1)) < mean(d.rows(a0, n0)));
+}
+
+#[test]
+fn mdprop_trains_separate_batch_norm_sets_and_infers_with_the_clean_one() {
+    use rdml::train::Trainer;
+    let exp = Experiment::load(
+        "synthetic-two-gaussians",
+        &[
+            "data.synthetic.shape=[3,32,32]".into(),
+            "data.synthetic.train=16".into(),
+            "data.synthetic.test=8".into(),
+            "model.embedding_dim=8".into(),
+            "model.bn_sets=3".into(),
+            "defense={kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"stax\"},{kind=\"mtax\",targets=3}]}"
+                .into(),
+        ],
+    )
+    .unwrap();
+    // A wrong number of BN sets is refused with the number needed.
+    let e = Experiment::load(
+        "synthetic-two-gaussians",
+        &["defense={kind=\"advprop\",eps=0.03,step=0.01,steps=2}".into()],
+    )
+    .err()
+    .map(|e| format!("{e:#}"))
+    .unwrap_or_default();
+    assert!(e.contains("model.bn_sets = 2"), "{e}");
+    let splits = exp.data.load(0).unwrap();
+    let dev = Device::default();
+    let trainer = Trainer::new(&exp, [3, 32, 32], &dev.clone().autodiff()).unwrap();
+    let b = load_batch(&splits.train, &(0..16).collect::<Vec<_>>(), None).unwrap();
+    let x = batch_tensor(&b, &dev.clone().autodiff());
+    let (trainer, loss, _) = trainer
+        .step(&exp, x, &b.labels, &mut ChaCha8Rng::seed_from_u64(0))
+        .unwrap();
+    assert!(loss.is_finite());
+    use burn::module::Module;
+    let net = trainer.net.valid();
+    let xt = batch_tensor(&b, &dev);
+    let per_set: Vec<Vec<f32>> = (0..3).map(|s| to_host(&net.forward_set(xt.clone(), s))).collect();
+    // Each set saw its own distribution, so their running statistics (and outputs) now differ.
+    assert_ne!(per_set[0], per_set[1]);
+    assert_ne!(per_set[1], per_set[2]);
+    // Evaluation embeds with the clean set only.
+    let set = splits.train.subset("t", &(0..16).collect::<Vec<_>>());
+    let e = rdml::eval::embed(&trainer.net, &set, 16, &dev).unwrap();
+    let worst = e
+        .data
+        .iter()
+        .zip(&per_set[0])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-5, "embed differs from BN set 0 by {worst}");
 }

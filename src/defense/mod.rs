@@ -8,6 +8,7 @@ pub mod diagnostics;
 pub mod est;
 pub mod hm;
 pub mod madry;
+pub mod mdprop;
 pub mod positive_perturbation;
 
 use crate::attack::engine::{self, Objective, Pgd};
@@ -84,6 +85,15 @@ pub enum DefenseConfig {
         #[serde(default)]
         regularizer: Option<f32>,
     },
+    /// MDProp: extra generated distributions (STAX, MTAX, UX), each with its own BN set.
+    Mdprop {
+        eps: f32,
+        step: f32,
+        steps: usize,
+        distributions: Vec<mdprop::Generated>,
+    },
+    /// AdvProp-D: MDProp with one extra BN set and STAX.
+    Advprop { eps: f32, step: f32, steps: usize },
     /// CA-TRIDE: CAP and ANP alternating per mini-batch under collapse awareness.
     CaTride {
         eps: f32,
@@ -136,6 +146,8 @@ impl DefenseConfig {
             DefenseConfig::Hm { .. } => "hm",
             DefenseConfig::CaTride { .. } => "ca-tride",
             DefenseConfig::PositivePerturbation { .. } => "positive-perturbation",
+            DefenseConfig::Mdprop { .. } => "mdprop",
+            DefenseConfig::Advprop { .. } => "advprop",
         }
     }
 
@@ -146,7 +158,9 @@ impl DefenseConfig {
             | DefenseConfig::Act { eps, step, steps }
             | DefenseConfig::Hm { eps, step, steps, .. }
             | DefenseConfig::CaTride { eps, step, steps, .. }
-            | DefenseConfig::PositivePerturbation { eps, step, steps, .. } => (eps, step, steps),
+            | DefenseConfig::PositivePerturbation { eps, step, steps, .. }
+            | DefenseConfig::Mdprop { eps, step, steps, .. }
+            | DefenseConfig::Advprop { eps, step, steps } => (eps, step, steps),
         };
         Pgd {
             eps,
@@ -157,10 +171,38 @@ impl DefenseConfig {
         }
     }
 
+    /// The generated distributions of MDProp / AdvProp-D (empty for the other defenses).
+    pub fn distributions(&self) -> Vec<mdprop::Generated> {
+        match self {
+            DefenseConfig::Mdprop { distributions, .. } => distributions.clone(),
+            DefenseConfig::Advprop { .. } => vec![mdprop::Generated::Stax],
+            _ => vec![],
+        }
+    }
+
+    /// Batch-norm sets the model needs: one per distribution (clean included).
+    pub fn bn_sets(&self) -> usize {
+        1 + self.distributions().len()
+    }
+
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {
         self.pgd().validate().map_err(|e| anyhow::anyhow!("defense.{e}"))?;
+        if matches!(self, DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. }) {
+            let d = self.distributions();
+            ensure!(
+                !d.is_empty(),
+                "defense.distributions must list at least one of stax, mtax, ux"
+            );
+            for g in &d {
+                ensure!(g.targets().0 >= 1, "defense.distributions: targets must be ≥ 1");
+            }
+            return Ok(());
+        }
         if let DefenseConfig::PositivePerturbation { rate, regularizer, .. } = self {
-            ensure!((0.0..=1.0).contains(rate), "defense.rate (P(γ = 1)) must be in [0, 1], got {rate}");
+            ensure!(
+                (0.0..=1.0).contains(rate),
+                "defense.rate (P(γ = 1)) must be in [0, 1], got {rate}"
+            );
             if let Some(l) = regularizer {
                 ensure!(l.is_finite() && *l >= 0.0, "defense.regularizer must be ≥ 0, got {l}");
             }
@@ -304,6 +346,18 @@ pub fn perturb(
     let x = x.clone().without_autodiff();
     let (distance, _) = triplet_params(loss_cfg);
     let (tr, objective, movable): (Triplets, Box<dyn Objective>, Vec<bool>) = match cfg {
+        DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. } => {
+            // The first generated distribution (the others differ only in their objective).
+            let generated = mdprop::generate(cfg, &cfg.distributions(), net, &x, (&clean, dim), labels, rng)?;
+            let adversarial = generated.into_iter().next().unwrap_or_else(|| x.clone());
+            return Ok(Perturbed {
+                triplets: None,
+                clean,
+                dim,
+                original: x,
+                adversarial,
+            });
+        }
         DefenseConfig::Est { .. } => {
             let adversarial = est::perturb(cfg, net, &x, &clean, dim)?;
             return Ok(Perturbed {
@@ -415,6 +469,9 @@ pub fn defended_loss(
     state: &DefenseState,
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
+    if matches!(cfg, DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. }) {
+        return mdprop::loss(cfg, &cfg.distributions(), loss_cfg, net, params, x, labels, rng);
+    }
     let pert = perturb(cfg, loss_cfg, net, &x, labels, state, rng)?;
     match cfg {
         DefenseConfig::Est { .. } => Ok(est::outer(loss_cfg, net, params, pert, labels, rng)),
@@ -480,4 +537,3 @@ pub(crate) fn triplet_outcome(
     };
     DefendedLoss { loss, adv_loss, diag }
 }
-

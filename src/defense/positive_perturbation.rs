@@ -93,10 +93,17 @@ pub fn outer(
                 0,
             )?;
             let all = net.forward(Tensor::cat(
-                vec![pert.adversarial.clone(), es, anchors].into_iter().map(|v| v.autodiff()).collect(),
+                vec![pert.adversarial.clone(), es, anchors]
+                    .into_iter()
+                    .map(|v| v.autodiff())
+                    .collect(),
                 0,
             ));
-            let (e3, e_es, e_a) = (all.clone().narrow(0, 0, 3 * t), all.clone().narrow(0, 3 * t, t), all.narrow(0, 4 * t, t));
+            let (e3, e_es, e_a) = (
+                all.clone().narrow(0, 0, 3 * t),
+                all.clone().narrow(0, 3 * t, t),
+                all.narrow(0, 4 * t, t),
+            );
             (e3, Some(distance.rows(e_es, e_a).mean().mul_scalar(lambda)))
         }
         None => (net.forward(pert.adversarial.clone().autodiff()), None),

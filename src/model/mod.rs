@@ -60,6 +60,11 @@ impl ModelConfig {
     pub fn validate(&self) -> Result<()> {
         ensure!(self.embedding_dim >= 1, "model.embedding_dim must be ≥ 1");
         ensure!(
+            self.arch != Arch::C2f2 || self.bn_sets == 1,
+            "model.bn_sets = {}: C2F2 has no batch norm, so it must be 1",
+            self.bn_sets
+        );
+        ensure!(
             (1..=8).contains(&self.bn_sets),
             "model.bn_sets must be in 1..=8, got {}",
             self.bn_sets
