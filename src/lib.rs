@@ -4,6 +4,7 @@
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
 
 pub mod attack;
+pub mod compare;
 pub mod config;
 pub mod data;
 pub mod defense;

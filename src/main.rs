@@ -49,6 +49,32 @@ enum Cmd {
         /// Override any config key, e.g. --set loss.margin=0.1 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// The defense as an inline TOML table, e.g. '{kind="act",eps=0.302,step=0.0118,steps=32}',
+        /// or `none` to train the config without its defense.
+        #[arg(long)]
+        defense: Option<String>,
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Train (or load) each config under --out/<name>, run the robustness suite on each, and write
+    /// one table: clean R@1, MAP@R, NMI, ERS, ARS, training time (compare.md, compare.json).
+    Compare {
+        /// Experiment configs (TOML files or preset names).
+        #[arg(long, num_args = 1.., required = true)]
+        configs: Vec<String>,
+        #[arg(long)]
+        out: PathBuf,
+        /// Overrides applied to every config (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        #[arg(long)]
+        epochs: Option<usize>,
+        #[arg(long)]
+        max_batches: Option<usize>,
+        #[arg(long, default_value = "rob28")]
+        profile: String,
+        #[command(flatten)]
+        budget: Budget,
         #[arg(long)]
         quiet: bool,
     },
@@ -254,9 +280,17 @@ fn run(cli: Cli) -> Result<()> {
             epochs,
             max_batches,
             set,
+            defense,
             quiet,
         } => {
-            let exp = Experiment::load(&config, &overrides(epochs, max_batches, &set))?;
+            let mut o = overrides(epochs, max_batches, &set);
+            if let Some(d) = defense.as_deref().filter(|d| *d != "none") {
+                o.push(format!("defense={d}"));
+            }
+            let mut exp = Experiment::load(&config, &o)?;
+            if defense.as_deref() == Some("none") {
+                exp.defense = None;
+            }
             let rep = train(
                 &exp,
                 &TrainOptions {
@@ -364,6 +398,33 @@ fn run(cli: Cli) -> Result<()> {
                     &serde_json::json!({"model": model, "profile": profile, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
                 )?;
             }
+        }
+        Cmd::Compare {
+            configs,
+            out,
+            set,
+            epochs,
+            max_batches,
+            profile,
+            budget,
+            quiet,
+        } => {
+            let o = overrides(epochs, max_batches, &set);
+            let exps = configs
+                .iter()
+                .map(|c| Experiment::load(c, &o))
+                .collect::<Result<Vec<_>>>()?;
+            let opts = rdml::compare::CompareOptions {
+                out: out.clone(),
+                pgd: budget.pgd(&profile)?,
+                queries: budget.queries,
+                batch: budget.batch,
+                seed: budget.seed,
+                progress: !quiet,
+            };
+            let rows = rdml::compare::compare(&exps, &opts, &device)?;
+            print!("{}", rdml::compare::markdown(&rows));
+            println!("Wrote {}/compare.md and compare.json.", out.display());
         }
         Cmd::Presets { name } => match name {
             None => {
