@@ -9,7 +9,7 @@
 use crate::model::EmbeddingNet;
 use anyhow::{Result, ensure};
 use burn::module::Module;
-use burn::tensor::{Device, Distribution, Tensor};
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,7 +87,9 @@ impl Target<'_> {
 }
 
 /// Runs the attack on `x` (`[b, c, h, w]` in [0, 1], on a plain device) and returns the
-/// adversarial images. `movable` (per row, optional) freezes the rows marked `false`.
+/// adversarial images. `movable` (per row, optional) freezes the rows marked `false`: their
+/// embeddings are computed once (evaluation mode makes rows independent) and only the movable rows
+/// are forwarded at each step, while the objective still sees all `b` embeddings in order.
 /// `seed` drives the random start.
 pub fn attack(
     model: &EmbeddingNet,
@@ -104,19 +106,33 @@ pub fn attack(
     let device: Device = x.device().without_autodiff();
     let x0 = x.clone().without_autodiff();
     let [b, _, _, _] = x0.dims();
-    let mask: Option<Tensor<4>> = movable.map(|m| {
-        let v: Vec<f32> = m.iter().map(|&t| f32::from(u8::from(t))).collect();
-        Tensor::<1>::from_floats(v.as_slice(), &device).reshape([b, 1, 1, 1])
-    });
-    let masked = |t: Tensor<4>| match &mask {
-        Some(m) => t * m.clone(),
-        None => t,
+    if let Some(m) = movable {
+        ensure!(m.len() == b, "attack: {} movable flags for {b} rows", m.len());
+    }
+    let all_move = movable.is_none_or(|m| m.iter().all(|&t| t));
+    let index = |v: &[usize]| -> Tensor<1, Int> {
+        Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&i| i as i64).collect(), [v.len()]), &device)
     };
-    let mut xa = x0.clone();
+    // Rows that move, rows that stay, and the order that puts [moving; fixed] back into place.
+    let (moving, fixed): (Vec<usize>, Vec<usize>) = match movable {
+        Some(m) if !all_move => (0..b).partition(|&i| m[i]),
+        _ => ((0..b).collect(), vec![]),
+    };
+    if moving.is_empty() {
+        return Ok(x0);
+    }
+    let mut inverse = vec![0usize; b];
+    for (pos, &row) in moving.iter().chain(&fixed).enumerate() {
+        inverse[row] = pos;
+    }
+    let (inverse, restore) = (index(&inverse), !fixed.is_empty());
+    let x_move0 = if restore { x0.clone().select(0, index(&moving)) } else { x0.clone() };
+    let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
+    let mut xa = x_move0.clone();
     if pgd.random_start && pgd.eps > 0.0 {
         device.seed(seed);
         let noise = Tensor::<4>::random(
-            x0.shape(),
+            x_move0.shape(),
             Distribution::Uniform(-pgd.eps as f64, pgd.eps as f64),
             &device,
         );
@@ -124,14 +140,16 @@ pub fn attack(
             Norm::Linf => noise,
             Norm::L2 => project_l2(noise, pgd.eps),
         };
-        xa = (xa + masked(noise)).clamp(0.0, 1.0);
+        xa = (xa + noise).clamp(0.0, 1.0);
     }
-    let ad = device.clone().autodiff();
     let mut prev: Option<f32> = None;
     for k in 0..pgd.steps {
         let xi = xa.clone().autodiff().require_grad();
-        debug_assert!(xi.device().is_autodiff() || ad.is_autodiff());
-        let emb = target.embed(xi.clone());
+        let moved = target.embed(xi.clone());
+        let emb = match &fixed_emb {
+            Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
+            None => moved,
+        };
         if objective.done(&emb.clone().detach(), prev, k) {
             break;
         }
@@ -147,15 +165,19 @@ pub fn attack(
                 (g / n).mul_scalar(pgd.step)
             }
         };
-        xa = xa - masked(delta);
-        let d = xa.clone() - x0.clone();
+        xa = xa - delta;
+        let d = xa.clone() - x_move0.clone();
         let d = match pgd.norm {
             Norm::Linf => d.clamp(-pgd.eps, pgd.eps),
             Norm::L2 => project_l2(d, pgd.eps),
         };
-        xa = (x0.clone() + d).clamp(0.0, 1.0);
+        xa = (x_move0.clone() + d).clamp(0.0, 1.0);
     }
-    Ok(xa)
+    Ok(if restore {
+        Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)
+    } else {
+        xa
+    })
 }
 
 /// Scales each row of `d` down to L2 norm ≤ ε.
