@@ -111,7 +111,10 @@ pub fn attack(
     }
     let all_move = movable.is_none_or(|m| m.iter().all(|&t| t));
     let index = |v: &[usize]| -> Tensor<1, Int> {
-        Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&i| i as i64).collect(), [v.len()]), &device)
+        Tensor::<1, Int>::from_data(
+            TensorData::new(v.iter().map(|&i| i as i64).collect(), [v.len()]),
+            &device,
+        )
     };
     // Rows that move, rows that stay, and the order that puts [moving; fixed] back into place.
     let (moving, fixed): (Vec<usize>, Vec<usize>) = match movable {
@@ -126,7 +129,11 @@ pub fn attack(
         inverse[row] = pos;
     }
     let (inverse, restore) = (index(&inverse), !fixed.is_empty());
-    let x_move0 = if restore { x0.clone().select(0, index(&moving)) } else { x0.clone() };
+    let x_move0 = if restore {
+        x0.clone().select(0, index(&moving))
+    } else {
+        x0.clone()
+    };
     let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
     let mut xa = x_move0.clone();
     if pgd.random_start && pgd.eps > 0.0 {
