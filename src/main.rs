@@ -97,7 +97,8 @@ enum Cmd {
     Attack {
         #[arg(long)]
         model: PathBuf,
-        /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN (nearest-neighbour, Algorithm 1), STAX,
+        /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN (nearest-neighbour, Algorithm 1), NN-CW[:κ]
+        /// (the same with Carlini–Wagner's margin loss, confidence κ, default 0), STAX,
         /// MTAX[:T] or UX[:T] (MDProp's feature-space examples, T targets, default 5).
         #[arg(long)]
         attack: String,

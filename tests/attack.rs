@@ -121,6 +121,13 @@ fn attacks_move_their_objectives_and_eps_zero_is_clean() {
     let nn0 = score(AttackKind::Nn, &zero, "R@1");
     let nn1 = score(AttackKind::Nn, &strong, "R@1");
     assert!(nn1 < nn0 / 2.0, "NN R@1 {nn0} → {nn1}");
+    // C&W's margin: ε = 0 keeps the clean Recall@1, the budget drops it like the distance loss.
+    let cw = AttackKind::parse("NN-CW:0.05").unwrap();
+    assert_eq!(cw, AttackKind::NnCw { kappa: 0.05 });
+    assert!(AttackKind::parse("NN-CW:-1").is_err());
+    let (w0, w1) = (score(cw, &zero, "R@1"), score(cw, &strong, "R@1"));
+    assert_eq!(w0, nn0);
+    assert!(w1 < w0 / 2.0, "NN-CW R@1 {w0} → {w1}");
     assert_eq!(score(AttackKind::Gtt, &zero, "GTT"), 100.0);
     let t0 = score(AttackKind::Tma, &zero, "TMA");
     let t1 = score(AttackKind::Tma, &strong, "TMA");

@@ -3,8 +3,9 @@
 //! the positive-perturbation paper (its Algorithm 1).
 
 use super::engine::{Objective, Pgd, attack};
+use super::objective::nn::{AwayFromNeighbour, CwMargin};
 use super::objective::rank::{CandidateAttack, Direction, QueryAttack};
-use super::objective::{dist_to_all, nn::AwayFromNeighbour, shift::EmbeddingShift, targets};
+use super::objective::{dist_to_all, shift::EmbeddingShift, targets};
 use crate::data::ImageSet;
 use crate::data::loader;
 use crate::eval::knn::{Embeddings, top_k};
@@ -21,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// The attacks rdml runs by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum AttackKind {
     #[serde(rename = "CA+")]
     CaPlus,
@@ -44,6 +45,9 @@ pub enum AttackKind {
     /// Nearest-neighbour attack (positive-perturbation paper, Algorithm 1).
     #[serde(rename = "NN")]
     Nn,
+    /// The same attack with Carlini–Wagner's margin loss (confidence κ) instead of the distance.
+    #[serde(rename = "NN-CW")]
+    NnCw { kappa: f32 },
     /// MDProp's single-targeted feature-space AX (one random target of another class).
     #[serde(rename = "STAX")]
     Stax,
@@ -79,6 +83,17 @@ impl AttackKind {
             "GTM" => Self::Gtm,
             "GTT" => Self::Gtt,
             "NN" => Self::Nn,
+            o if o.starts_with("NN-CW") => {
+                let kappa = match o.split_once(':') {
+                    Some((_, k)) => k
+                        .parse::<f32>()
+                        .ok()
+                        .filter(|k| k.is_finite() && *k >= 0.0)
+                        .with_context(|| format!("attack '{o}': κ after ':' must be a number ≥ 0"))?,
+                    None => 0.0,
+                };
+                Self::NnCw { kappa }
+            }
             "STAX" => Self::Stax,
             o if o.starts_with("MTAX") || o.starts_with("UX") => {
                 let (head, t) = o.split_once(':').unwrap_or((o, "5"));
@@ -94,7 +109,7 @@ impl AttackKind {
                 }
             }
             o => bail!(
-                "unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN, STAX, MTAX[:T] or UX[:T]"
+                "unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN, NN-CW[:κ], STAX, MTAX[:T] or UX[:T]"
             ),
         })
     }
@@ -110,6 +125,7 @@ impl AttackKind {
             Self::Gtm => "GTM",
             Self::Gtt => "GTT",
             Self::Nn => "NN",
+            Self::NnCw { .. } => "NN-CW",
             Self::Stax => "STAX",
             Self::Mtax { .. } => "MTAX",
             Self::Ux { .. } => "UX",
@@ -371,7 +387,7 @@ pub fn run(
                 );
                 attacked.extend(adv.data);
             }
-            AttackKind::Es | AttackKind::Ltm | AttackKind::Gtm | AttackKind::Nn => {
+            AttackKind::Es | AttackKind::Ltm | AttackKind::Gtm | AttackKind::Nn | AttackKind::NnCw { .. } => {
                 let (obj, movable): (Box<dyn Objective>, Option<Vec<bool>>) = match kind {
                     AttackKind::Es => (Box::new(EmbeddingShift { clean: ctx.rows(chunk) }), None),
                     AttackKind::Ltm => {
@@ -431,12 +447,25 @@ pub fn run(
                             .map(|(&qi, nb)| labels[nb[0].1 as usize] == labels[qi])
                             .collect();
                         let tidx: Vec<usize> = nbrs.iter().map(|nb| nb[0].1 as usize).collect();
-                        (
-                            Box::new(AwayFromNeighbour {
+                        let obj: Box<dyn Objective> = match kind {
+                            AttackKind::NnCw { kappa } => {
+                                let other: Vec<bool> = chunk
+                                    .iter()
+                                    .flat_map(|&qi| (0..n).map(move |j| labels[j] != labels[qi]))
+                                    .collect();
+                                Box::new(CwMargin {
+                                    neighbour: ctx.rows(&tidx),
+                                    candidates: ctx.cand.clone(),
+                                    cand_sq: ctx.cand_sq.clone(),
+                                    other: Tensor::<2, Bool>::from_data(TensorData::new(other, [b, n]), &ctx.device),
+                                    kappa,
+                                })
+                            }
+                            _ => Box::new(AwayFromNeighbour {
                                 neighbour: ctx.rows(&tidx),
                             }),
-                            Some(ok),
-                        )
+                        };
+                        (obj, Some(ok))
                     }
                 };
                 let xa = attack(&ctx.model, 0, &x, movable.as_deref(), obj.as_ref(), pgd, aseed)?;
@@ -473,7 +502,7 @@ pub fn run(
                         add("ES:D", shift);
                         add("ES:R", r1 * b as f64);
                     }
-                    AttackKind::Nn => {
+                    AttackKind::Nn | AttackKind::NnCw { .. } => {
                         add("R@1", r1 * b as f64);
                         add("MAP@R", 100.0 * m.map_at_r * scored);
                     }
