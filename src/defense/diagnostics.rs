@@ -69,7 +69,7 @@ pub fn triplet_distances(e: &[f32], dim: usize, t: &Triplets, d: Distance) -> Ve
 /// `(d(ã,p̃), d(ã,ñ))` of the same triplets after perturbation, with the loss margin.
 pub fn batch(e: &[f32], dim: usize, t: &Triplets, d: Distance, adv: Option<(&[(f64, f64)], f32)>) -> BatchDiagnostics {
     let n = e.len() / dim.max(1);
-    let dm = d.host_matrix(e, n, dim);
+    let dm = d.host_matrix_fast(e, n, dim);
     let pairs = (n * n.saturating_sub(1)).max(1) as f64;
     let mean_distance = dm.iter().map(|&x| x as f64).sum::<f64>() / pairs;
     let clean = triplet_distances(e, dim, t, d);

@@ -395,7 +395,12 @@ pub fn mine_triplets(cfg: &LossConfig, host: &[f32], dim: usize, labels: &[u32],
         _ => (Miner::Random, Anchors::Pairs, 0.2, 0.0, None),
     };
     let n = labels.len();
-    let dist = cfg.distance().host_matrix(host, n, dim);
+    // Random negatives need no distances.
+    let dist = if miner == Miner::Random {
+        vec![]
+    } else {
+        cfg.distance().host_matrix_fast(host, n, dim)
+    };
     let pairs = miner::anchor_pairs(labels, anchors, rng);
     let opt = MineOptions {
         margin,
