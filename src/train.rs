@@ -124,8 +124,7 @@ impl Trainer {
                 let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng);
                 let tr = match &out.triplets {
                     Some(t) => t.clone(),
-                    // Their own generator, so that logging leaves the training stream unchanged.
-                    None => diagnostics::spc2_random_triplets(labels, &mut rand::SeedableRng::seed_from_u64(0)),
+                    None => diagnostics::spc2_random_triplets(labels),
                 };
                 let diag = diagnostics::batch(&host, dim, &tr, exp.loss.distance(), None);
                 (out.loss, diag)

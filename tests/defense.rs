@@ -6,7 +6,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rdml::config::Experiment;
 use rdml::data::loader::load_batch;
-use rdml::defense::{DefenseConfig, DefenseState, Destination, HmObjective, TripletLayout, perturb};
+use rdml::defense::{DefenseConfig, DefenseState, Destination, HmObjective, Perturbed, TripletLayout, perturb};
 use rdml::eval::batch_tensor;
 use rdml::loss::distance::Distance;
 use rdml::loss::miner::Miner;
@@ -15,7 +15,22 @@ use rdml::model::EmbeddingNet;
 
 const EPS: f32 = 0.1;
 
-fn setup() -> (Experiment, EmbeddingNet, Tensor<4>, Vec<u32>) {
+/// A small model and one SPC-2 batch; `run` applies a defense's inner maximisation to it.
+struct Batch {
+    exp: Experiment,
+    net: EmbeddingNet,
+    x: Tensor<4>,
+    labels: Vec<u32>,
+}
+
+impl Batch {
+    fn run(&self, cfg: &DefenseConfig, state: &DefenseState) -> Perturbed {
+        let rng = &mut ChaCha8Rng::seed_from_u64(0);
+        perturb(cfg, &self.exp.loss, &self.net, &self.x, &self.labels, state, rng).unwrap()
+    }
+}
+
+fn setup() -> Batch {
     let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
     let splits = exp.data.load(0).unwrap();
     let dev = Device::default();
@@ -30,7 +45,12 @@ fn setup() -> (Experiment, EmbeddingNet, Tensor<4>, Vec<u32>) {
     }
     let b = load_batch(&splits.train, &idx, None).unwrap();
     let x = batch_tensor(&b, &dev);
-    (exp, net, x, b.labels)
+    Batch {
+        exp,
+        net,
+        x,
+        labels: b.labels,
+    }
 }
 
 fn pgd_cfg(kind: &str) -> DefenseConfig {
@@ -62,49 +82,33 @@ fn mean(t: Tensor<1>) -> f32 {
 
 #[test]
 fn act_moves_positives_and_negatives_toward_each_other_and_not_the_anchor() {
-    let (exp, net, x, labels) = setup();
-    let p = perturb(
-        &pgd_cfg("act"),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &DefenseState::default(),
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let b = setup();
+    let Batch { net, .. } = &b;
+    let p = b.run(&pgd_cfg("act"), &DefenseState::default());
     let ch = row_change(&p.adversarial, &p.original);
     let [a, pos, neg] = thirds(&ch);
     assert!(a.iter().all(|&c| c == 0.0), "anchors moved: {a:?}");
     assert!(pos.iter().chain(neg).all(|&c| c > 0.0 && c <= EPS + 1e-6), "{ch:?}");
     let d = Distance::NormalizedEuclidean;
-    let (_, p0, n0) = embed3(&net, &p.original);
-    let (_, p1, n1) = embed3(&net, &p.adversarial);
+    let (_, p0, n0) = embed3(net, &p.original);
+    let (_, p1, n1) = embed3(net, &p.adversarial);
     let (before, after) = (mean(d.rows(p0, n0)), mean(d.rows(p1, n1)));
     assert!(after < 0.7 * before, "d(p, n) {before} → {after}");
 }
 
 #[test]
 fn madry_moves_the_whole_triplet_and_raises_its_hardness() {
-    let (exp, net, x, labels) = setup();
-    let p = perturb(
-        &pgd_cfg("madry"),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &DefenseState::default(),
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let b = setup();
+    let Batch { net, .. } = &b;
+    let p = b.run(&pgd_cfg("madry"), &DefenseState::default());
     assert!(
         row_change(&p.adversarial, &p.original)
             .iter()
             .all(|&c| c > 0.0 && c <= EPS + 1e-6)
     );
     let d = Distance::NormalizedEuclidean;
-    let (a0, p0, n0) = embed3(&net, &p.original);
-    let (a1, p1, n1) = embed3(&net, &p.adversarial);
+    let (a0, p0, n0) = embed3(net, &p.original);
+    let (a1, p1, n1) = embed3(net, &p.adversarial);
     let h0 = mean(rdml::defense::hardness(a0, p0, n0, d));
     let h1 = mean(rdml::defense::hardness(a1, p1, n1, d));
     assert!(h1 > h0 + 0.1, "hardness {h0} → {h1}");
@@ -112,20 +116,12 @@ fn madry_moves_the_whole_triplet_and_raises_its_hardness() {
 
 #[test]
 fn est_shifts_every_image_and_the_shift_grows_with_eps() {
-    let (exp, net, x, labels) = setup();
+    let b = setup();
+    let Batch { net, x, .. } = &b;
     let shift = |eps: f32| {
         let cfg: DefenseConfig =
             toml::from_str(&format!("kind = \"est\"\neps = {eps}\nstep = 0.01\nsteps = 8\n")).unwrap();
-        let p = perturb(
-            &cfg,
-            &exp.loss,
-            &net,
-            &x,
-            &labels,
-            &DefenseState::default(),
-            &mut ChaCha8Rng::seed_from_u64(0),
-        )
-        .unwrap();
+        let p = b.run(&cfg, &DefenseState::default());
         assert_eq!(p.adversarial.dims(), x.dims());
         let moved = row_change(&p.adversarial, &p.original);
         let e0 = net.forward(p.original.clone());
@@ -154,25 +150,17 @@ fn hm(destination: Destination, source: Miner) -> DefenseConfig {
 
 #[test]
 fn hm_stops_at_the_destination_hardness() {
-    let (exp, net, x, labels) = setup();
+    let b = setup();
+    let Batch { net, .. } = &b;
     // LGA with ℓ̄_{t−1} = 0.1 and γ = 0.2: H_D = −0.1 for every triplet.
     let state = DefenseState {
         prev_loss: 0.1,
         ..DefenseState::default()
     };
-    let p = perturb(
-        &hm(Destination::Lga, Miner::Random),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &state,
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let p = b.run(&hm(Destination::Lga, Miner::Random), &state);
     let d = Distance::NormalizedEuclidean;
-    let (a0, p0, n0) = embed3(&net, &p.original);
-    let (a1, p1, n1) = embed3(&net, &p.adversarial);
+    let (a0, p0, n0) = embed3(net, &p.original);
+    let (a1, p1, n1) = embed3(net, &p.adversarial);
     let h0 = to_host(&rdml::defense::hardness(a0, p0, n0, d).unsqueeze_dim(1));
     let h1 = to_host(&rdml::defense::hardness(a1, p1, n1, d).unsqueeze_dim(1));
     let ch = row_change(&p.adversarial, &p.original);
@@ -200,17 +188,8 @@ fn hm_stops_at_the_destination_hardness() {
 
 #[test]
 fn hm_with_equal_source_and_destination_does_not_attack() {
-    let (exp, net, x, labels) = setup();
-    let p = perturb(
-        &hm(Destination::Semihard, Miner::Semihard),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &DefenseState::default(),
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let b = setup();
+    let p = b.run(&hm(Destination::Semihard, Miner::Semihard), &DefenseState::default());
     assert!(row_change(&p.adversarial, &p.original).iter().all(|&c| c == 0.0));
 }
 
@@ -240,23 +219,15 @@ fn at(steps_done: u64) -> DefenseState {
 
 #[test]
 fn ca_tride_alternates_cap_and_anp_and_each_moves_only_its_items() {
-    let (exp, net, x, labels) = setup();
+    let b = setup();
+    let Batch { net, .. } = &b;
     let d = Distance::NormalizedEuclidean;
     let collapseness = |x: &Tensor<4>| {
-        let (a, p, n) = embed3(&net, x);
+        let (a, p, n) = embed3(net, x);
         rdml::defense::ca_tride::collapseness(d.rows(a.clone(), p), d.rows(a, n), 10.0).into_scalar::<f32>()
     };
     // Step 0 (CAP): anchors frozen, candidates moved, collapseness raised.
-    let cap = perturb(
-        &ca_tride("tride"),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &at(0),
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let cap = b.run(&ca_tride("tride"), &at(0));
     let ch = row_change(&cap.adversarial, &cap.original);
     let [a, p, n] = thirds(&ch);
     assert!(a.iter().all(|&c| c == 0.0), "CAP moved anchors");
@@ -264,31 +235,13 @@ fn ca_tride_alternates_cap_and_anp_and_each_moves_only_its_items() {
     let (c0, c1) = (collapseness(&cap.original), collapseness(&cap.adversarial));
     assert!(c1 > c0, "CAP: C {c0} → {c1}");
     // Step 1 (ANP): only anchors move.
-    let anp = perturb(
-        &ca_tride("tride"),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &at(1),
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let anp = b.run(&ca_tride("tride"), &at(1));
     let ch = row_change(&anp.adversarial, &anp.original);
     let [a, p, n] = thirds(&ch);
     assert!(p.iter().chain(n).all(|&c| c == 0.0), "ANP moved candidates");
     assert!(a.iter().all(|&c| c > 0.0 && c <= EPS + 1e-6), "{ch:?}");
     // CAP-only never perturbs anchors, whatever the step.
-    let only = perturb(
-        &ca_tride("cap-only"),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &at(1),
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let only = b.run(&ca_tride("cap-only"), &at(1));
     assert!(
         thirds(&row_change(&only.adversarial, &only.original))[0]
             .iter()
@@ -296,16 +249,7 @@ fn ca_tride_alternates_cap_and_anp_and_each_moves_only_its_items() {
     );
     // First epoch: the progressive step is zero, nothing moves.
     let first = DefenseState { epoch: 0, ..at(0) };
-    let none = perturb(
-        &ca_tride("tride"),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &first,
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let none = b.run(&ca_tride("tride"), &first);
     assert!(row_change(&none.adversarial, &none.original).iter().all(|&c| c == 0.0));
 }
 
@@ -329,19 +273,11 @@ fn positive(target: &str, rate: f32) -> DefenseConfig {
 
 #[test]
 fn positive_perturbation_moves_positives_away_from_anchors_at_the_attack_rate() {
-    let (exp, net, x, labels) = setup();
+    let b = setup();
+    let Batch { net, .. } = &b;
     let d = Distance::NormalizedEuclidean;
     let state = DefenseState::default();
-    let p = perturb(
-        &positive("positive", 1.0),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &state,
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let p = b.run(&positive("positive", 1.0), &state);
     let ch = row_change(&p.adversarial, &p.original);
     let [a, pos, neg] = thirds(&ch);
     assert!(
@@ -349,53 +285,26 @@ fn positive_perturbation_moves_positives_away_from_anchors_at_the_attack_rate() 
         "only positives may move: {ch:?}"
     );
     assert!(pos.iter().all(|&c| c > 0.0 && c <= EPS + 1e-6));
-    let (a0, p0, _) = embed3(&net, &p.original);
-    let (a1, p1, _) = embed3(&net, &p.adversarial);
+    let (a0, p0, _) = embed3(net, &p.original);
+    let (a1, p1, _) = embed3(net, &p.adversarial);
     let (before, after) = (mean(d.rows(a0, p0)), mean(d.rows(a1, p1)));
     assert!(after > before + 0.05, "d(a, p) {before} → {after}");
     // Rate 0: nothing moves; rate 0.5 on 8 tuples: some but not all positives.
-    let none = perturb(
-        &positive("positive", 0.0),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &state,
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let none = b.run(&positive("positive", 0.0), &state);
     assert!(row_change(&none.adversarial, &none.original).iter().all(|&c| c == 0.0));
-    let half = perturb(
-        &positive("positive", 0.5),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &state,
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let half = b.run(&positive("positive", 0.5), &state);
     let moved = thirds(&row_change(&half.adversarial, &half.original))[1]
         .iter()
         .filter(|&&c| c > 0.0)
         .count();
     assert!(0 < moved && moved < 8, "{moved} of 8 positives moved at rate 0.5");
     // Appendix F: the negative target pulls negatives toward the anchor, nothing else moves.
-    let n = perturb(
-        &positive("negative", 1.0),
-        &exp.loss,
-        &net,
-        &x,
-        &labels,
-        &state,
-        &mut ChaCha8Rng::seed_from_u64(0),
-    )
-    .unwrap();
+    let n = b.run(&positive("negative", 1.0), &state);
     let ch = row_change(&n.adversarial, &n.original);
     let [a, pos, neg] = thirds(&ch);
     assert!(a.iter().chain(pos).all(|&c| c == 0.0) && neg.iter().all(|&c| c > 0.0));
-    let (a0, _, n0) = embed3(&net, &n.original);
-    let (a1, _, n1) = embed3(&net, &n.adversarial);
+    let (a0, _, n0) = embed3(net, &n.original);
+    let (a1, _, n1) = embed3(net, &n.adversarial);
     assert!(mean(d.rows(a1, n1)) < mean(d.rows(a0, n0)));
 }
 

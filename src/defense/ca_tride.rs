@@ -7,8 +7,8 @@
 use super::{DefenseState, TripletLayout};
 use crate::attack::engine::Objective;
 use crate::loss::distance::Distance;
+use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
-use burn::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 /// Which perturbations a CA-TRIDE run uses (the paper's Table 3 ablations).
@@ -121,13 +121,4 @@ pub fn top_rank_triplet(a: Tensor<2>, p: Tensor<2>, n: Tensor<2>, d: Distance, g
     let dap = d.rows(a.clone(), p);
     let dan = d.rows(a, n);
     relu(top_half_mean(dap) - top_half_mean(dan) + beta).mul_scalar(gamma)
-}
-
-/// Host rows `[t, dim]` as a tensor on `device`.
-pub fn rows_tensor(host: &[f32], idx: &[usize], dim: usize, device: &burn::tensor::Device) -> Tensor<2> {
-    let v: Vec<f32> = idx
-        .iter()
-        .flat_map(|&i| host[i * dim..(i + 1) * dim].iter().copied())
-        .collect();
-    Tensor::<2>::from_data(TensorData::new(v, [idx.len(), dim]), device)
 }

@@ -34,9 +34,11 @@ pub fn attention_mean(d: &[f64], lambda: f64) -> f64 {
 }
 
 /// Triplets for the diagnostics of losses that mine none: each anchor pair of the batch (SPC-2
-/// pairs, else a random positive) with a random negative.
-pub fn spc2_random_triplets(labels: &[u32], rng: &mut rand_chacha::ChaCha8Rng) -> Triplets {
-    use rand::Rng;
+/// pairs, else a random positive) with a random negative, drawn from the diagnostics' own seeded
+/// generator so that logging leaves the training stream unchanged.
+pub fn spc2_random_triplets(labels: &[u32]) -> Triplets {
+    use rand::{Rng, SeedableRng};
+    let rng = &mut rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let pairs = crate::loss::miner::anchor_pairs(labels, crate::loss::miner::Anchors::Pairs, rng);
     let mut t = Triplets::default();
     for (a, p) in pairs {
@@ -69,7 +71,7 @@ pub fn triplet_distances(e: &[f32], dim: usize, t: &Triplets, d: Distance) -> Ve
 /// `(d(ã,p̃), d(ã,ñ))` of the same triplets after perturbation, with the loss margin.
 pub fn batch(e: &[f32], dim: usize, t: &Triplets, d: Distance, adv: Option<(&[(f64, f64)], f32)>) -> BatchDiagnostics {
     let n = e.len() / dim.max(1);
-    let dm = d.host_matrix_fast(e, n, dim);
+    let dm = d.host_matrix(e, n, dim);
     let pairs = (n * n.saturating_sub(1)).max(1) as f64;
     let mean_distance = dm.iter().map(|&x| x as f64).sum::<f64>() / pairs;
     let clean = triplet_distances(e, dim, t, d);

@@ -37,7 +37,7 @@ pub fn outer(
     // random negatives, from the diagnostics' own generator).
     let tr = out
         .triplets
-        .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels, &mut rand::SeedableRng::seed_from_u64(0)));
+        .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels));
     let (distance, margin) = super::triplet_params(loss_cfg);
     let adv_d = diagnostics::triplet_distances(&adv_host, pert.dim, &tr, distance);
     let diag = diagnostics::batch(&pert.clean, pert.dim, &tr, distance, Some((&adv_d, margin)));

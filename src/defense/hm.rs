@@ -92,7 +92,7 @@ pub fn source_and_destination(
     rng: &mut ChaCha8Rng,
 ) -> (Triplets, Vec<f32>) {
     let n = labels.len();
-    let dist = distance.host_matrix_fast(clean, n, dim);
+    let dist = distance.host_matrix(clean, n, dim);
     let pairs = miner::anchor_pairs(labels, Anchors::Pairs, rng);
     let opt = MineOptions {
         margin,

@@ -75,7 +75,7 @@ pub fn generate(
         let (t, own) = g.targets();
         let targets = pick_targets(labels, t, own, rng)
             .iter()
-            .map(|idx| super::ca_tride::rows_tensor(clean, idx, dim, &x.device()))
+            .map(|idx| super::host_rows(clean, idx, dim, &x.device()))
             .collect();
         out.push(engine::attack(
             net,
@@ -113,7 +113,7 @@ pub fn loss(
         adv_total += l.clone().into_scalar::<f32>();
         total = total + l;
     }
-    let tr = diagnostics::spc2_random_triplets(labels, &mut rand::SeedableRng::seed_from_u64(0));
+    let tr = diagnostics::spc2_random_triplets(labels);
     let diag = diagnostics::batch(&host, dim, &tr, loss_cfg.distance(), None);
     Ok(DefendedLoss {
         loss: total,

@@ -104,20 +104,14 @@ pub fn perturb(
     let x = x.clone().without_autodiff();
     let (distance, _) = triplet_params(loss_cfg);
     let (tr, objective, movable): (Triplets, Box<dyn Objective>, Vec<bool>) = match cfg {
-        DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. } => {
-            // The first generated distribution (the others differ only in their objective).
-            let generated = mdprop::generate(cfg, &cfg.distributions(), net, &x, (&clean, dim), labels, rng)?;
-            let adversarial = generated.into_iter().next().unwrap_or_else(|| x.clone());
-            return Ok(Perturbed {
-                triplets: None,
-                clean,
-                dim,
-                original: x,
-                adversarial,
-            });
-        }
-        DefenseConfig::Est { .. } => {
-            let adversarial = est::perturb(cfg, net, &x, &clean, dim)?;
+        DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. } | DefenseConfig::Est { .. } => {
+            let adversarial = if let DefenseConfig::Est { .. } = cfg {
+                est::perturb(cfg, net, &x, &clean, dim)?
+            } else {
+                // The first generated distribution (the others differ only in their objective).
+                let generated = mdprop::generate(cfg, &cfg.distributions(), net, &x, (&clean, dim), labels, rng)?;
+                generated.into_iter().next().unwrap_or_else(|| x.clone())
+            };
             return Ok(Perturbed {
                 triplets: None,
                 clean,
@@ -173,7 +167,7 @@ pub fn perturb(
                 cap,
                 adversary: *adversary,
                 lambda: if *code_weighting { -lambda } else { *lambda },
-                clean_anchor: ca_tride::rows_tensor(&clean, &tr.anchor, dim, &x.device()),
+                clean_anchor: host_rows(&clean, &tr.anchor, dim, &x.device()),
             };
             (tr, Box::new(obj), movable)
         }
@@ -272,8 +266,18 @@ pub(crate) fn triplet_params(loss_cfg: &LossConfig) -> (Distance, f32) {
     }
 }
 
-/// The shared tail of the triplet defenses: train on `triplet(emb)` over the stacked rows (plus an
-/// extra term) and report diagnostics against the clean mined triplets.
+/// Rows `idx` of host embeddings `[n, dim]` as a `[t, dim]` tensor on `device`.
+pub(crate) fn host_rows(host: &[f32], idx: &[usize], dim: usize, device: &burn::tensor::Device) -> Tensor<2> {
+    let v: Vec<f32> = idx
+        .iter()
+        .flat_map(|&i| host[i * dim..(i + 1) * dim].iter().copied())
+        .collect();
+    Tensor::<2>::from_data(burn::tensor::TensorData::new(v, [idx.len(), dim]), device)
+}
+
+/// The shared tail of the tuple defenses: train on the configured tuple loss (triplet, or
+/// contrastive for positive perturbation) over the stacked rows, plus an extra term, and report
+/// diagnostics against the clean mined triplets.
 pub(crate) fn triplet_outcome(
     loss_cfg: &LossConfig,
     pert: &Perturbed,
@@ -287,7 +291,12 @@ pub(crate) fn triplet_outcome(
     let adv_host = loss::to_host(&emb);
     let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
     let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)));
-    let main = loss::triplet::triplet_loss(&emb, &stacked, distance, margin);
+    let main = match loss_cfg {
+        LossConfig::Contrastive {
+            pos_margin, neg_margin, ..
+        } => loss::contrastive::contrastive_loss(&emb, &stacked, distance, *pos_margin, *neg_margin),
+        _ => loss::triplet::triplet_loss(&emb, &stacked, distance, margin),
+    };
     let adv_loss = main.clone().into_scalar::<f32>();
     let loss = match extra {
         Some(e) => main + e,

@@ -5,11 +5,11 @@
 //! our tuple layout; Appendix F's negative and anchor targets and formulation 3's regulariser
 //! (Eq. 13, `λ·max_z d(f(z), f(x))` on the anchors) are options.
 
-use super::{DefendedLoss, DefenseConfig, Perturbed, TripletLayout, diagnostics, select_rows, triplet_params};
+use super::{DefendedLoss, DefenseConfig, Perturbed, TripletLayout, select_rows, triplet_params};
 use crate::attack::engine::{self, Objective};
+use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::Triplets;
-use crate::loss::{self, LossConfig};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::Tensor;
@@ -74,15 +74,14 @@ pub fn outer(
     pert: Perturbed,
     regularizer: Option<f32>,
 ) -> Result<DefendedLoss> {
-    let (distance, margin) = triplet_params(loss_cfg);
+    let (distance, _) = triplet_params(loss_cfg);
     let empty = Triplets::default();
     let tr = pert.triplets.as_ref().unwrap_or(&empty);
     let t = tr.len();
-    let stacked = TripletLayout { t }.stacked();
     let (emb, reg) = match regularizer {
         Some(lambda) => {
             let anchors = select_rows(&x.clone().without_autodiff(), &tr.anchor);
-            let clean_a = super::ca_tride::rows_tensor(&pert.clean, &tr.anchor, pert.dim, &anchors.device());
+            let clean_a = super::host_rows(&pert.clean, &tr.anchor, pert.dim, &anchors.device());
             let es = engine::attack(
                 net,
                 0,
@@ -108,19 +107,5 @@ pub fn outer(
         }
         None => (net.forward(pert.adversarial.clone().autodiff()), None),
     };
-    let main = match loss_cfg {
-        LossConfig::Contrastive {
-            pos_margin, neg_margin, ..
-        } => loss::contrastive::contrastive_loss(&emb, &stacked, distance, *pos_margin, *neg_margin),
-        _ => loss::triplet::triplet_loss(&emb, &stacked, distance, margin),
-    };
-    let adv_host = loss::to_host(&emb);
-    let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
-    let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)));
-    let adv_loss = main.clone().into_scalar::<f32>();
-    let loss = match reg {
-        Some(r) => main + r,
-        None => main,
-    };
-    Ok(DefendedLoss { loss, adv_loss, diag })
+    Ok(super::triplet_outcome(loss_cfg, &pert, emb, reg))
 }

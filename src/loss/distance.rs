@@ -29,23 +29,10 @@ impl Distance {
         }
     }
 
-    /// The `n × n` distance matrix of host embeddings (row-major).
+    /// The `n × n` distance matrix of host embeddings (row-major), by one matrix multiply on the
+    /// default device (a scalar loop costs tens of milliseconds per training batch). Euclidean
+    /// entries come from `‖a‖² + ‖b‖² − 2a·b`; the diagonal is 0.
     pub fn host_matrix(self, e: &[f32], n: usize, dim: usize) -> Vec<f32> {
-        let mut out = vec![0f32; n * n];
-        for i in 0..n {
-            for j in i + 1..n {
-                let d = self.host(&e[i * dim..(i + 1) * dim], &e[j * dim..(j + 1) * dim]);
-                out[i * n + j] = d;
-                out[j * n + i] = d;
-            }
-        }
-        out
-    }
-
-    /// [`Self::host_matrix`] through one matrix multiply on the default device (the scalar loop
-    /// costs tens of milliseconds per training batch). Euclidean entries come from
-    /// `‖a‖² + ‖b‖² − 2a·b`, so they differ from the loop's in the last bits; the diagonal is 0.
-    pub fn host_matrix_fast(self, e: &[f32], n: usize, dim: usize) -> Vec<f32> {
         use burn::tensor::TensorData;
         let t = Tensor::<2>::from_data(TensorData::new(e.to_vec(), [n, dim]), &crate::default_device());
         let mut m = super::to_host(&self.matrix(t));

@@ -255,11 +255,13 @@ impl LossConfig {
             anyhow::bail!("loss.kind is {}, not dro", self.name());
         };
         use DroVariant::*;
-        let name = serde_json::to_string(&variant).unwrap_or_default();
+        // Only for messages: built when one is needed, not on every training batch.
+        let name = || serde_json::to_string(&variant).unwrap_or_default();
         let unused = |set: bool, what: &str, users: &str| -> Result<()> {
             ensure!(
                 !set,
-                "loss.{what} is not used by variant {name} (only by {users}); remove it"
+                "loss.{what} is not used by variant {} (only by {users}); remove it",
+                name()
             );
             Ok(())
         };
@@ -267,7 +269,8 @@ impl LossConfig {
         unused(k.is_some() && !topk, "k", "top-k, top-k-pn")?;
         ensure!(
             !topk || k.is_some(),
-            "loss.k (number of pairs) is required by variant {name}"
+            "loss.k (number of pairs) is required by variant {}",
+            name()
         );
         unused(gamma.is_some() && topk, "gamma", "kl, kl-g, ms, hap2s-e")?;
         let split = matches!(variant, KlG | Ms | Hap2sE);
@@ -280,7 +283,8 @@ impl LossConfig {
         unused(beta.is_some() && !binomial, "beta", "base = \"binomial\"")?;
         ensure!(
             !binomial || matches!(variant, TopK | TopKPn | Kl | KlG),
-            "loss.base = \"binomial\" is not defined for variant {name} (its weights assume the margin loss)"
+            "loss.base = \"binomial\" is not defined for variant {} (its weights assume the margin loss)",
+            name()
         );
         ensure!(k != Some(0), "loss.k must be ≥ 1");
         ensure!(
@@ -399,7 +403,7 @@ pub fn mine_triplets(cfg: &LossConfig, host: &[f32], dim: usize, labels: &[u32],
     let dist = if miner == Miner::Random {
         vec![]
     } else {
-        cfg.distance().host_matrix_fast(host, n, dim)
+        cfg.distance().host_matrix(host, n, dim)
     };
     let pairs = miner::anchor_pairs(labels, anchors, rng);
     let opt = MineOptions {
