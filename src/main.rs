@@ -98,8 +98,11 @@ enum Cmd {
         #[arg(long)]
         model: PathBuf,
         /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN (nearest-neighbour, Algorithm 1), NN-CW[:κ]
-        /// (the same with Carlini–Wagner's margin loss, confidence κ, default 0), STAX,
-        /// MTAX[:T] or UX[:T] (MDProp's feature-space examples, T targets, default 5).
+        /// (the same by Carlini and Wagner's L∞ algorithm on their margin loss, confidence κ,
+        /// default 0: --eps is the first τ and the ball, --step Adam's learning rate, --steps the
+        /// iterations per (τ, c) round, at most 10 rounds' worth per query), NN-CW-PGD[:κ] (their
+        /// margin loss by PGD), STAX, MTAX[:T] or UX[:T] (MDProp's feature-space examples, T
+        /// targets, default 5).
         #[arg(long)]
         attack: String,
         #[command(flatten)]

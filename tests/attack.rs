@@ -2,7 +2,8 @@
 //! ε = 0 leaves every score at its clean value, budgets hold; ERS/ARS aggregation by hand.
 
 use burn::tensor::{Device, Tensor};
-use rdml::attack::engine::{Norm, Pgd, attack};
+use rdml::attack::cw::{CwLinf, cw_linf};
+use rdml::attack::engine::{Norm, Objective, Pgd, attack};
 use rdml::attack::objective::shift::EmbeddingShift;
 use rdml::attack::suite::{AttackKind, Context, aggregate, ars_rank_term, ers, run};
 use rdml::config::Experiment;
@@ -121,13 +122,19 @@ fn attacks_move_their_objectives_and_eps_zero_is_clean() {
     let nn0 = score(AttackKind::Nn, &zero, "R@1");
     let nn1 = score(AttackKind::Nn, &strong, "R@1");
     assert!(nn1 < nn0 / 2.0, "NN R@1 {nn0} → {nn1}");
-    // C&W's margin: ε = 0 keeps the clean Recall@1, the budget drops it like the distance loss.
-    let cw = AttackKind::parse("NN-CW:0.05").unwrap();
-    assert_eq!(cw, AttackKind::NnCw { kappa: 0.05 });
-    assert!(AttackKind::parse("NN-CW:-1").is_err());
+    // C&W's margin by PGD and by C&W's own L∞ algorithm: ε = 0 keeps the clean Recall@1, the
+    // budget drops it like the distance loss.
+    let cw = AttackKind::parse("NN-CW-PGD:0.05").unwrap();
+    assert_eq!(cw, AttackKind::NnCwPgd { kappa: 0.05 });
+    assert!(AttackKind::parse("NN-CW:-1").is_err() && AttackKind::parse("NN-CWX").is_err());
     let (w0, w1) = (score(cw, &zero, "R@1"), score(cw, &strong, "R@1"));
     assert_eq!(w0, nn0);
-    assert!(w1 < w0 / 2.0, "NN-CW R@1 {w0} → {w1}");
+    assert!(w1 < w0 / 2.0, "NN-CW-PGD R@1 {w0} → {w1}");
+    let li = AttackKind::parse("nn-cw").unwrap();
+    assert_eq!(li, AttackKind::NnCw { kappa: 0.0 });
+    let (l0, l1) = (score(li, &zero, "R@1"), score(li, &strong, "R@1"));
+    assert_eq!(l0, nn0);
+    assert!(l1 < l0 / 2.0, "NN-CW R@1 {l0} → {l1}");
     assert_eq!(score(AttackKind::Gtt, &zero, "GTT"), 100.0);
     let t0 = score(AttackKind::Tma, &zero, "TMA");
     let t1 = score(AttackKind::Tma, &strong, "TMA");
@@ -191,4 +198,87 @@ fn feature_space_examples_of_mdprop() {
     assert!(ux.score("NMI").unwrap() > mtax.score("NMI").unwrap());
     assert!(mtax.score("pi_ratio").unwrap() > 0.0);
     assert!(AttackKind::parse("MTAX:0").is_err());
+}
+
+/// Per-row margin `[r − ‖f(x̃) − f(x)‖]_+`: adversarial once the embedding moved by `r` (per row).
+struct MoveBy {
+    clean: Tensor<2>,
+    r: Tensor<1>,
+}
+
+impl Objective for MoveBy {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        self.per_row(emb).unwrap().sum()
+    }
+    fn per_row(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let d = (emb - self.clean.clone()).powi_scalar(2).sum_dim(1).sqrt();
+        Some((self.r.clone() - d.reshape([b])).clamp_min(0.0))
+    }
+}
+
+#[test]
+fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
+    let (net, set) = small();
+    let dev = Device::default();
+    let b = load_batch(&set, &[0, 1, 2, 3, 4, 5], None).unwrap();
+    let x = batch_tensor(&b, &dev);
+    let clean = net.forward(x.clone());
+    // The goal: half the shift 8 PGD steps reach in the same ball.
+    let pgd = Pgd {
+        eps: 0.3,
+        step: 0.05,
+        steps: 8,
+        norm: Norm::Linf,
+        random_start: false,
+    };
+    let xp = attack(&net, 0, &x, None, &EmbeddingShift { clean: clean.clone() }, &pgd, 0).unwrap();
+    let reach = (net.forward(xp) - clean.clone())
+        .powi_scalar(2)
+        .sum_dim(1)
+        .sqrt()
+        .reshape([6]);
+    let obj = MoveBy {
+        clean: clean.clone(),
+        r: reach.mul_scalar(0.5),
+    };
+    let cfg = CwLinf {
+        eps: 0.3,
+        lr: 0.05,
+        max_iterations: 20,
+        initial_const: 1.0,
+        budget: 200,
+        ..CwLinf::default()
+    };
+    let active = [true, true, false, true, true, true];
+    let xa = cw_linf(&net, 0, &x, Some(&active), &obj, &cfg).unwrap();
+    let d = (xa.clone() - x.clone()).into_data().try_to_vec::<f32>().unwrap();
+    let per = 28 * 28;
+    let row = |i: usize| &d[i * per..(i + 1) * per];
+    assert!(row(2).iter().all(|v| *v == 0.0), "inactive row moved");
+    assert!(d.iter().all(|v| v.abs() <= 0.3 + 1e-6), "outside the ε-ball");
+    let v = xa.clone().into_data().try_to_vec::<f32>().unwrap();
+    assert!(v.iter().all(|p| (0.0..=1.0).contains(p)));
+    // Every active row is either adversarial (margin 0) or, if C&W failed, exactly clean.
+    let m = obj
+        .per_row(net.forward(xa))
+        .unwrap()
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let mut won = 0;
+    for i in [0, 1, 3, 4, 5] {
+        let moved = row(i).iter().any(|v| *v != 0.0);
+        assert!(!moved || m[i] == 0.0, "row {i}: moved but margin {}", m[i]);
+        won += usize::from(moved);
+    }
+    assert!(won >= 4, "only {won} of 5 rows adversarial");
+    // τ shrinks after each success, so the winning perturbations end well inside ε.
+    let linf = (0..6)
+        .map(|i| row(i).iter().fold(0f32, |a, v| a.max(v.abs())))
+        .fold(0f32, f32::max);
+    assert!(linf < 0.3, "L∞ {linf} not below ε");
+    // ε = 0 returns the input.
+    let z = cw_linf(&net, 0, &x, None, &obj, &CwLinf { eps: 0.0, ..cfg }).unwrap();
+    assert_eq!(z.into_data(), x.into_data());
 }

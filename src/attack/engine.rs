@@ -72,6 +72,11 @@ pub trait Objective {
     fn done(&self, _emb: &Tensor<2>, _prev_loss: Option<f32>, _step: usize) -> bool {
         false
     }
+    /// Per-row margins `[b]`, zero once a row is adversarial: what C&W's attack
+    /// ([`super::cw::cw_linf`]) weighs with its constant. `None` for objectives without one.
+    fn per_row(&self, _emb: Tensor<2>) -> Option<Tensor<1>> {
+        None
+    }
 }
 
 /// Forward function of the perturbed images: the embedding model with a chosen BN set.
@@ -81,7 +86,7 @@ pub struct Target<'a> {
 }
 
 impl Target<'_> {
-    fn embed(&self, x: Tensor<4>) -> Tensor<2> {
+    pub(crate) fn embed(&self, x: Tensor<4>) -> Tensor<2> {
         self.model.forward_set(x, self.bn_set)
     }
 }

@@ -2,6 +2,7 @@
 //! `../shared/reference` §A2 describes robrank's ERS columns, plus the nearest-neighbour attack of
 //! the positive-perturbation paper (its Algorithm 1).
 
+use super::cw::{CwLinf, cw_linf};
 use super::engine::{Objective, Pgd, attack};
 use super::objective::nn::{AwayFromNeighbour, CwMargin};
 use super::objective::rank::{CandidateAttack, Direction, QueryAttack};
@@ -20,6 +21,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
+
+/// C&W's budget in rounds: a row may use `CW_ROUNDS × steps` optimiser steps in all.
+pub const CW_ROUNDS: usize = 10;
 
 /// The attacks rdml runs by name.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -45,9 +49,13 @@ pub enum AttackKind {
     /// Nearest-neighbour attack (positive-perturbation paper, Algorithm 1).
     #[serde(rename = "NN")]
     Nn,
-    /// The same attack with Carlini–Wagner's margin loss (confidence κ) instead of the distance.
+    /// The same attack by Carlini and Wagner's L∞ algorithm ([`super::cw`]) on their margin loss
+    /// (confidence κ), as the positive-perturbation paper's Tables 4 and 7.
     #[serde(rename = "NN-CW")]
     NnCw { kappa: f32 },
+    /// Carlini–Wagner's margin loss (confidence κ) minimised by the PGD engine ("CW∞" of Madry et al.).
+    #[serde(rename = "NN-CW-PGD")]
+    NnCwPgd { kappa: f32 },
     /// MDProp's single-targeted feature-space AX (one random target of another class).
     #[serde(rename = "STAX")]
     Stax,
@@ -84,6 +92,7 @@ impl AttackKind {
             "GTT" => Self::Gtt,
             "NN" => Self::Nn,
             o if o.starts_with("NN-CW") => {
+                let (head, _) = o.split_once(':').unwrap_or((o, ""));
                 let kappa = match o.split_once(':') {
                     Some((_, k)) => k
                         .parse::<f32>()
@@ -92,7 +101,11 @@ impl AttackKind {
                         .with_context(|| format!("attack '{o}': κ after ':' must be a number ≥ 0"))?,
                     None => 0.0,
                 };
-                Self::NnCw { kappa }
+                match head {
+                    "NN-CW" => Self::NnCw { kappa },
+                    "NN-CW-PGD" => Self::NnCwPgd { kappa },
+                    _ => bail!("unknown attack '{o}': expected NN-CW[:κ] or NN-CW-PGD[:κ]"),
+                }
             }
             "STAX" => Self::Stax,
             o if o.starts_with("MTAX") || o.starts_with("UX") => {
@@ -109,7 +122,7 @@ impl AttackKind {
                 }
             }
             o => bail!(
-                "unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN, NN-CW[:κ], STAX, MTAX[:T] or UX[:T]"
+                "unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN, NN-CW[:κ], NN-CW-PGD[:κ], STAX, MTAX[:T] or UX[:T]"
             ),
         })
     }
@@ -126,6 +139,7 @@ impl AttackKind {
             Self::Gtt => "GTT",
             Self::Nn => "NN",
             Self::NnCw { .. } => "NN-CW",
+            Self::NnCwPgd { .. } => "NN-CW-PGD",
             Self::Stax => "STAX",
             Self::Mtax { .. } => "MTAX",
             Self::Ux { .. } => "UX",
@@ -387,7 +401,12 @@ pub fn run(
                 );
                 attacked.extend(adv.data);
             }
-            AttackKind::Es | AttackKind::Ltm | AttackKind::Gtm | AttackKind::Nn | AttackKind::NnCw { .. } => {
+            AttackKind::Es
+            | AttackKind::Ltm
+            | AttackKind::Gtm
+            | AttackKind::Nn
+            | AttackKind::NnCw { .. }
+            | AttackKind::NnCwPgd { .. } => {
                 let (obj, movable): (Box<dyn Objective>, Option<Vec<bool>>) = match kind {
                     AttackKind::Es => (Box::new(EmbeddingShift { clean: ctx.rows(chunk) }), None),
                     AttackKind::Ltm => {
@@ -448,7 +467,7 @@ pub fn run(
                             .collect();
                         let tidx: Vec<usize> = nbrs.iter().map(|nb| nb[0].1 as usize).collect();
                         let obj: Box<dyn Objective> = match kind {
-                            AttackKind::NnCw { kappa } => {
+                            AttackKind::NnCw { kappa } | AttackKind::NnCwPgd { kappa } => {
                                 let other: Vec<bool> = chunk
                                     .iter()
                                     .flat_map(|&qi| (0..n).map(move |j| labels[j] != labels[qi]))
@@ -468,7 +487,19 @@ pub fn run(
                         (obj, Some(ok))
                     }
                 };
-                let xa = attack(&ctx.model, 0, &x, movable.as_deref(), obj.as_ref(), pgd, aseed)?;
+                let xa = match kind {
+                    AttackKind::NnCw { .. } => {
+                        let cw = CwLinf {
+                            eps: pgd.eps,
+                            lr: pgd.step,
+                            max_iterations: pgd.steps,
+                            budget: CW_ROUNDS * pgd.steps,
+                            ..CwLinf::default()
+                        };
+                        cw_linf(&ctx.model, 0, &x, movable.as_deref(), obj.as_ref(), &cw)?
+                    }
+                    _ => attack(&ctx.model, 0, &x, movable.as_deref(), obj.as_ref(), pgd, aseed)?,
+                };
                 let ea = embed_tensor(&ctx.model, xa);
                 let adv = Embeddings::new(ea.clone(), b, ctx.clean.dim)?;
                 let ql: Vec<u32> = chunk.iter().map(|&i| labels[i]).collect();
@@ -502,7 +533,7 @@ pub fn run(
                         add("ES:D", shift);
                         add("ES:R", r1 * b as f64);
                     }
-                    AttackKind::Nn | AttackKind::NnCw { .. } => {
+                    AttackKind::Nn | AttackKind::NnCw { .. } | AttackKind::NnCwPgd { .. } => {
                         add("R@1", r1 * b as f64);
                         add("MAP@R", 100.0 * m.map_at_r * scored);
                     }

@@ -34,9 +34,19 @@ pub struct CwMargin {
 
 impl Objective for CwMargin {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        self.margins(emb).mean()
+    }
+    fn per_row(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        Some(self.margins(emb))
+    }
+}
+
+impl CwMargin {
+    fn margins(&self, emb: Tensor<2>) -> Tensor<1> {
+        let [b, _] = emb.dims();
         let same = dist_rows(emb.clone(), self.neighbour.clone());
         let d = dist_to_all(emb, &self.candidates, &self.cand_sq);
         let nearest_other = d.mask_fill(self.other.clone().bool_not(), 1e9).min_dim(1);
-        relu(nearest_other - same + self.kappa).mean()
+        relu(nearest_other - same + self.kappa).reshape([b])
     }
 }
