@@ -264,6 +264,24 @@ fn collapseness_weights_closer_pairs_more() {
     assert!((c - want).abs() < 1e-6, "{c} vs {want}");
 }
 
+#[test]
+fn top_half_mean_averages_and_differentiates_the_smaller_half() {
+    use burn::tensor::TensorData;
+    let dev = Device::default().autodiff();
+    let d = Tensor::<1>::from_data(TensorData::new(vec![3.0f32, 1.0, 2.0, 5.0, 4.0], [5]), &dev).require_grad();
+    // Five values: the smaller ⌈5/2⌉ = 3 are 1, 2, 3.
+    let m = rdml::defense::ca_tride::top_half_mean(d.clone());
+    assert!((m.clone().into_scalar::<f32>() - 2.0).abs() < 1e-6);
+    let g = d.grad(&m.backward()).unwrap().into_data().try_to_vec::<f32>().unwrap();
+    let third = 1.0 / 3.0;
+    assert!(
+        g.iter()
+            .zip([third, third, third, 0.0, 0.0])
+            .all(|(a, b)| (a - b).abs() < 1e-6),
+        "{g:?}"
+    );
+}
+
 fn positive(target: &str, rate: f32) -> DefenseConfig {
     let text = format!(
         "kind = \"positive-perturbation\"\neps = {EPS}\nstep = 0.02\nsteps = 8\nrate = {rate}\ntarget = \"{target}\"\n"
