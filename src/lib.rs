@@ -18,3 +18,13 @@ pub mod train;
 pub fn default_device() -> burn::tensor::Device {
     burn::tensor::Device::default()
 }
+
+/// Runs `draw` right after seeding `device`'s generator, holding a process-wide lock: burn's
+/// generator is global to the device, so two threads that seed and draw at once (parallel tests,
+/// a library user's worker threads) would interleave their draws and lose reproducibility.
+pub fn seeded<T>(device: &burn::tensor::Device, seed: u64, draw: impl FnOnce() -> T) -> T {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    device.seed(seed);
+    draw()
+}

@@ -80,8 +80,7 @@ pub struct Trainer {
 
 impl Trainer {
     pub fn new(exp: &Experiment, in_shape: [usize; 3], device: &Device) -> Result<Self> {
-        device.seed(exp.seed);
-        let net = EmbeddingNet::new(&exp.model, in_shape, device)?;
+        let net = crate::seeded(device, exp.seed, || EmbeddingNet::new(&exp.model, in_shape, device))?;
         let loss_params = LossParams::new(&exp.loss, device);
         Ok(Self {
             net,

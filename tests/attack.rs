@@ -15,8 +15,7 @@ fn small() -> (EmbeddingNet, rdml::data::ImageSet) {
     let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
     let splits = exp.data.load(0).unwrap();
     let dev = Device::default();
-    dev.seed(1);
-    let net = EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap();
+    let net = rdml::seeded(&dev, 1, || EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap());
     let test = splits.test.query.subset("small", &(0..300).collect::<Vec<_>>());
     (net, test)
 }

@@ -34,8 +34,7 @@ fn setup() -> Batch {
     let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
     let splits = exp.data.load(0).unwrap();
     let dev = Device::default();
-    dev.seed(3);
-    let net = EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap();
+    let net = rdml::seeded(&dev, 3, || EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap());
     // SPC-2 layout: pairs of one class, 8 classes.
     let labels = &splits.train.labels;
     let mut idx = vec![];

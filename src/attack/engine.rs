@@ -142,12 +142,13 @@ pub fn attack(
     let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
     let mut xa = x_move0.clone();
     if pgd.random_start && pgd.eps > 0.0 {
-        device.seed(seed);
-        let noise = Tensor::<4>::random(
-            x_move0.shape(),
-            Distribution::Uniform(-pgd.eps as f64, pgd.eps as f64),
-            &device,
-        );
+        let noise = crate::seeded(&device, seed, || {
+            Tensor::<4>::random(
+                x_move0.shape(),
+                Distribution::Uniform(-pgd.eps as f64, pgd.eps as f64),
+                &device,
+            )
+        });
         let noise = match pgd.norm {
             Norm::Linf => noise,
             Norm::L2 => project_l2(noise, pgd.eps),
