@@ -4,7 +4,8 @@
 //! Per row: images in tanh space `x = (tanh w + 1)/2`; minimise
 //! `c·f(x) + Σ_pixels [|x − x₀| − τ]_+` with Adam for up to `max_iterations` steps, where `f` is the
 //! objective's per-row margin (zero once the row is adversarial). On success (checked every
-//! `check_every` steps on the image projected to the threat model's ε-ball), the round's result
+//! `check_every` steps on the image projected to the threat model's ε-ball: adversarial and every
+//! pixel within τ), the round's result
 //! becomes the row's answer, `τ ← 0.9·min(τ, ‖δ‖∞)` and a new round starts from it; on failure `c`
 //! doubles and the round restarts from the last answer. A row ends when `τ < 1/256`, `c` exceeds
 //! `largest_const`, or it has used `budget` steps; a row that never succeeds keeps its clean image
@@ -194,7 +195,9 @@ pub fn cw_linf(
         let mut restart = vec![false; b];
         for i in (0..b).filter(|&i| due[i]) {
             let r = &mut rows[i];
-            if margins[i] <= 0.0 {
+            // li_attack.py accepts a round only when its whole loss is ~0: adversarial, and the
+            // penalty gone, i.e. every pixel within τ.
+            if margins[i] <= 0.0 && linf[i] <= r.tau + 1e-6 {
                 success[i] = true;
                 restart[i] = true;
                 r.tau = r.tau.min(linf[i]) * cfg.decrease_factor;
