@@ -253,6 +253,10 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         let mut rng = epoch_rng(exp.seed, epoch, 2);
         let mut sum = 0.0;
         let mut acc = Accumulator::new();
+        let margin = match &exp.loss {
+            LossConfig::Triplet { margin, .. } => Some(f64::from(*margin)),
+            _ => None,
+        };
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
             let b = b?;
             let x = batch_tensor(&b, &device);
@@ -260,7 +264,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             trainer.defense_state.epochs = exp.train.epochs;
             let (t, l, diag) = trainer.step(exp, x, &b.labels, &mut rng)?;
             trainer = t;
-            acc.add(&diag);
+            acc.add(&diag, margin);
             sum += l;
             writeln!(
                 log,
@@ -307,7 +311,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         };
         if let Some(d) = rec.diagnostics.as_ref().filter(|d| d.collapsed) {
             eprintln!(
-                "warning: epoch {} COLLAPSED: separability {:.4} (≤ 0 in every batch, or NaN), mean distance {:.4}",
+                "warning: epoch {} COLLAPSED: separability {:.4}, mean distance {:.4} (separability ≤ 0, or mean distance below the triplet margin, in every batch; or NaN)",
                 epoch + 1,
                 d.separability,
                 d.mean_distance

@@ -107,7 +107,9 @@ pub struct EpochDiagnostics {
     pub hardness: f64,
     pub collapseness: f64,
     pub made_hard: Option<f64>,
-    /// Separability ≤ 0 in every batch of the epoch, or a NaN anywhere.
+    /// Separability ≤ 0 in every batch of the epoch, the mean pairwise distance below the triplet
+    /// loss's margin in every batch (no triplet can then meet the margin: the loss sits at the
+    /// margin, a partial collapse that separability misses), or a NaN anywhere.
     pub collapsed: bool,
 }
 
@@ -118,6 +120,7 @@ pub struct Accumulator {
     made_hard_n: usize,
     n: usize,
     all_inseparable: bool,
+    all_below_margin: bool,
     nan: bool,
 }
 
@@ -125,13 +128,16 @@ impl Accumulator {
     pub fn new() -> Self {
         Self {
             all_inseparable: true,
+            all_below_margin: true,
             ..Default::default()
         }
     }
-    pub fn add(&mut self, b: &BatchDiagnostics) {
+    /// Adds one batch; `margin` is the triplet loss's margin (`None` for other losses).
+    pub fn add(&mut self, b: &BatchDiagnostics, margin: Option<f64>) {
         let vals = [b.mean_distance, b.separability, b.hardness, b.collapseness];
         self.nan |= vals.iter().any(|v| v.is_nan());
         self.all_inseparable &= b.separability <= 0.0;
+        self.all_below_margin &= margin.is_some_and(|m| b.mean_distance < m);
         self.sum.mean_distance += b.mean_distance;
         self.sum.separability += b.separability;
         self.sum.hardness += b.hardness;
@@ -153,7 +159,7 @@ impl Accumulator {
             hardness: self.sum.hardness / k,
             collapseness: self.sum.collapseness / k,
             made_hard: (self.made_hard_n > 0).then(|| self.made_hard / self.made_hard_n as f64),
-            collapsed: self.nan || self.all_inseparable,
+            collapsed: self.nan || self.all_inseparable || self.all_below_margin,
         })
     }
 }
@@ -179,12 +185,26 @@ mod tests {
         assert!((b.collapseness - (r2 - 2.0)).abs() < 1e-6);
         assert_eq!(b.made_hard, Some(1.0));
         let mut acc = Accumulator::new();
-        acc.add(&b);
+        acc.add(&b, Some(0.2));
         assert!(!acc.finish().unwrap().collapsed);
-        acc.add(&BatchDiagnostics {
-            separability: f64::NAN,
-            ..b
-        });
+        acc.add(
+            &BatchDiagnostics {
+                separability: f64::NAN,
+                ..b
+            },
+            Some(0.2),
+        );
         assert!(acc.finish().unwrap().collapsed);
+        // Separable, but every batch's mean distance (≈ 1.61 here) below the margin: collapsed;
+        // one batch above it, or a loss without a margin: not.
+        let mut acc = Accumulator::new();
+        acc.add(&b, Some(2.0));
+        acc.add(&b, Some(2.0));
+        assert!(acc.finish().unwrap().collapsed);
+        acc.add(&b, Some(1.0));
+        assert!(!acc.finish().unwrap().collapsed);
+        let mut acc = Accumulator::new();
+        acc.add(&b, None);
+        assert!(!acc.finish().unwrap().collapsed);
     }
 }
