@@ -17,7 +17,7 @@
 
 use super::engine::{Objective, Target};
 use crate::model::EmbeddingNet;
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, ensure};
 use burn::module::Module;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -120,10 +120,6 @@ pub fn cw_linf(
     if let Some(a) = active {
         ensure!(a.len() == b, "C&W: {} active flags for {b} rows", a.len());
     }
-    ensure!(
-        objective.per_row(target.embed(x0.clone())).is_some(),
-        "C&W needs an objective with per-row margins"
-    );
     let mut rows: Vec<Row> = (0..b)
         .map(|i| Row {
             active: active.is_none_or(|a| a[i]),
@@ -140,15 +136,19 @@ pub fn cw_linf(
             .log()
             .mul_scalar(0.5)
     };
-    let per_row = |rows: &[Row], f: &dyn Fn(&Row) -> f32| -> Tensor<4> {
-        Tensor::<4>::from_data(
-            TensorData::new(rows.iter().map(f).collect::<Vec<f32>>(), [b, 1, 1, 1]),
-            &device,
-        )
+    // One value per row as a `[b, 1, 1, 1]` column that broadcasts over the image.
+    let column = |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [b, 1, 1, 1]), &device);
+    let per_row = |rows: &[Row], f: &dyn Fn(&Row) -> f32| column(rows.iter().map(f).collect());
+    let flags = |f: &[bool]| column(f.iter().map(|&s| f32::from(u8::from(s))).collect());
+    let margins_of = |emb: Tensor<2>| {
+        objective
+            .per_row(emb)
+            .context("C&W needs an objective with per-row margins")
     };
     let (beta1, beta2) = (0.9f32, 0.999f32);
+    // The last success of each row (its clean image until then): the answer, and where every new
+    // round starts.
     let mut best = x0.clone();
-    let mut start = x0.clone();
     let mut wt = atanh(x0.clone());
     let mut m = Tensor::<4>::zeros([b, ch, h, w], &device);
     let mut v = Tensor::<4>::zeros([b, ch, h, w], &device);
@@ -156,15 +156,12 @@ pub fn cw_linf(
         // One Adam step for every active row.
         let live = per_row(&rows, &|r| f32::from(u8::from(r.active)));
         let tau = per_row(&rows, &|r| r.tau);
-        let cst = Tensor::<1>::from_data(
-            TensorData::new(rows.iter().map(|r| r.c).collect::<Vec<f32>>(), [b]),
-            &device,
-        );
+        let cst = per_row(&rows, &|r| r.c);
         let wi = wt.clone().autodiff().require_grad();
         let xi = wi.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
-        let margin = objective.per_row(target.embed(xi.clone())).expect("checked above");
+        let margin = margins_of(target.embed(xi.clone()))?;
         let excess = relu((xi - x0.clone().autodiff()).abs() - tau.autodiff()).sum_dims(&[1, 2, 3]);
-        let loss = ((margin * cst.autodiff()).reshape([b, 1, 1, 1]) + excess) * live.clone().autodiff();
+        let loss = (margin.reshape([b, 1, 1, 1]) * cst.autodiff() + excess) * live.clone().autodiff();
         let grads = loss.sum().backward();
         let Some(g) = wi.grad(&grads) else { break };
         let g = g.without_autodiff() * live.clone();
@@ -189,7 +186,7 @@ pub fn cw_linf(
         }
         let xc = wt.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
         let proj = (x0.clone() + (xc - x0.clone()).clamp(-cfg.eps, cfg.eps)).clamp(0.0, 1.0);
-        let margins = host1(objective.per_row(target.embed(proj.clone())).expect("checked above"));
+        let margins = host1(margins_of(target.embed(proj.clone()))?);
         let linf = host1((proj.clone() - x0.clone()).abs().max_dims(&[1, 2, 3]).reshape([b]));
         let mut success = vec![false; b];
         let mut restart = vec![false; b];
@@ -220,24 +217,14 @@ pub fn cw_linf(
                 r.active = false;
             }
         }
-        let mask = |f: &[bool]| {
-            Tensor::<4>::from_data(
-                TensorData::new(
-                    f.iter().map(|&s| f32::from(u8::from(s))).collect::<Vec<f32>>(),
-                    [b, 1, 1, 1],
-                ),
-                &device,
-            )
-        };
         if success.iter().any(|&s| s) {
-            let s = mask(&success);
-            best = best * s.clone().neg().add_scalar(1.0) + proj * s.clone();
-            start = start * s.clone().neg().add_scalar(1.0) + best.clone() * s;
+            let s = flags(&success);
+            best = best * s.clone().neg().add_scalar(1.0) + proj * s;
         }
         if restart.iter().any(|&s| s) {
-            let r = mask(&restart);
+            let r = flags(&restart);
             let keep = r.clone().neg().add_scalar(1.0);
-            wt = wt * keep.clone() + atanh(start.clone()) * r;
+            wt = wt * keep.clone() + atanh(best.clone()) * r;
             m = m * keep.clone();
             v = v * keep;
         }

@@ -92,9 +92,12 @@ impl AttackKind {
             "GTT" => Self::Gtt,
             "NN" => Self::Nn,
             o if o.starts_with("NN-CW") => {
-                let (head, _) = o.split_once(':').unwrap_or((o, ""));
-                let kappa = match o.split_once(':') {
-                    Some((_, k)) => k
+                let (head, kappa) = match o.split_once(':') {
+                    Some((h, k)) => (h, Some(k)),
+                    None => (o, None),
+                };
+                let kappa = match kappa {
+                    Some(k) => k
                         .parse::<f32>()
                         .ok()
                         .filter(|k| k.is_finite() && *k >= 0.0)
