@@ -14,6 +14,7 @@ fn time<F: FnMut()>(name: &str, mut f: F) {
 }
 
 fn main() {
+    rdml_kernels();
     let dev = Device::default();
     let r = |s: [usize; 4]| Tensor::<4>::random(s, Distribution::Uniform(-1.0, 1.0), &dev);
     let x1 = r([256, 1, 28, 28]);
@@ -76,3 +77,43 @@ fn main() {
 
 #[allow(dead_code)]
 fn split_backward() {}
+
+/// The same convolutions through rdml's kernels (`rdml::kernel::conv2d`).
+fn rdml_kernels() {
+    use burn::nn::PaddingConfig2d;
+    use burn::nn::conv::Conv2dConfig;
+    for ad in [false, true] {
+        let dev = if ad {
+            Device::default().autodiff()
+        } else {
+            Device::default()
+        };
+        let conv = |i, o| {
+            Conv2dConfig::new([i, o], [5, 5])
+                .with_padding(PaddingConfig2d::Explicit(2, 2, 2, 2))
+                .init(&dev)
+        };
+        let (c1, c2) = (conv(1, 32), conv(32, 64));
+        let r = |s: [usize; 4]| Tensor::<4>::random(s, Distribution::Uniform(-1.0, 1.0), &dev);
+        let (x1, x2) = (r([256, 1, 28, 28]), r([256, 32, 14, 14]));
+        if !ad {
+            time("rdml conv1 fwd", || {
+                let _ = rdml::kernel::conv2d(&c1, x1.clone()).into_data();
+            });
+            time("rdml conv2 fwd", || {
+                let _ = rdml::kernel::conv2d(&c2, x2.clone()).into_data();
+            });
+        } else {
+            time("rdml conv1 fwd+bwd (weight grad)", || {
+                let _ = rdml::kernel::conv2d(&c1, x1.clone()).sum().backward();
+            });
+            time("rdml conv2 fwd+bwd (weight grad)", || {
+                let _ = rdml::kernel::conv2d(&c2, x2.clone()).sum().backward();
+            });
+            let x2g = x2.clone().require_grad();
+            time("rdml conv2 fwd+bwd (weight+input grad)", || {
+                let _ = rdml::kernel::conv2d(&c2, x2g.clone()).sum().backward();
+            });
+        }
+    }
+}

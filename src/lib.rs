@@ -9,6 +9,7 @@ pub mod config;
 pub mod data;
 pub mod defense;
 pub mod eval;
+pub mod kernel;
 pub mod loss;
 pub mod model;
 pub mod report;

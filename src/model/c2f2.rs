@@ -37,8 +37,9 @@ impl C2f2 {
     }
 
     pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
-        let x = self.pool.forward(relu(self.conv1.forward(x)));
-        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        use crate::kernel::{conv2d, max_pool2d};
+        let x = max_pool2d(&self.pool, relu(conv2d(&self.conv1, x)));
+        let x = max_pool2d(&self.pool, relu(conv2d(&self.conv2, x)));
         let x: Tensor<2> = x.flatten(1, 3);
         self.fc2.forward(relu(self.fc1.forward(x)))
     }

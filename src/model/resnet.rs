@@ -41,7 +41,7 @@ impl Downsample {
         }
     }
     fn forward(&self, x: Tensor<4>, set: usize) -> Tensor<4> {
-        self.bn.forward(self.conv.forward(x), set)
+        self.bn.forward(crate::kernel::conv2d(&self.conv, x), set)
     }
 }
 
@@ -87,8 +87,8 @@ impl Block for BasicBlock {
             Some(d) => d.forward(x.clone(), set),
             None => x.clone(),
         };
-        let y = relu(self.bn1.forward(self.conv1.forward(x), set));
-        let y = self.bn2.forward(self.conv2.forward(y), set);
+        let y = relu(self.bn1.forward(crate::kernel::conv2d(&self.conv1, x), set));
+        let y = self.bn2.forward(crate::kernel::conv2d(&self.conv2, y), set);
         relu(y + identity)
     }
     fn map_bns(mut self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
@@ -131,9 +131,9 @@ impl Block for Bottleneck {
             Some(d) => d.forward(x.clone(), set),
             None => x.clone(),
         };
-        let y = relu(self.bn1.forward(self.conv1.forward(x), set));
-        let y = relu(self.bn2.forward(self.conv2.forward(y), set));
-        let y = self.bn3.forward(self.conv3.forward(y), set);
+        let y = relu(self.bn1.forward(crate::kernel::conv2d(&self.conv1, x), set));
+        let y = relu(self.bn2.forward(crate::kernel::conv2d(&self.conv2, y), set));
+        let y = self.bn3.forward(crate::kernel::conv2d(&self.conv3, y), set);
         relu(y + identity)
     }
     fn map_bns(mut self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
@@ -198,7 +198,8 @@ impl<K: Block> ResNet<K> {
 
     /// The pooled backbone features (torchvision's input to `fc`), `[b, 512·expansion]`.
     pub fn features(&self, x: Tensor<4>, set: usize) -> Tensor<2> {
-        let mut x = self.maxpool.forward(relu(self.bn1.forward(self.conv1.forward(x), set)));
+        let stem = relu(self.bn1.forward(crate::kernel::conv2d(&self.conv1, x), set));
+        let mut x = crate::kernel::max_pool2d(&self.maxpool, stem);
         for layer in [&self.layer1, &self.layer2, &self.layer3, &self.layer4] {
             for b in layer {
                 x = b.forward(x, set);
