@@ -278,7 +278,10 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
         .map(|i| row(i).iter().fold(0f32, |a, v| a.max(v.abs())))
         .collect();
     let shrunk = linf.iter().filter(|&&l| l > 0.0 && l <= 0.9 * 0.3 + 1e-6).count();
-    assert!(2 * shrunk >= won, "L∞ per row {linf:?}: τ shrank for only {shrunk} of {won}");
+    assert!(
+        2 * shrunk >= won,
+        "L∞ per row {linf:?}: τ shrank for only {shrunk} of {won}"
+    );
     // ε = 0 returns the input.
     let z = cw_linf(&net, 0, &x, None, &obj, &CwLinf { eps: 0.0, ..cfg }).unwrap();
     assert_eq!(z.into_data(), x.into_data());

@@ -7,215 +7,24 @@ use super::engine::{Objective, Pgd, attack};
 use super::objective::nn::{AwayFromNeighbour, CwMargin};
 use super::objective::rank::{CandidateAttack, Direction, QueryAttack};
 use super::objective::{dist_to_all, shift::EmbeddingShift, targets};
-use crate::data::ImageSet;
 use crate::data::loader;
 use crate::eval::knn::{Embeddings, top_k};
-use crate::eval::{batch_tensor, embed, metrics};
+use crate::eval::{batch_tensor, metrics};
 use crate::loss::to_host;
-use crate::model::EmbeddingNet;
-use anyhow::{Context as _, Result, bail};
-use burn::module::Module;
-use burn::tensor::{Bool, Device, Tensor, TensorData};
+use anyhow::Result;
+use burn::tensor::{Bool, Tensor, TensorData};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 use std::time::Instant;
+
+pub use super::context::Context;
+use super::context::{embed_tensor, euclid};
+pub use super::kind::AttackKind;
+pub use super::score::{AttackResult, Robustness, Row, Score, aggregate, ars_rank_term, ers, ers_term};
 
 /// C&W's budget in rounds: a row may use `CW_ROUNDS × steps` optimiser steps in all.
 pub const CW_ROUNDS: usize = 10;
-
-/// The attacks rdml runs by name.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum AttackKind {
-    #[serde(rename = "CA+")]
-    CaPlus,
-    #[serde(rename = "CA-")]
-    CaMinus,
-    #[serde(rename = "QA+")]
-    QaPlus,
-    #[serde(rename = "QA-")]
-    QaMinus,
-    #[serde(rename = "TMA")]
-    Tma,
-    #[serde(rename = "ES")]
-    Es,
-    #[serde(rename = "LTM")]
-    Ltm,
-    #[serde(rename = "GTM")]
-    Gtm,
-    #[serde(rename = "GTT")]
-    Gtt,
-    /// Nearest-neighbour attack (positive-perturbation paper, Algorithm 1).
-    #[serde(rename = "NN")]
-    Nn,
-    /// The same attack by Carlini and Wagner's L∞ algorithm ([`super::cw`]) on their margin loss
-    /// (confidence κ), as the positive-perturbation paper's Tables 4 and 7.
-    #[serde(rename = "NN-CW")]
-    NnCw { kappa: f32 },
-    /// Carlini–Wagner's margin loss (confidence κ) minimised by the PGD engine ("CW∞" of Madry et al.).
-    #[serde(rename = "NN-CW-PGD")]
-    NnCwPgd { kappa: f32 },
-    /// MDProp's single-targeted feature-space AX (one random target of another class).
-    #[serde(rename = "STAX")]
-    Stax,
-    /// MDProp's multi-targeted feature-space AX (`targets` random targets of other classes).
-    #[serde(rename = "MTAX")]
-    Mtax { targets: usize },
-    /// MDProp's unadversarial example (targets of the item's own class).
-    #[serde(rename = "UX")]
-    Ux { targets: usize },
-}
-
-impl AttackKind {
-    pub const ERS_SUITE: [AttackKind; 9] = [
-        AttackKind::CaPlus,
-        AttackKind::CaMinus,
-        AttackKind::QaPlus,
-        AttackKind::QaMinus,
-        AttackKind::Tma,
-        AttackKind::Es,
-        AttackKind::Ltm,
-        AttackKind::Gtm,
-        AttackKind::Gtt,
-    ];
-    pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s.to_ascii_uppercase().as_str() {
-            "CA+" => Self::CaPlus,
-            "CA-" => Self::CaMinus,
-            "QA+" => Self::QaPlus,
-            "QA-" => Self::QaMinus,
-            "TMA" => Self::Tma,
-            "ES" => Self::Es,
-            "LTM" => Self::Ltm,
-            "GTM" => Self::Gtm,
-            "GTT" => Self::Gtt,
-            "NN" => Self::Nn,
-            o if o.starts_with("NN-CW") => {
-                let (head, kappa) = match o.split_once(':') {
-                    Some((h, k)) => (h, Some(k)),
-                    None => (o, None),
-                };
-                let kappa = match kappa {
-                    Some(k) => k
-                        .parse::<f32>()
-                        .ok()
-                        .filter(|k| k.is_finite() && *k >= 0.0)
-                        .with_context(|| format!("attack '{o}': κ after ':' must be a number ≥ 0"))?,
-                    None => 0.0,
-                };
-                match head {
-                    "NN-CW" => Self::NnCw { kappa },
-                    "NN-CW-PGD" => Self::NnCwPgd { kappa },
-                    _ => bail!("unknown attack '{o}': expected NN-CW[:κ] or NN-CW-PGD[:κ]"),
-                }
-            }
-            "STAX" => Self::Stax,
-            o if o.starts_with("MTAX") || o.starts_with("UX") => {
-                let (head, t) = o.split_once(':').unwrap_or((o, "5"));
-                let targets: usize = t
-                    .parse()
-                    .ok()
-                    .filter(|&t| t >= 1)
-                    .with_context(|| format!("attack '{o}': the number of targets after ':' must be ≥ 1"))?;
-                if head == "MTAX" {
-                    Self::Mtax { targets }
-                } else {
-                    Self::Ux { targets }
-                }
-            }
-            o => bail!(
-                "unknown attack '{o}': expected CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN, NN-CW[:κ], NN-CW-PGD[:κ], STAX, MTAX[:T] or UX[:T]"
-            ),
-        })
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::CaPlus => "CA+",
-            Self::CaMinus => "CA-",
-            Self::QaPlus => "QA+",
-            Self::QaMinus => "QA-",
-            Self::Tma => "TMA",
-            Self::Es => "ES",
-            Self::Ltm => "LTM",
-            Self::Gtm => "GTM",
-            Self::Gtt => "GTT",
-            Self::Nn => "NN",
-            Self::NnCw { .. } => "NN-CW",
-            Self::NnCwPgd { .. } => "NN-CW-PGD",
-            Self::Stax => "STAX",
-            Self::Mtax { .. } => "MTAX",
-            Self::Ux { .. } => "UX",
-        }
-    }
-}
-
-/// One attack's outcome: named scores (percentages, except TMA's cosine and ES:D's distance),
-/// each with its clean value (the same selection at ε = 0).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AttackResult {
-    pub attack: AttackKind,
-    pub scores: Vec<Score>,
-    pub queries: usize,
-    pub seconds: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Score {
-    pub name: String,
-    pub value: f64,
-}
-
-/// The test set, its clean embeddings and the model: what every attack needs.
-pub struct Context {
-    pub model: EmbeddingNet,
-    pub set: ImageSet,
-    pub clean: Embeddings,
-    cand: Tensor<2>,
-    cand_sq: Tensor<2>,
-    pub device: Device,
-    /// Reproduce robrank's GTM target index and LTM self mask.
-    pub robrank_compat: bool,
-}
-
-impl Context {
-    pub fn new(model: &EmbeddingNet, set: &ImageSet, device: &Device, robrank_compat: bool) -> Result<Self> {
-        let device = device.clone().without_autodiff();
-        let model = model.valid();
-        let clean = embed(&model, set, 256, &device)?;
-        let cand = Tensor::<2>::from_data(TensorData::new(clean.data.clone(), [clean.n, clean.dim]), &device);
-        let cand_sq = cand.clone().powi_scalar(2).sum_dim(1).transpose();
-        Ok(Self {
-            model,
-            set: set.clone(),
-            clean,
-            cand,
-            cand_sq,
-            device,
-            robrank_compat,
-        })
-    }
-
-    fn rows_host(&self, idx: &[usize]) -> Vec<f32> {
-        idx.iter().flat_map(|&i| self.clean.row(i).iter().copied()).collect()
-    }
-
-    fn rows(&self, idx: &[usize]) -> Tensor<2> {
-        Tensor::<2>::from_data(
-            TensorData::new(self.rows_host(idx), [idx.len(), self.clean.dim]),
-            &self.device,
-        )
-    }
-
-    /// Squared-free Euclidean distances of host row `e` to all candidates.
-    fn host_dists(&self, e: &[f32]) -> Vec<f32> {
-        (0..self.clean.n).map(|j| euclid(self.clean.row(j), e)).collect()
-    }
-}
-
-fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Vec<f32> {
-    to_host(&model.forward(x))
-}
 
 /// Runs one attack with the first `queries` test items as queries (or candidates, for CA),
 /// `batch` at a time. Scores are averaged over items.
@@ -582,11 +391,6 @@ pub fn run(
     })
 }
 
-/// Euclidean distance of two host embeddings.
-fn euclid(a: &[f32], b: &[f32]) -> f32 {
-    crate::loss::distance::Distance::Euclidean.host(a, b)
-}
-
 /// A uniformly random index in `0..n` other than `i` (W = 1 / M = 1 selections).
 fn random_other(rng: &mut ChaCha8Rng, n: usize, i: usize) -> usize {
     loop {
@@ -603,97 +407,6 @@ fn from_top(rng: &mut ChaCha8Rng, nb: &[(f32, u32)], topmost: usize, own: usize)
         .choose(rng)
         .map(|x| x.1 as usize)
         .unwrap_or(own)
-}
-
-/// One ranking trial's ARS term (CA-TRIDE, Section 3.4 / Appendix B): `100·(1 − (r − r₀)/(g − r₀))`
-/// with goal `g` = 0 for the "+" attacks and 100 for the "−" attacks (ranks in percent).
-pub fn ars_rank_term(raise: bool, init: f64, adv: f64) -> f64 {
-    let goal = if raise { 0.0 } else { 100.0 };
-    if (goal - init).abs() < 1e-12 {
-        return 0.0;
-    }
-    100.0 * (1.0 - (adv - init) / (goal - init))
-}
-
-impl AttackResult {
-    pub fn score(&self, name: &str) -> Option<f64> {
-        self.scores.iter().find(|s| s.name == name).map(|s| s.value)
-    }
-}
-
-/// One row of the robustness table.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Row {
-    pub column: String,
-    pub raw: f64,
-    pub ers_term: f64,
-    pub ars_term: Option<f64>,
-}
-
-/// The ERS/ARS table of a suite run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Robustness {
-    pub rows: Vec<Row>,
-    pub ers: f64,
-    pub ars: f64,
-    pub results: Vec<AttackResult>,
-}
-
-/// ERS term of a raw column (robrank's `pjswipe.py`): CA+ and QA+ doubled, CA−, QA−, TMA and ES:D
-/// inverted, ES:D over the maximal chord 2 of the unit sphere.
-pub fn ers_term(column: &str, raw: f64) -> Option<f64> {
-    Some(match column {
-        "CA+" | "QA+" => 2.0 * raw,
-        "CA-" | "QA-" => 100.0 - raw,
-        "TMA" => 100.0 * (1.0 - raw),
-        "ES:D" => 100.0 * (2.0 - raw) / 2.0,
-        "ES:R" | "LTM" | "GTM" | "GTT" => raw,
-        _ => return None,
-    })
-}
-
-/// ERS from the ten raw columns in robrank's order.
-pub fn ers(raw: &[(&str, f64)]) -> f64 {
-    let t: Vec<f64> = raw.iter().filter_map(|(c, v)| ers_term(c, *v)).collect();
-    t.iter().sum::<f64>() / t.len().max(1) as f64
-}
-
-/// Aggregates the nine ERS attacks into the table: ten ERS columns and eight ARS terms
-/// (TMA and ES:D have none; recall attacks are attacked/clean Recall@1).
-pub fn aggregate(results: Vec<AttackResult>) -> Robustness {
-    let mut rows = vec![];
-    for r in &results {
-        let clean = r.score("R@1:clean");
-        let names: Vec<&str> = match r.attack {
-            AttackKind::Es => vec!["ES:D", "ES:R"],
-            k => vec![k.name()],
-        };
-        for col in names {
-            let Some(raw) = r.score(col) else { continue };
-            let Some(ers_term) = ers_term(col, raw) else { continue };
-            let ars_term = match col {
-                "CA+" | "CA-" | "QA+" | "QA-" => r.score("ARS"),
-                "ES:R" | "LTM" | "GTM" => clean.map(|c| if c > 0.0 { 100.0 * raw / c } else { 0.0 }),
-                "GTT" => Some(raw),
-                _ => None,
-            };
-            rows.push(Row {
-                column: col.to_string(),
-                raw,
-                ers_term,
-                ars_term,
-            });
-        }
-    }
-    let ers = rows.iter().map(|r| r.ers_term).sum::<f64>() / rows.len().max(1) as f64;
-    let ars_terms: Vec<f64> = rows.iter().filter_map(|r| r.ars_term).collect();
-    let ars = ars_terms.iter().sum::<f64>() / ars_terms.len().max(1) as f64;
-    Robustness {
-        rows,
-        ers,
-        ars,
-        results,
-    }
 }
 
 /// Runs the nine attacks of robrank's ERS suite.

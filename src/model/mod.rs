@@ -97,6 +97,18 @@ pub struct EmbeddingNet {
 const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
+/// Draws every lazily initialised parameter now. burn initialises a parameter on its first use,
+/// so without this the weights would be drawn during the first forward pass, outside
+/// [`crate::seeded`]'s lock, and a concurrent draw elsewhere (parallel tests, a user's worker
+/// threads) would change them.
+struct Materialise;
+
+impl burn::module::ModuleVisitor for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+        let _ = param.val();
+    }
+}
+
 impl EmbeddingNet {
     /// Builds the model for inputs of shape `in_shape = [c, h, w]`, loading pretrained weights
     /// when the config names them.
@@ -129,11 +141,13 @@ impl EmbeddingNet {
             "model.imagenet_norm needs 3-channel images, got {}",
             in_shape[0]
         );
-        Ok(Self {
+        let net = Self {
             backbone,
             l2_normalize: cfg.l2_normalize,
             imagenet_norm,
-        })
+        };
+        net.visit(&mut Materialise);
+        Ok(net)
     }
 
     /// Embeds images in [0, 1] using batch-norm set 0 (the clean set).
