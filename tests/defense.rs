@@ -253,6 +253,38 @@ fn ca_tride_alternates_cap_and_anp_and_each_moves_only_its_items() {
 }
 
 #[test]
+fn ca_tride_code_anp_moves_only_anchors_and_lowers_its_loss() {
+    use rdml::attack::engine::Objective;
+    use rdml::defense::TripletLayout;
+    use rdml::defense::ca_tride::{Adversary, TrideObjective};
+    let b = setup();
+    let text = format!("kind = \"ca-tride\"\neps = {EPS}\nstep = 0.02\nsteps = 16\ncode_anp = true\n");
+    let cfg: DefenseConfig = toml::from_str(&text).unwrap();
+    let anp = b.run(&cfg, &at(1));
+    let ch = row_change(&anp.adversarial, &anp.original);
+    let [a, p, n] = thirds(&ch);
+    assert!(p.iter().chain(n).all(|&c| c == 0.0), "ANP moved candidates");
+    assert!(
+        a.iter().any(|&c| c > 0.0) && a.iter().all(|&c| c <= EPS + 1e-6),
+        "{ch:?}"
+    );
+    let clean = b.net.forward(anp.original.clone());
+    let t = clean.dims()[0] / 3;
+    let obj = TrideObjective {
+        layout: TripletLayout { t },
+        distance: Distance::NormalizedEuclidean,
+        cap: false,
+        adversary: Adversary::Collapseness,
+        lambda: 10.0,
+        code_anp: true,
+        clean_anchor: clean.clone().narrow(0, 0, t),
+    };
+    let before = obj.loss(clean, 1).into_scalar::<f32>();
+    let after = obj.loss(b.net.forward(anp.adversarial.clone()), 1).into_scalar::<f32>();
+    assert!(before > 0.0 && after < before, "code ANP loss {before} → {after}");
+}
+
+#[test]
 fn collapseness_weights_closer_pairs_more() {
     use burn::tensor::TensorData;
     let t = |v: Vec<f32>| Tensor::<1>::from_data(TensorData::new(v, [3]), &Device::default());

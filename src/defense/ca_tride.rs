@@ -81,6 +81,8 @@ pub struct TrideObjective {
     pub cap: bool,
     pub adversary: Adversary,
     pub lambda: f32,
+    /// ANP's loss as the reference code writes it (see `DefenseConfig::CaTride::code_anp`).
+    pub code_anp: bool,
     /// Clean anchor embeddings `A₀` (for Δ_TR).
     pub clean_anchor: Tensor<2>,
 }
@@ -103,9 +105,14 @@ impl Objective for TrideObjective {
         if self.cap {
             return relu(c.neg());
         }
+        let shift = self.distance.rows(a, self.clean_anchor.clone()).mean();
+        if self.code_anp {
+            // The reference code: [C]_+ + γ·[d(Ã, N_υ) − d(Ã, A₀)]_+, γ = e^{−[−C]_+} a weight.
+            let gamma = relu(c.clone().neg().detach()).neg().exp();
+            return relu(c) + gamma * relu(top_half_mean(dan) - shift);
+        }
         // Δ_TR = e^{max(C,0)} (d(Ã, N_υ) − d(Ã, A₀)), the exponential factor a constant weight.
         let factor = relu(c.clone().detach()).exp();
-        let shift = self.distance.rows(a, self.clean_anchor.clone()).mean();
         let delta_tr = factor * (top_half_mean(dan) - shift);
         relu(c.neg() + delta_tr)
     }

@@ -107,6 +107,11 @@ pub enum DefenseConfig {
         /// of the paper's anchor-proximity weights (Eq. 6).
         #[serde(default)]
         code_weighting: bool,
+        /// ANP's loss as the reference code writes it, `[w̄_ap − w̄_an]_+ + γ·[d̄(Ã, N_υ) −
+        /// d̄(Ã, A₀)]_+` with `γ = e^{−[w̄_an − w̄_ap]_+}` (collapse held back, the anchor pushed at
+        /// least as far as its closest negatives), instead of the paper's Eq. 11–12.
+        #[serde(default)]
+        code_anp: bool,
     },
 }
 

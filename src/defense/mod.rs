@@ -138,6 +138,7 @@ pub fn perturb(
             adversary,
             margin_schedule,
             code_weighting,
+            code_anp,
             ..
         } => {
             let tr = if *margin_schedule {
@@ -167,6 +168,7 @@ pub fn perturb(
                 cap,
                 adversary: *adversary,
                 lambda: if *code_weighting { -lambda } else { *lambda },
+                code_anp: *code_anp,
                 clean_anchor: host_rows(&clean, &tr.anchor, dim, &x.device()),
             };
             (tr, Box::new(obj), movable)
