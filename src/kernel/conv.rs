@@ -3,9 +3,10 @@
 //!
 //! Why our own: burn 0.22's Flex backend computes the weight gradient as a convolution whose
 //! kernel is the whole output map (batch and channels swapped) and the input gradient as a
-//! transposed convolution; on C2F2 that made one training step's backward ~1.5× its forward
-//! cost over PyTorch's. Written as the textbook GEMMs, every pass runs at the forward's GEMM
-//! throughput: `y_b = W·col(x_b)`, `∂x_b = col⁻¹(Wᵀ·∂y_b)`, `∂W = Σ_b ∂y_b·col(x_b)ᵀ`.
+//! transposed convolution. Written as the textbook GEMMs, every pass runs at the forward's GEMM
+//! rate: `y_b = W·col(x_b)`, `∂x_b = col⁻¹(Wᵀ·∂y_b)`, `∂W = Σ_b ∂y_b·col(x_b)ᵀ` (C2F2's conv2 at
+//! batch 256, forward and both gradients: 190 ms against burn's 260; conv1 forward and weight
+//! gradient: 36 against 136; `examples/op_profile`).
 //! Images are split over rayon's threads; each GEMM runs single-threaded inside.
 
 use rayon::prelude::*;
