@@ -253,10 +253,6 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         let mut rng = epoch_rng(exp.seed, epoch, 2);
         let mut sum = 0.0;
         let mut acc = Accumulator::new();
-        let margin = match &exp.loss {
-            LossConfig::Triplet { margin, .. } => Some(f64::from(*margin)),
-            _ => None,
-        };
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
             let b = b?;
             let x = batch_tensor(&b, &device);
@@ -264,7 +260,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             trainer.defense_state.epochs = exp.train.epochs;
             let (t, l, diag) = trainer.step(exp, x, &b.labels, &mut rng)?;
             trainer = t;
-            acc.add(&diag, margin);
+            acc.add(&diag, exp.loss.triplet_margin().map(f64::from));
             sum += l;
             writeln!(
                 log,

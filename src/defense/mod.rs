@@ -262,10 +262,7 @@ pub(crate) fn clean_host(net: &EmbeddingNet, x: &Tensor<4>) -> (Vec<f32>, usize)
 
 /// The triplet loss's distance and margin (validated: triplet-based defenses need that loss).
 pub(crate) fn triplet_params(loss_cfg: &LossConfig) -> (Distance, f32) {
-    match loss_cfg {
-        LossConfig::Triplet { distance, margin, .. } => (*distance, *margin),
-        other => (other.distance(), 0.2),
-    }
+    (loss_cfg.distance(), loss_cfg.triplet_margin().unwrap_or(0.2))
 }
 
 /// Rows `idx` of host embeddings `[n, dim]` as a `[t, dim]` tensor on `device`.

@@ -166,6 +166,7 @@ type AdTensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
 impl<C: CheckpointStrategy> Kernels for Autodiff<Flex, C> {
     fn rdml_conv2d(x: AdTensor<C>, weight: AdTensor<C>, g: Geometry) -> AdTensor<C> {
+        let y = forward(x.primitive(), weight.primitive(), None, g);
         match ConvNoBias
             .prepare::<C>([x.node(), weight.node()])
             .compute_bound()
@@ -173,13 +174,14 @@ impl<C: CheckpointStrategy> Kernels for Autodiff<Flex, C> {
         {
             OpsKind::Tracked(mut prep) => {
                 let state = (prep.checkpoint(&x), prep.checkpoint(&weight), g);
-                prep.finish(state, forward(x.primitive(), weight.primitive(), None, g))
+                prep.finish(state, y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive(), weight.primitive(), None, g)),
+            OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 
     fn rdml_conv2d_bias(x: AdTensor<C>, weight: AdTensor<C>, bias: AdTensor<C>, g: Geometry) -> AdTensor<C> {
+        let y = forward(x.primitive(), weight.primitive(), Some(bias.primitive()), g);
         match ConvWithBias
             .prepare::<C>([x.node(), weight.node(), bias.node()])
             .compute_bound()
@@ -187,12 +189,9 @@ impl<C: CheckpointStrategy> Kernels for Autodiff<Flex, C> {
         {
             OpsKind::Tracked(mut prep) => {
                 let state = (prep.checkpoint(&x), prep.checkpoint(&weight), g);
-                let y = forward(x.primitive(), weight.primitive(), Some(bias.primitive()), g);
                 prep.finish(state, y)
             }
-            OpsKind::UnTracked(prep) => {
-                prep.finish(forward(x.primitive(), weight.primitive(), Some(bias.primitive()), g))
-            }
+            OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 
@@ -220,12 +219,10 @@ pub fn conv2d(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
         PaddingConfig2d::Explicit(top, left, bottom, right) => [(top, bottom), (left, right)],
         PaddingConfig2d::Same => return conv.forward(x),
     };
-    let geometry = Geometry::new(conv.stride, padding, conv.dilation, conv.kernel_size, [h, w]);
     let weight = conv.weight.val();
-    let (Some(g), true) = (
-        geometry,
-        conv.groups == 1 && routable(&x.device(), x.dtype()) && weight.dtype() == DType::F32,
-    ) else {
+    let geometry = Geometry::new(conv.stride, padding, conv.dilation, conv.kernel_size, [h, w]);
+    let routed = conv.groups == 1 && routable(&x.device(), x.dtype()) && weight.dtype() == DType::F32;
+    let Some(g) = geometry.filter(|_| routed) else {
         return conv.forward(x);
     };
     let (x, weight) = (x.into_dispatch(), weight.into_dispatch());
@@ -244,11 +241,9 @@ pub fn max_pool2d(pool: &MaxPool2d, x: Tensor<4>) -> Tensor<4> {
         PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
         _ => return pool.forward(x),
     };
+    let routed = pool.dilation == [1, 1] && !pool.ceil_mode && routable(&x.device(), x.dtype());
     let geometry = PoolGeometry::new(pool.kernel_size, pool.stride, pad, [h, w]);
-    let (Some(g), true) = (
-        geometry,
-        pool.dilation == [1, 1] && !pool.ceil_mode && routable(&x.device(), x.dtype()),
-    ) else {
+    let Some(g) = geometry.filter(|_| routed) else {
         return pool.forward(x);
     };
     Tensor::from_dispatch(<Dispatch as Kernels>::rdml_max_pool2d(x.into_dispatch(), g))

@@ -181,6 +181,14 @@ impl LossConfig {
         }
     }
 
+    /// The triplet loss's margin (`None` for the other losses).
+    pub fn triplet_margin(&self) -> Option<f32> {
+        match self {
+            LossConfig::Triplet { margin, .. } => Some(*margin),
+            _ => None,
+        }
+    }
+
     /// The distance the loss (and its miner) uses.
     pub fn distance(&self) -> Distance {
         match self {
