@@ -28,7 +28,7 @@ fn case(
             .with_dilation(dil)
             .with_bias(bias)
             .init(&dev);
-        let x = Tensor::<4>::random([3, c_in, 11, 9], Distribution::Normal(0.0, 1.0), &dev);
+        let x = Tensor::<4>::random([3, c_in, 11, 15], Distribution::Normal(0.0, 1.0), &dev);
         let y_dims = conv.forward(x.clone()).dims();
         let probe = Tensor::<4>::random(y_dims, Distribution::Normal(0.0, 1.0), &dev);
         (conv, x, probe)
@@ -70,6 +70,19 @@ fn conv_kernels_match_burn() {
     case(4, 6, [1, 1], [1, 1], PaddingConfig2d::Valid, [1, 1], false);
     case(4, 6, [1, 1], [2, 2], PaddingConfig2d::Valid, [1, 1], true);
     case(3, 8, [7, 7], [2, 2], explicit(3, 3, 3, 3), [1, 1], false);
+}
+
+/// Stride-1 convolutions with whole 16-channel groups take the direct AVX-512 kernels (where
+/// the CPU has them): each channel-group width (16, 32, 64), kernel width (3, 5, 7), a row
+/// narrower than a tile, asymmetric padding and a non-square kernel.
+#[test]
+fn direct_conv_kernels_match_burn() {
+    let explicit = |t, l, b, r| PaddingConfig2d::Explicit(t, l, b, r);
+    case(32, 64, [3, 3], [1, 1], explicit(1, 1, 1, 1), [1, 1], true);
+    case(16, 32, [5, 5], [1, 1], explicit(2, 2, 2, 2), [1, 1], false);
+    case(64, 16, [7, 7], [1, 1], explicit(3, 3, 3, 3), [1, 1], true);
+    case(16, 48, [3, 5], [1, 1], explicit(0, 2, 1, 1), [1, 1], true);
+    case(32, 16, [5, 3], [1, 1], PaddingConfig2d::Valid, [1, 1], false);
 }
 
 #[test]

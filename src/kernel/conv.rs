@@ -9,6 +9,7 @@
 //! gradient: 36 against 136; `examples/op_profile`).
 //! Images are split over rayon's threads; each GEMM runs single-threaded inside.
 
+use super::direct;
 use rayon::prelude::*;
 
 /// Spatial geometry of one convolution: stride, leading (top, left) padding, dilation, kernel
@@ -58,6 +59,19 @@ impl Geometry {
 
     fn spatial_in(&self) -> usize {
         self.input[0] * self.input[1]
+    }
+
+    /// The direct kernels' view of a stride-1, dilation-1 convolution that is not pointwise.
+    pub fn direct(&self, c_in: usize, c_out: usize) -> Option<direct::Shape> {
+        let plain = self.stride == [1, 1] && self.dilation == [1, 1] && !self.is_pointwise();
+        plain.then_some(direct::Shape {
+            c_in,
+            c_out,
+            kernel: self.kernel,
+            pad: self.pad,
+            input: self.input,
+            output: self.output,
+        })
     }
 
     /// A 1×1 kernel at stride 1 without padding: the image itself is its im2col matrix.

@@ -1,9 +1,11 @@
 //! rdml's own CPU kernels for the Flex backend, plugged into burn through a backend extension
 //! with hand-written backward passes. Every entry point falls back to burn's operation where
 //! a kernel does not apply (another backend, another dtype, grouped convolution, `Same` padding),
-//! so models call these unconditionally.
+//! so models call these unconditionally. Stride-1 convolutions with whole 16-channel groups run
+//! the direct AVX-512 kernels of [`direct`], the rest im2col + GEMM ([`conv`]).
 
 pub mod conv;
+pub mod direct;
 pub mod pool;
 
 use burn::backend::autodiff::NodeId;
@@ -61,8 +63,12 @@ fn dims4(t: &FlexTensor) -> [usize; 4] {
 fn forward(x: &FlexTensor, weight: &FlexTensor, bias: Option<&FlexTensor>, g: Geometry) -> FlexTensor {
     let [n, _, _, _] = dims4(x);
     let c_out = weight.shape()[0];
-    let bias = bias.map(host);
-    let y = conv::forward(&host(x), n, &host(weight), c_out, bias.as_deref(), &g);
+    let (c_in, bias) = (weight.shape()[1], bias.map(host));
+    let (x, weight, bias) = (host(x), host(weight), bias.as_deref());
+    let y = match g.direct(c_in, c_out).filter(direct::forward_applies) {
+        Some(s) => direct::forward(&x, n, &weight, bias, &s),
+        None => conv::forward(&x, n, &weight, c_out, bias, &g),
+    };
     flex(y, [n, c_out, g.output[0], g.output[1]])
 }
 
@@ -103,16 +109,23 @@ impl Backward<Flex, 1> for MaxPoolBackward {
 fn input_grad(weight: &FlexTensor, grad: &FlexTensor, x_dims: [usize; 4], g: &Geometry) -> FlexTensor {
     let [n, c_in, h, w] = x_dims;
     let c_out = weight.shape()[0];
-    flex(
-        conv::input_grad(&host(grad), n, &host(weight), c_in, c_out, g),
-        [n, c_in, h, w],
-    )
+    let (grad, weight) = (host(grad), host(weight));
+    let dx = match g.direct(c_in, c_out).filter(direct::input_grad_applies) {
+        Some(s) => direct::input_grad(&grad, n, &weight, &s),
+        None => conv::input_grad(&grad, n, &weight, c_in, c_out, g),
+    };
+    flex(dx, [n, c_in, h, w])
 }
 
 fn weight_grad(x: &FlexTensor, grad: &FlexTensor, w_dims: [usize; 4], g: &Geometry) -> FlexTensor {
     let [c_out, c_in, _, _] = w_dims;
     let n = x.shape()[0];
-    flex(conv::weight_grad(&host(x), n, &host(grad), c_in, c_out, g), w_dims)
+    let (x, grad) = (host(x), host(grad));
+    let dw = match g.direct(c_in, c_out).filter(direct::weight_grad_applies) {
+        Some(s) => direct::weight_grad(&x, n, &grad, &s),
+        None => conv::weight_grad(&x, n, &grad, c_in, c_out, g),
+    };
+    flex(dw, w_dims)
 }
 
 fn bias_grad(grad: &FlexTensor) -> FlexTensor {
