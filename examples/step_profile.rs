@@ -1,11 +1,13 @@
 //! Times the parts of one C2F2 training step (batch 256, 28×28) to find where time goes.
 use burn::module::Module;
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Distribution, Tensor};
+use rdml::kernel::adam::FusedAdam;
 use rdml::model::{Arch, EmbeddingNet, ModelConfig};
 use std::time::Instant;
 
 fn main() {
+    rdml::tune_allocator();
     let dev = Device::default().autodiff();
     let cfg = ModelConfig {
         arch: Arch::C2f2,
@@ -17,7 +19,7 @@ fn main() {
         bn_sets: 1,
     };
     let mut net = EmbeddingNet::new(&cfg, [1, 28, 28], &dev).unwrap();
-    let mut opt = AdamConfig::new().init();
+    let mut opt = ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, Some(1e-7)));
     let x = Tensor::<4>::random([256, 1, 28, 28], Distribution::Uniform(0.0, 1.0), &dev);
     let plain = dev.clone().without_autodiff();
     let xp = Tensor::<4>::random([256, 1, 28, 28], Distribution::Uniform(0.0, 1.0), &plain);

@@ -176,6 +176,7 @@ impl Budget {
 }
 
 fn main() {
+    rdml::tune_allocator();
     if let Err(e) = run(Cli::parse()) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

@@ -7,13 +7,13 @@ use crate::data::sampler::{self, epoch_rng};
 use crate::defense::diagnostics::{self, Accumulator, BatchDiagnostics, EpochDiagnostics};
 use crate::defense::{self as defense_mod, DefenseState};
 use crate::eval::{self, Metrics, batch_tensor};
+use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use crate::report::{write_atomic, write_json};
 use anyhow::{Context, Result, bail, ensure};
 use burn::module::Module;
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 use std::io::{IsTerminal, Write};
@@ -59,14 +59,8 @@ fn ckpt_dir(out: &Path) -> PathBuf {
 }
 
 fn adam(cfg: &crate::config::OptimizerConfig) -> ModuleOptimizer {
-    let mut a = AdamConfig::new()
-        .with_beta_1(cfg.beta1)
-        .with_beta_2(cfg.beta2)
-        .with_epsilon(cfg.epsilon);
-    if cfg.weight_decay > 0.0 {
-        a = a.with_weight_decay(Some(WeightDecayConfig::new(cfg.weight_decay as f32)));
-    }
-    a.init()
+    let decay = (cfg.weight_decay > 0.0).then_some(cfg.weight_decay as f32);
+    ModuleOptimizer::from(FusedAdam::new(cfg.beta1, cfg.beta2, cfg.epsilon, decay))
 }
 
 /// The pieces a training step updates.

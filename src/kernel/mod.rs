@@ -4,6 +4,7 @@
 //! so models call these unconditionally. Stride-1 convolutions with whole 16-channel groups run
 //! the direct AVX-512 kernels of [`direct`], the rest im2col + GEMM ([`conv`]).
 
+pub mod adam;
 pub mod conv;
 pub mod direct;
 pub mod pool;

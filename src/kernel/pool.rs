@@ -58,6 +58,16 @@ fn plane_forward(x: &[f32], g: &PoolGeometry, y: &mut [f32], idx: &mut [u32]) {
     let [h, w] = g.input;
     let [ho, wo] = g.output;
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.pad == [0, 0] {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            for oh in 0..ho {
+                let (r0, r1) = (&x[2 * oh * w..][..2 * wo], &x[(2 * oh + 1) * w..][..2 * wo]);
+                let (yr, ir) = (&mut y[oh * wo..][..wo], &mut idx[oh * wo..][..wo]);
+                // SAFETY: AVX-512F is present; the slices have the lengths the kernel reads.
+                unsafe { rows_2x2(r0, r1, w as u32, (2 * oh * w) as u32, yr, ir) };
+            }
+            return;
+        }
         // C2F2's pooling: two rows at a time, no bounds checks.
         for oh in 0..ho {
             let (r0, r1) = (&x[2 * oh * w..][..w], &x[(2 * oh + 1) * w..][..w]);
@@ -100,6 +110,54 @@ fn plane_forward(x: &[f32], g: &PoolGeometry, y: &mut [f32], idx: &mut [u32]) {
             let o = at.unwrap_or(0);
             y[oh * wo + ow] = best;
             idx[oh * wo + ow] = o as u32;
+        }
+    }
+}
+
+/// One output row of a 2×2/2 pooling, 16 windows per step: the windows' four pixels are
+/// deinterleaved into four vectors and the first maximum (NaN winning) picked lane-wise.
+/// `r0`, `r1` hold `2·wo` pixels of the two input rows, `top` is `r0`'s offset in its plane.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rows_2x2(r0: &[f32], r1: &[f32], w: u32, top: u32, y: &mut [f32], idx: &mut [u32]) {
+    use std::arch::x86_64::*;
+    let wo = y.len();
+    assert!(r0.len() >= 2 * wo && r1.len() >= 2 * wo && idx.len() >= wo);
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    let lane2 = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(2),
+    );
+    let mask = |n: usize| -> __mmask16 { if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 } };
+    for o0 in (0..wo).step_by(16) {
+        let n = (wo - o0).min(16);
+        let (m_lo, m_hi) = (mask(2 * n), mask((2 * n).saturating_sub(16)));
+        // SAFETY: masked lanes are neither read nor written; the unmasked ones lie within
+        // 2·wo pixels of r0/r1 and wo outputs of y/idx (asserted above).
+        unsafe {
+            let pair = |r: &[f32]| {
+                let lo = _mm512_maskz_loadu_ps(m_lo, r.as_ptr().add(2 * o0));
+                let hi = _mm512_maskz_loadu_ps(m_hi, r.as_ptr().add(2 * o0 + 16));
+                (
+                    _mm512_permutex2var_ps(lo, even, hi),
+                    _mm512_permutex2var_ps(lo, odd, hi),
+                )
+            };
+            let ((a, b), (c, d)) = (pair(r0), pair(r1));
+            let (mut best, mut at) = (a, _mm512_setzero_si512());
+            for (v, off) in [(b, 1), (c, w), (d, w + 1)] {
+                let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, best);
+                let nan_over_number =
+                    _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & !_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(best, best);
+                let take = greater | nan_over_number;
+                best = _mm512_mask_mov_ps(best, take, v);
+                at = _mm512_mask_mov_epi32(at, take, _mm512_set1_epi32(off as i32));
+            }
+            let base = _mm512_add_epi32(_mm512_set1_epi32((top + 2 * o0 as u32) as i32), lane2);
+            let m = mask(n);
+            _mm512_mask_storeu_ps(y.as_mut_ptr().add(o0), m, best);
+            _mm512_mask_storeu_epi32(idx.as_mut_ptr().add(o0).cast::<i32>(), m, _mm512_add_epi32(base, at));
         }
     }
 }
