@@ -15,6 +15,7 @@ use rdml::train::Trainer;
 use std::time::Instant;
 
 fn main() -> Result<()> {
+    rdml::tune_allocator();
     let a: Vec<String> = std::env::args().collect();
     let data = a.get(1).context("DATA folder of Fashion-MNIST")?;
     let steps: usize = a.get(2).map(|s| s.parse()).transpose()?.unwrap_or(3);

@@ -7,9 +7,9 @@
 //! rate: `y_b = W·col(x_b)`, `∂x_b = col⁻¹(Wᵀ·∂y_b)`, `∂W = Σ_b ∂y_b·col(x_b)ᵀ` (C2F2's conv2 at
 //! batch 256, forward and both gradients: 190 ms against burn's 260; conv1 forward and weight
 //! gradient: 36 against 136; `examples/op_profile`).
-//! Images are split over rayon's threads; each GEMM runs single-threaded inside.
+//! Images are split over rayon's threads; each GEMM runs single-threaded inside. Stride-1
+//! convolutions with whole 16-channel groups take the faster direct kernels of `direct.rs`.
 
-use super::direct;
 use rayon::prelude::*;
 
 /// Spatial geometry of one convolution: stride, leading (top, left) padding, dilation, kernel
@@ -62,9 +62,9 @@ impl Geometry {
     }
 
     /// The direct kernels' view of a stride-1, dilation-1 convolution that is not pointwise.
-    pub fn direct(&self, c_in: usize, c_out: usize) -> Option<direct::Shape> {
+    pub fn direct(&self, c_in: usize, c_out: usize) -> Option<super::direct::Shape> {
         let plain = self.stride == [1, 1] && self.dilation == [1, 1] && !self.is_pointwise();
-        plain.then_some(direct::Shape {
+        plain.then_some(super::direct::Shape {
             c_in,
             c_out,
             kernel: self.kernel,
