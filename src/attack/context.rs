@@ -53,7 +53,11 @@ impl Context {
 
     /// Squared-free Euclidean distances of host row `e` to all candidates.
     pub(super) fn host_dists(&self, e: &[f32]) -> Vec<f32> {
-        (0..self.clean.n).map(|j| euclid(self.clean.row(j), e)).collect()
+        use rayon::prelude::*;
+        (0..self.clean.n)
+            .into_par_iter()
+            .map(|j| euclid(self.clean.row(j), e))
+            .collect()
     }
 }
 

@@ -208,7 +208,7 @@ fn per_thread(batch: usize) -> usize {
 pub fn forward(x: &[f32], batch: usize, weight: &[f32], c_out: usize, bias: Option<&[f32]>, g: &Geometry) -> Vec<f32> {
     let c_in = x.len() / (batch * g.spatial_in()).max(1);
     let (k, n_out, x_len) = dims(c_in, g);
-    let mut y = vec![0.0f32; batch * c_out * n_out];
+    let mut y = super::zeroed::<f32>(batch * c_out * n_out);
     y.par_chunks_mut(c_out * n_out).zip(x.par_chunks(x_len)).for_each_init(
         || vec![0.0f32; if g.is_pointwise() { 0 } else { k * n_out }],
         |col, (yb, xb)| {
@@ -237,7 +237,7 @@ fn dims(c_in: usize, g: &Geometry) -> (usize, usize, usize) {
 /// Gradient w.r.t. the input: `∂x_b = col⁻¹(Wᵀ·∂y_b)`.
 pub fn input_grad(grad: &[f32], batch: usize, weight: &[f32], c_in: usize, c_out: usize, g: &Geometry) -> Vec<f32> {
     let (k, n_out, x_len) = dims(c_in, g);
-    let mut dx = vec![0.0f32; batch * x_len];
+    let mut dx = super::zeroed::<f32>(batch * x_len);
     dx.par_chunks_mut(x_len)
         .zip(grad.par_chunks(c_out * n_out))
         .for_each_init(

@@ -123,7 +123,7 @@ pub fn input_grad(grad: &[f32], batch: usize, weight: &[f32], s: &Shape) -> Vec<
 fn run(x: &[f32], batch: usize, packed: &[f32], bias: Option<&[f32]>, s: &Shape) -> Vec<f32> {
     let ([h, w], [ho, wo], [hp, wp]) = (s.input, s.output, s.padded());
     let (x_len, n_out) = (s.c_in * h * w, ho * wo);
-    let mut y = vec![0.0f32; batch * s.c_out * n_out];
+    let mut y = super::zeroed::<f32>(batch * s.c_out * n_out);
     y.par_chunks_mut(s.c_out * n_out)
         .zip(x.par_chunks(x_len))
         .for_each_init(

@@ -40,6 +40,20 @@ pub trait Kernels: Backend {
     fn rdml_max_pool2d(x: FloatTensor<Self>, geometry: PoolGeometry) -> FloatTensor<Self>;
 }
 
+/// A zero-filled buffer of `n` values, filled by rayon's threads: with freed buffers reused
+/// (`rdml::tune_allocator`) the zeroing is a real pass over memory, which `vec![0; n]` would
+/// make on the calling thread alone.
+pub(crate) fn zeroed<T: Default + Copy + Send + Sync>(n: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    v.spare_capacity_mut()
+        .par_chunks_mut(1 << 15)
+        .for_each(|c| c.iter_mut().for_each(|x| _ = x.write(T::default())));
+    // SAFETY: the loop above initialised all n values of the capacity.
+    unsafe { v.set_len(n) };
+    v
+}
+
 fn host(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     match t.as_slice::<f32>() {
         Some(s) => std::borrow::Cow::Borrowed(s),
