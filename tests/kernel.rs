@@ -83,6 +83,8 @@ fn direct_conv_kernels_match_burn() {
     case(64, 16, [7, 7], [1, 1], explicit(3, 3, 3, 3), [1, 1], true);
     case(16, 48, [3, 5], [1, 1], explicit(0, 2, 1, 1), [1, 1], true);
     case(32, 16, [5, 3], [1, 1], PaddingConfig2d::Valid, [1, 1], false);
+    // Padding as wide as the kernel: direct forward and weight gradient, im2col input gradient.
+    case(16, 16, [3, 3], [1, 1], explicit(3, 3, 3, 3), [1, 1], true);
 }
 
 #[test]

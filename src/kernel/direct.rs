@@ -66,8 +66,9 @@ pub fn forward_applies(s: &Shape) -> bool {
     available() && s.c_out.is_multiple_of(16) && s.kernel.iter().all(|&k| k > 0) && s.k() >= 64
 }
 
+/// The input gradient runs the forward kernel on the transposed shape (padding `k − 1 − p`).
 pub fn input_grad_applies(s: &Shape) -> bool {
-    forward_applies(s) && forward_applies(&s.transposed()) && s.pad[0] < s.kernel[0] && s.pad[1] < s.kernel[1]
+    s.pad[0] < s.kernel[0] && s.pad[1] < s.kernel[1] && forward_applies(s) && forward_applies(&s.transposed())
 }
 
 /// Kernel widths with a weight-gradient tile (the tile's register count grows with it).
