@@ -43,11 +43,6 @@ impl FusedAdam {
     }
 }
 
-/// Values of a tensor as owned data (no copy when the tensor is the buffer's only owner).
-fn owned<const D: usize>(t: Tensor<D>) -> TensorData {
-    t.into_data()
-}
-
 impl Optimizer for FusedAdam {
     type State<const D: usize> = AdamState<D>;
 
@@ -69,8 +64,8 @@ impl Optimizer for FusedAdam {
         let (time, m, v) = match state {
             Some(s) => (
                 s.momentum.time + 1,
-                owned(s.momentum.moment_1),
-                owned(s.momentum.moment_2),
+                s.momentum.moment_1.into_data(),
+                s.momentum.moment_2.into_data(),
             ),
             // Zero moments: β·0 + (1 − β)·g is burn's first step to the last bit.
             None => {
@@ -78,7 +73,8 @@ impl Optimizer for FusedAdam {
                 (1, zeros(), zeros())
             }
         };
-        let (mut theta, g, mut m, mut v) = (owned(tensor), owned(grad), m, v);
+        // `into_data` copies nothing when the tensor is its buffer's only owner.
+        let (mut theta, g, mut m, mut v) = (tensor.into_data(), grad.into_data(), m, v);
         let step = Step::new(self, time, lr);
         match (
             theta.as_mut_slice::<f32>(),

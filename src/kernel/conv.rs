@@ -196,11 +196,6 @@ fn gemm(
     }
 }
 
-/// Images per rayon task so that each thread gets one contiguous share (one accumulator each).
-fn per_thread(batch: usize) -> usize {
-    batch.div_ceil(rayon::current_num_threads().max(1)).max(1)
-}
-
 /// Forward: `x [n, c_in, h, w]`, `weight [c_out, c_in, kh, kw]` → `[n, c_out, ho, wo]`.
 ///
 /// One GEMM per image: putting several images side by side in one wider GEMM was measured
@@ -258,30 +253,18 @@ pub fn input_grad(grad: &[f32], batch: usize, weight: &[f32], c_in: usize, c_out
 /// Gradient w.r.t. the weight: `∂W = Σ_b ∂y_b·col(x_b)ᵀ`, one accumulator per thread.
 pub fn weight_grad(x: &[f32], batch: usize, grad: &[f32], c_in: usize, c_out: usize, g: &Geometry) -> Vec<f32> {
     let (k, n_out, x_len) = dims(c_in, g);
-    let chunk = per_thread(batch);
-    x.par_chunks(chunk * x_len)
-        .zip(grad.par_chunks(chunk * c_out * n_out))
-        .map(|(xs, gs)| {
-            let mut acc = vec![0.0f32; c_out * k];
-            let mut col = vec![0.0f32; if g.is_pointwise() { 0 } else { k * n_out }];
-            for (xb, gb) in xs.chunks(x_len).zip(gs.chunks(c_out * n_out)) {
-                let rhs: &[f32] = if g.is_pointwise() {
-                    xb
-                } else {
-                    im2col(xb, c_in, g, &mut col);
-                    &col
-                };
-                gemm((c_out, k, n_out), &mut acc, true, gb, (1, n_out), rhs, (n_out, 1));
-            }
-            acc
-        })
-        .reduce(
-            || vec![0.0f32; c_out * k],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                a
-            },
-        )
+    super::sum_per_thread((x, x_len), (grad, c_out * n_out), batch, c_out * k, |xs, gs, acc| {
+        let mut col = vec![0.0f32; if g.is_pointwise() { 0 } else { k * n_out }];
+        for (xb, gb) in xs.chunks(x_len).zip(gs.chunks(c_out * n_out)) {
+            let rhs: &[f32] = if g.is_pointwise() {
+                xb
+            } else {
+                im2col(xb, c_in, g, &mut col);
+                &col
+            };
+            gemm((c_out, k, n_out), acc, true, gb, (1, n_out), rhs, (n_out, 1));
+        }
+    })
 }
 
 /// Gradient w.r.t. the bias: the sum of `∂y` over the batch and the output map, per channel.

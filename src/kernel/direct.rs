@@ -48,22 +48,10 @@ impl Shape {
     }
 }
 
-/// Whether this CPU runs the kernels (AVX-512F).
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// The forward kernel vectorises over output channels: whole 16-lane groups only.
 /// Short reductions (C2F2's first layer: 25 terms) stay on the im2col path, measured faster.
 pub fn forward_applies(s: &Shape) -> bool {
-    available() && s.c_out.is_multiple_of(16) && s.kernel.iter().all(|&k| k > 0) && s.k() >= 64
+    super::avx512() && s.c_out.is_multiple_of(16) && s.kernel.iter().all(|&k| k > 0) && s.k() >= 64
 }
 
 /// The input gradient runs the forward kernel on the transposed shape (padding `k − 1 − p`).
@@ -265,13 +253,13 @@ pub fn weight_grad(x: &[f32], batch: usize, grad: &[f32], s: &Shape) -> Vec<f32>
     assert!(weight_grad_applies(s));
     let ([h, w], [ho, wo], [hp, wp]) = (s.input, s.output, s.padded());
     let (x_len, n_out, k) = (s.c_in * h * w, ho * wo, s.k());
-    let chunk = batch.div_ceil(rayon::current_num_threads().max(1)).max(1);
-    let acc = x
-        .par_chunks(chunk * x_len)
-        .zip(grad.par_chunks(chunk * s.c_out * n_out))
-        .map(|(xs, gs)| {
-            // acc[t][co], t = (ci, i, j): one tile's sums are adjacent.
-            let mut acc = vec![0.0f32; k * s.c_out];
+    // acc[t][co], t = (ci, i, j): one tile's sums are adjacent.
+    let acc = super::sum_per_thread(
+        (x, x_len),
+        (grad, s.c_out * n_out),
+        batch,
+        k * s.c_out,
+        |xs, gs, acc| {
             let (mut xp, mut dy) = (vec![0.0f32; s.c_in * hp * wp], vec![0.0f32; n_out * s.c_out]);
             for (xb, gb) in xs.chunks(x_len).zip(gs.chunks(s.c_out * n_out)) {
                 pad_into(xb, s, &mut xp);
@@ -280,17 +268,10 @@ pub fn weight_grad(x: &[f32], batch: usize, grad: &[f32], s: &Shape) -> Vec<f32>
                         dy[p * s.c_out + co] = v;
                     }
                 }
-                weight_tiles(&xp, &dy, s, &mut acc);
+                weight_tiles(&xp, &dy, s, acc);
             }
-            acc
-        })
-        .reduce(
-            || vec![0.0f32; k * s.c_out],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                a
-            },
-        );
+        },
+    );
     let mut out = vec![0.0f32; s.c_out * k];
     for (t, row) in acc.chunks(s.c_out).enumerate() {
         for (co, &v) in row.iter().enumerate() {

@@ -54,6 +54,46 @@ pub(crate) fn zeroed<T: Default + Copy + Send + Sync>(n: usize) -> Vec<T> {
     v
 }
 
+/// Whether this CPU has AVX-512F, which the direct convolution and 2×2 pooling kernels use.
+pub fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A weight gradient's sum over the batch with one accumulator of `len` values per thread:
+/// `add(xs, gs, acc)` adds the images of one thread's share (`x_len` input and `g_len` gradient
+/// values per image) onto `acc`; the threads' sums are then added.
+pub(crate) fn sum_per_thread(
+    (x, x_len): (&[f32], usize),
+    (grad, g_len): (&[f32], usize),
+    batch: usize,
+    len: usize,
+    add: impl Fn(&[f32], &[f32], &mut [f32]) + Sync,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let chunk = batch.div_ceil(rayon::current_num_threads().max(1)).max(1);
+    x.par_chunks(chunk * x_len)
+        .zip(grad.par_chunks(chunk * g_len))
+        .map(|(xs, gs)| {
+            let mut acc = vec![0.0f32; len];
+            add(xs, gs, &mut acc);
+            acc
+        })
+        .reduce(
+            || vec![0.0f32; len],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a
+            },
+        )
+}
+
 fn host(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     match t.as_slice::<f32>() {
         Some(s) => std::borrow::Cow::Borrowed(s),

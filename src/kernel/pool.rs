@@ -59,7 +59,7 @@ fn plane_forward(x: &[f32], g: &PoolGeometry, y: &mut [f32], idx: &mut [u32]) {
     let [ho, wo] = g.output;
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.pad == [0, 0] {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if super::avx512() {
             for oh in 0..ho {
                 let (r0, r1) = (&x[2 * oh * w..][..2 * wo], &x[(2 * oh + 1) * w..][..2 * wo]);
                 let (yr, ir) = (&mut y[oh * wo..][..wo], &mut idx[oh * wo..][..wo]);
