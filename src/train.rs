@@ -325,6 +325,9 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
                 secs,
                 m.unwrap_or_default()
             );
+            if let Some(d) = &rec.diagnostics {
+                eprintln!("  {}", diagnostics_line(d));
+            }
         }
         history.push(rec);
         let state = CheckpointState {
@@ -402,4 +405,16 @@ pub fn load_run(dir: &Path, device: &Device) -> Result<(Experiment, EmbeddingNet
     model_cfg.pretrained = None;
     let net = EmbeddingNet::new(&model_cfg, shape, device)?.load(&dir.join("model.safetensors"))?;
     Ok((exp, net))
+}
+
+/// The epoch's collapse diagnostics on one line (the run log has them as JSON).
+fn diagnostics_line(d: &EpochDiagnostics) -> String {
+    let mut s = format!(
+        "mean distance {:.4}, separability {:.4}, hardness {:.4}, collapseness {:.4}",
+        d.mean_distance, d.separability, d.hardness, d.collapseness
+    );
+    if let (Some(m), Some(h)) = (d.made_hard, d.adversarial_hardness) {
+        s += &format!(", perturbed hardness {h:.4}, made hard {:.1} %", 100.0 * m);
+    }
+    s
 }

@@ -1,7 +1,8 @@
 //! Collapse diagnostics logged per epoch: the mean pairwise distance d̄, the separability
 //! `(d(a,n) − d(a,p))/d̄`, the mean hardness `H = d(a,p) − d(a,n)`, CA-TRIDE's collapseness
 //! (its Eq. 5–6: attention-weighted mean d(a,p) minus that of d(a,n), closer pairs weighted more)
-//! and the fraction of triplets the perturbation made hard (zero loss before, positive after).
+//! the fraction of triplets the perturbation made hard (zero loss before, positive after) and the
+//! mean hardness after the perturbation (HM: how close it came to its destination hardness).
 
 use crate::loss::distance::Distance;
 use crate::loss::miner::Triplets;
@@ -18,6 +19,8 @@ pub struct BatchDiagnostics {
     pub collapseness: f64,
     /// Only for defenses that perturb triplets.
     pub made_hard: Option<f64>,
+    /// Mean `H̃ = d(ã,p̃) − d(ã,ñ)` of the perturbed triplets (defenses that perturb triplets).
+    pub adversarial_hardness: Option<f64>,
 }
 
 /// Attention-weighted mean `Σ w d / Σ w`, `w = exp(−λ(d − min d))` (CA-TRIDE's Eq. 6: closer
@@ -90,12 +93,14 @@ pub fn batch(e: &[f32], dim: usize, t: &Triplets, d: Distance, adv: Option<(&[(f
             .count();
         hit as f64 / k
     });
+    let adversarial_hardness = adv.map(|(a, _)| a.iter().map(|(p, n)| p - n).sum::<f64>() / k);
     BatchDiagnostics {
         mean_distance,
         separability,
         hardness,
         collapseness,
         made_hard,
+        adversarial_hardness,
     }
 }
 
@@ -107,6 +112,7 @@ pub struct EpochDiagnostics {
     pub hardness: f64,
     pub collapseness: f64,
     pub made_hard: Option<f64>,
+    pub adversarial_hardness: Option<f64>,
     /// Separability ≤ 0 in every batch of the epoch, the mean pairwise distance below the triplet
     /// loss's margin in every batch (no triplet can then meet the margin: the loss sits at the
     /// margin, a partial collapse that separability misses), or a NaN anywhere.
@@ -117,6 +123,7 @@ pub struct EpochDiagnostics {
 pub struct Accumulator {
     sum: BatchDiagnostics,
     made_hard: f64,
+    adversarial_hardness: f64,
     made_hard_n: usize,
     n: usize,
     all_inseparable: bool,
@@ -142,8 +149,10 @@ impl Accumulator {
         self.sum.separability += b.separability;
         self.sum.hardness += b.hardness;
         self.sum.collapseness += b.collapseness;
-        if let Some(m) = b.made_hard {
+        // made_hard and adversarial_hardness come together (both from the perturbed triplets).
+        if let (Some(m), Some(h)) = (b.made_hard, b.adversarial_hardness) {
             self.made_hard += m;
+            self.adversarial_hardness += h;
             self.made_hard_n += 1;
         }
         self.n += 1;
@@ -159,6 +168,7 @@ impl Accumulator {
             hardness: self.sum.hardness / k,
             collapseness: self.sum.collapseness / k,
             made_hard: (self.made_hard_n > 0).then(|| self.made_hard / self.made_hard_n as f64),
+            adversarial_hardness: (self.made_hard_n > 0).then(|| self.adversarial_hardness / self.made_hard_n as f64),
             collapsed: self.nan || self.all_inseparable || self.all_below_margin,
         })
     }
@@ -184,9 +194,20 @@ mod tests {
         assert!((b.separability - (2.0 - r2) / b.mean_distance).abs() < 1e-6);
         assert!((b.collapseness - (r2 - 2.0)).abs() < 1e-6);
         assert_eq!(b.made_hard, Some(1.0));
+        assert!((b.adversarial_hardness.unwrap() - 1.0).abs() < 1e-12);
         let mut acc = Accumulator::new();
         acc.add(&b, Some(0.2));
         assert!(!acc.finish().unwrap().collapsed);
+        // Batches without a perturbation leave the perturbation means alone; others average.
+        acc.add(&batch(&e, 2, &t, Distance::Euclidean, None), Some(0.2));
+        acc.add(
+            &batch(&e, 2, &t, Distance::Euclidean, Some((&[(1.0, 2.0)], 0.2))),
+            Some(0.2),
+        );
+        let f = acc.finish().unwrap();
+        assert_eq!(f.made_hard, Some(0.5));
+        assert!((f.adversarial_hardness.unwrap() - 0.0).abs() < 1e-12);
+        assert!((f.hardness - (r2 - 2.0)).abs() < 1e-6);
         acc.add(
             &BatchDiagnostics {
                 separability: f64::NAN,
