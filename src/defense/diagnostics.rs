@@ -1,6 +1,6 @@
 //! Collapse diagnostics logged per epoch: the mean pairwise distance d̄, the separability
 //! `(d(a,n) − d(a,p))/d̄`, the mean hardness `H = d(a,p) − d(a,n)`, CA-TRIDE's collapseness
-//! (its Eq. 5–6: attention-weighted mean d(a,p) minus that of d(a,n), closer pairs weighted more)
+//! (its Eq. 5–6: attention-weighted mean d(a,p) minus that of d(a,n), closer pairs weighted more),
 //! the fraction of triplets the perturbation made hard (zero loss before, positive after) and the
 //! mean hardness after the perturbation (HM: how close it came to its destination hardness).
 
