@@ -84,16 +84,18 @@ pub fn batch(e: &[f32], dim: usize, t: &Triplets, d: Distance, adv: Option<(&[(f
     let ap: Vec<f64> = clean.iter().map(|x| x.0).collect();
     let an: Vec<f64> = clean.iter().map(|x| x.1).collect();
     let collapseness = attention_mean(&ap, COLLAPSENESS_LAMBDA) - attention_mean(&an, COLLAPSENESS_LAMBDA);
-    let made_hard = adv.map(|(a, m)| {
-        let m = m as f64;
-        let hit = clean
-            .iter()
-            .zip(a)
-            .filter(|((cp, cn), (ap, an))| cp - cn + m <= 0.0 && ap - an + m > 0.0)
-            .count();
-        hit as f64 / k
-    });
-    let adversarial_hardness = adv.map(|(a, _)| a.iter().map(|(p, n)| p - n).sum::<f64>() / k);
+    // Both perturbation figures come from the same perturbed triplets: both or neither.
+    let (made_hard, adversarial_hardness) = adv
+        .map(|(a, m)| {
+            let m = m as f64;
+            let hit = clean
+                .iter()
+                .zip(a)
+                .filter(|((cp, cn), (ap, an))| cp - cn + m <= 0.0 && ap - an + m > 0.0)
+                .count();
+            (hit as f64 / k, a.iter().map(|(p, n)| p - n).sum::<f64>() / k)
+        })
+        .unzip();
     BatchDiagnostics {
         mean_distance,
         separability,
@@ -149,7 +151,7 @@ impl Accumulator {
         self.sum.separability += b.separability;
         self.sum.hardness += b.hardness;
         self.sum.collapseness += b.collapseness;
-        // made_hard and adversarial_hardness come together (both from the perturbed triplets).
+        // Set together by `batch`.
         if let (Some(m), Some(h)) = (b.made_hard, b.adversarial_hardness) {
             self.made_hard += m;
             self.adversarial_hardness += h;
