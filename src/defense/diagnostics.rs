@@ -126,7 +126,8 @@ pub struct Accumulator {
     sum: BatchDiagnostics,
     made_hard: f64,
     adversarial_hardness: f64,
-    made_hard_n: usize,
+    /// Batches with a perturbation (both perturbation sums count over these).
+    perturbed_n: usize,
     n: usize,
     all_inseparable: bool,
     all_below_margin: bool,
@@ -155,7 +156,7 @@ impl Accumulator {
         if let (Some(m), Some(h)) = (b.made_hard, b.adversarial_hardness) {
             self.made_hard += m;
             self.adversarial_hardness += h;
-            self.made_hard_n += 1;
+            self.perturbed_n += 1;
         }
         self.n += 1;
     }
@@ -164,13 +165,17 @@ impl Accumulator {
             return None;
         }
         let k = self.n as f64;
+        let p = self.perturbed_n as f64;
+        let (made_hard, adversarial_hardness) = (self.perturbed_n > 0)
+            .then(|| (self.made_hard / p, self.adversarial_hardness / p))
+            .unzip();
         Some(EpochDiagnostics {
             mean_distance: self.sum.mean_distance / k,
             separability: self.sum.separability / k,
             hardness: self.sum.hardness / k,
             collapseness: self.sum.collapseness / k,
-            made_hard: (self.made_hard_n > 0).then(|| self.made_hard / self.made_hard_n as f64),
-            adversarial_hardness: (self.made_hard_n > 0).then(|| self.adversarial_hardness / self.made_hard_n as f64),
+            made_hard,
+            adversarial_hardness,
             collapsed: self.nan || self.all_inseparable || self.all_below_margin,
         })
     }
