@@ -37,6 +37,10 @@ pub struct TrainConfig {
     /// Stop each epoch after this many batches (quick runs).
     #[serde(default)]
     pub max_batches: Option<usize>,
+    /// Where to train (`cpu`, `vulkan`, `vulkan:N`, `auto`); `--device` wins. Never written into
+    /// a run's config: a run's results, checkpoints and resume do not depend on the device.
+    #[serde(default, skip_serializing)]
+    pub device: Option<crate::device::DeviceChoice>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -8,6 +8,7 @@ pub mod compare;
 pub mod config;
 pub mod data;
 pub mod defense;
+pub mod device;
 pub mod eval;
 pub mod kernel;
 pub mod loss;
@@ -15,19 +16,44 @@ pub mod model;
 pub mod report;
 pub mod train;
 
-/// The compute device: burn's Flex CPU backend unless a GPU feature selects another.
+/// The CPU device (burn's Flex backend, rdml's own kernels). Named explicitly rather than
+/// `Device::default()`, which in a build with the `vulkan` feature is the GPU; a GPU is chosen
+/// at run time with [`device::select`].
 pub fn default_device() -> burn::tensor::Device {
-    burn::tensor::Device::default()
+    burn::tensor::Device::flex()
 }
 
 /// Runs `draw` right after seeding `device`'s generator, holding a process-wide lock: burn's
 /// generator is global to the device, so two threads that seed and draw at once (parallel tests,
 /// a library user's worker threads) would interleave their draws and lose reproducibility.
+/// The CPU's generator is seeded too: models and random starts are drawn there and moved (see
+/// [`host_random`], `EmbeddingNet::new`), so a seed gives the same run on every device.
 pub fn seeded<T>(device: &burn::tensor::Device, seed: u64, draw: impl FnOnce() -> T) -> T {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let host = default_device();
+    if device.clone().without_autodiff() != host {
+        host.seed(seed);
+    }
     device.seed(seed);
     draw()
+}
+
+/// Draws a random tensor on the CPU under `seed` (see [`seeded`]) and moves it to `device`:
+/// every backend has its own generator, and a seed must give the same numbers on every device.
+pub fn host_random<const D: usize>(
+    seed: u64,
+    device: &burn::tensor::Device,
+    draw: impl FnOnce() -> burn::tensor::Tensor<D>,
+) -> burn::tensor::Tensor<D> {
+    let t = seeded(&default_device(), seed, draw);
+    let t = if t.device() == *device { t } else { t.to_device(device) };
+    // `to_device` keeps the tensor's own autodiff context; take the device's.
+    if device.is_autodiff() {
+        t.autodiff()
+    } else {
+        t.without_autodiff()
+    }
 }
 
 /// Keeps freed tensor buffers (up to 32 MiB each) in the process heap instead of returning them

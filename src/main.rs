@@ -16,6 +16,11 @@ use std::time::Instant;
     about = "Robust deep metric learning: train, evaluate, attack and harden embedding models"
 )]
 struct Cli {
+    /// Where to compute: cpu, vulkan (the most capable Vulkan adapter), vulkan:N (the N-th of
+    /// `rdml devices`) or auto (the first Vulkan GPU, else the CPU). Default: `train.device` of
+    /// the config, else cpu. GPU devices need a build with `--features vulkan`.
+    #[arg(long, global = true, value_name = "DEVICE")]
+    device: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -125,6 +130,29 @@ enum Cmd {
     },
     /// List the presets, or print one.
     Presets { name: Option<String> },
+    /// List the devices this build and this machine offer for --device.
+    Devices,
+    /// Time training steps of a config (its defense included) on --device: the mean wall time
+    /// of --steps steps after one warm-up step, on the config's first batch.
+    BenchStep {
+        #[arg(long)]
+        config: String,
+        /// Override any config key (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// The defense as an inline TOML table, or `none`.
+        #[arg(long)]
+        defense: Option<String>,
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        /// Random images of this shape (C,H,W, e.g. 3,224,224) in the sampler's class layout
+        /// instead of the config's data (which then need not be present).
+        #[arg(long, value_name = "C,H,W")]
+        random_images: Option<String>,
+        /// Also write the timing as JSON here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 /// Attack budget options shared by `attack` and `robustness`.
@@ -177,10 +205,77 @@ impl Budget {
 
 fn main() {
     rdml::tune_allocator();
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+    // burn materialises loaded optimizer state on `Device::default()`, which a `vulkan` build
+    // makes the GPU: keep it on the CPU (it moves to the parameters' device at the next step).
+    if std::env::var_os("BURN_DEVICE").is_none() {
+        // SAFETY: no other thread exists yet.
+        unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
+    let cli = Cli::parse();
+    // A failure on the device (out of memory above all) surfaces as a panic at the next read
+    // from it; report it as an error, with advice where there is some.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = panic_message(info.payload());
+        if rdml::device::out_of_memory_advice(&msg).is_none() {
+            default_hook(info);
+        }
+    }));
+    let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            let msg = format!("{e:#}");
+            eprintln!("error: {msg}");
+            if let Some(advice) = rdml::device::out_of_memory_advice(&msg) {
+                eprintln!("{advice}");
+            }
+            1
+        }
+        Err(payload) => {
+            let msg = panic_message(payload.as_ref());
+            match rdml::device::out_of_memory_advice(&msg) {
+                Some(advice) => {
+                    eprintln!("error: {advice}");
+                    eprintln!("(from the device: {})", msg.lines().next().unwrap_or(""));
+                    1
+                }
+                None => 101,
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Opens `--device`, else the configs' `train.device`, else the CPU, and says which it took.
+fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Result<burn::tensor::Device> {
+    use rdml::device::DeviceChoice;
+    let choice: DeviceChoice = match flag {
+        Some(f) => f.parse().context("--device")?,
+        None => {
+            let mut named = configs.iter().filter_map(|e| e.train.device);
+            let first = named.next();
+            if let Some(other) = named.find(|d| Some(*d) != first) {
+                anyhow::bail!(
+                    "the configs name different devices ({} and {other}): choose one with --device",
+                    first.unwrap_or_default()
+                );
+            }
+            first.unwrap_or_default()
+        }
+    };
+    let s = rdml::device::select(choice)?;
+    if !quiet {
+        eprintln!("device: {}", s.description);
+    }
+    Ok(s.device)
 }
 
 fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) -> Vec<String> {
@@ -195,7 +290,10 @@ fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) 
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let device = rdml::default_device();
+    let flag = cli.device.as_deref();
+    if flag.is_some() && matches!(cli.cmd, Cmd::Presets { .. } | Cmd::Devices) {
+        anyhow::bail!("--device applies to the commands that compute, not to `presets` or `devices`");
+    }
     match cli.cmd {
         Cmd::Quickstart { out, data, epochs } => {
             let full = data.clone().or_else(|| {
@@ -218,6 +316,7 @@ fn run(cli: Cli) -> Result<()> {
                 None => "the Fashion-MNIST test split shipped in rdml (8,000 train / 2,000 test)".into(),
             };
             let exp = Experiment::load("quickstart", &set)?;
+            let device = open_device(flag, &[&exp], false)?;
             eprintln!(
                 "rdml quickstart: C2F2 + triplet loss on {source}, {} epoch(s){}",
                 exp.train.epochs,
@@ -296,6 +395,7 @@ fn run(cli: Cli) -> Result<()> {
             if defense.as_deref() == Some("none") {
                 exp.defense = None;
             }
+            let device = open_device(flag, &[&exp], quiet)?;
             let rep = train(
                 &exp,
                 &TrainOptions {
@@ -316,6 +416,7 @@ fn run(cli: Cli) -> Result<()> {
             );
         }
         Cmd::Eval { model, data, json, out } => {
+            let device = open_device(flag, &[], json)?;
             let (mut exp, net) = load_run(&model, &device)?;
             if let Some(d) = data {
                 exp.data.root = Some(d);
@@ -343,6 +444,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             use rdml::attack::suite::{AttackKind, Context, run};
             let kind = AttackKind::parse(&attack)?;
+            let device = open_device(flag, &[], json)?;
             let (exp, net) = load_run(&model, &device)?;
             let splits = exp.data.load(exp.seed)?;
             let pgd = budget.pgd("rob28")?;
@@ -373,6 +475,7 @@ fn run(cli: Cli) -> Result<()> {
             out,
         } => {
             use rdml::attack::suite::{Context, robustness};
+            let device = open_device(flag, &[], false)?;
             let (exp, net) = load_run(&model, &device)?;
             let splits = exp.data.load(exp.seed)?;
             let pgd = budget.pgd(&profile)?;
@@ -419,6 +522,7 @@ fn run(cli: Cli) -> Result<()> {
                 .iter()
                 .map(|c| Experiment::load(c, &o))
                 .collect::<Result<Vec<_>>>()?;
+            let device = open_device(flag, &exps.iter().collect::<Vec<_>>(), quiet)?;
             let opts = rdml::compare::CompareOptions {
                 out: out.clone(),
                 pgd: budget.pgd(&profile)?,
@@ -446,6 +550,59 @@ fn run(cli: Cli) -> Result<()> {
                 print!("{text}");
             }
         },
+        Cmd::BenchStep {
+            config,
+            set,
+            defense,
+            steps,
+            random_images,
+            out,
+        } => {
+            let mut o = set.clone();
+            if let Some(d) = defense.as_deref().filter(|d| *d != "none") {
+                o.push(format!("defense={d}"));
+            }
+            let mut exp = Experiment::load(&config, &o)?;
+            if defense.as_deref() == Some("none") {
+                exp.defense = None;
+            }
+            let shape = match random_images.as_deref() {
+                None => None,
+                Some(s) => {
+                    let v: Vec<usize> = s
+                        .split(',')
+                        .map(|d| d.trim().parse::<usize>().ok().filter(|&d| d > 0))
+                        .collect::<Option<_>>()
+                        .with_context(|| format!("--random-images {s}: expected C,H,W, three positive integers"))?;
+                    let [c, h, w] = v[..] else {
+                        anyhow::bail!("--random-images {s}: expected C,H,W, three positive integers");
+                    };
+                    Some([c, h, w])
+                }
+            };
+            let device = open_device(flag, &[&exp], false)?;
+            let t = rdml::train::time_steps(&exp, steps, shape, &device)?;
+            println!(
+                "{}: {:.4} s per training step (mean of {}, batch {} of {:?})",
+                exp.name, t.seconds_per_step, t.steps, t.batch, t.item_shape
+            );
+            if let Some(o) = out {
+                write_json(&o, &t)?;
+            }
+        }
+        Cmd::Devices => {
+            println!(
+                "cpu (Flex, {} threads; rdml's own kernels)",
+                rayon::current_num_threads()
+            );
+            match rdml::device::adapters() {
+                Ok(list) if list.is_empty() => println!("no Vulkan device (the loader found no driver)"),
+                Ok(list) => list.iter().for_each(|a| println!("{a}")),
+                Err(e) => println!("no Vulkan device: {e:#}"),
+            }
+            let auto = rdml::device::select(rdml::device::DeviceChoice::Auto)?;
+            println!("auto → {}", auto.description);
+        }
     }
     Ok(())
 }

@@ -418,3 +418,64 @@ fn diagnostics_line(d: &EpochDiagnostics) -> String {
     }
     s
 }
+
+/// What [`time_steps`] measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepTiming {
+    pub steps: usize,
+    /// Mean wall time of one training step (forward, defense, loss, backward, Adam), seconds.
+    pub seconds_per_step: f64,
+    pub batch: usize,
+    pub item_shape: [usize; 3],
+}
+
+/// Times training steps of `exp` on `device`: one warm-up step, then the mean of `steps` steps,
+/// each ending with the loss read back (so the device has finished it). The batch is the
+/// sampler's first batch of the training split, or, with `random_shape`, random images of that
+/// shape in the sampler's class layout (data need not be present).
+pub fn time_steps(
+    exp: &Experiment,
+    steps: usize,
+    random_shape: Option<[usize; 3]>,
+    device: &Device,
+) -> Result<StepTiming> {
+    ensure!(steps >= 1, "--steps must be ≥ 1");
+    let device = device.clone().autodiff();
+    let (images, labels, shape) = match random_shape {
+        Some(shape) => {
+            let per = exp.train.sampler.per_class();
+            let n = exp.train.sampler.batch_size();
+            let labels: Vec<u32> = (0..n).map(|i| (i / per) as u32).collect();
+            let [c, h, w] = shape;
+            let host = crate::default_device();
+            let x = crate::host_random(exp.seed, &device, || {
+                burn::tensor::Tensor::<4>::random([n, c, h, w], burn::tensor::Distribution::Default, &host)
+            });
+            (x.without_autodiff(), labels, shape)
+        }
+        None => {
+            let splits = exp.data.load(exp.seed)?;
+            let batches = sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, 0)?;
+            let first = batches.first().context("the training split gives no batch")?;
+            let b = loader::load_batch(&splits.train, first, None)?;
+            (batch_tensor(&b, &device), b.labels, splits.train.item_shape())
+        }
+    };
+    let mut trainer = Trainer::new(exp, shape, &device)?;
+    let mut rng = epoch_rng(exp.seed, 0, 2);
+    let mut total = 0.0;
+    for s in 0..=steps {
+        let t = Instant::now();
+        let (tr, _, _) = trainer.step(exp, images.clone(), &labels, &mut rng)?;
+        trainer = tr;
+        if s > 0 {
+            total += t.elapsed().as_secs_f64();
+        }
+    }
+    Ok(StepTiming {
+        steps,
+        seconds_per_step: total / steps as f64,
+        batch: labels.len(),
+        item_shape: shape,
+    })
+}

@@ -111,8 +111,19 @@ impl burn::module::ModuleVisitor for Materialise {
 
 impl EmbeddingNet {
     /// Builds the model for inputs of shape `in_shape = [c, h, w]`, loading pretrained weights
-    /// when the config names them.
+    /// when the config names them. The weights are drawn on the CPU and moved to `device`, so
+    /// that a seed (see [`crate::seeded`]) gives the same model on every device.
     pub fn new(cfg: &ModelConfig, in_shape: [usize; 3], device: &Device) -> Result<Self> {
+        let host = match device.is_autodiff() {
+            true => crate::default_device().autodiff(),
+            false => crate::default_device(),
+        };
+        let net = Self::build(cfg, in_shape, &host)?;
+        // `fork`, not `to_device`: the moved parameters must stay leaves that gradients reach.
+        Ok(if host == *device { net } else { net.fork(device) })
+    }
+
+    fn build(cfg: &ModelConfig, in_shape: [usize; 3], device: &Device) -> Result<Self> {
         cfg.validate()?;
         let bn = BnSpec {
             sets: cfg.bn_sets,

@@ -15,8 +15,12 @@ impl Objective for EmbeddingShift {
         let reference = if step == 0 {
             // A fixed seed: the offset only breaks the tie, and the same call must give the same attack.
             let device = self.clean.device();
-            let noise = crate::seeded(&device, 0x5eed, || {
-                Tensor::<2>::random(self.clean.shape(), Distribution::Bernoulli(0.5), &device)
+            let noise = crate::host_random(0x5eed, &device, || {
+                Tensor::<2>::random(
+                    self.clean.shape(),
+                    Distribution::Bernoulli(0.5),
+                    &crate::default_device(),
+                )
             })
             .mul_scalar(2e-7)
             .sub_scalar(1e-7);
