@@ -33,7 +33,17 @@ impl FromStr for DeviceChoice {
             "auto" => Self::Auto,
             _ => match s.strip_prefix("vulkan:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Self::Vulkan(Some(n)),
-                _ => bail!("device '{s}': expected cpu, vulkan, vulkan:N (N = 0, 1, …; see `rdml devices`) or auto"),
+                _ => {
+                    // burn's CUDA and ROCm backends cannot be built here (their build downloads
+                    // LLVM); NVIDIA and AMD GPUs are reached through their Vulkan drivers.
+                    let hint = match s.as_str() {
+                        "cuda" | "rocm" | "hip" => " (NVIDIA and AMD GPUs run through their Vulkan driver: use vulkan)",
+                        _ => "",
+                    };
+                    bail!(
+                        "device '{s}': expected cpu, vulkan, vulkan:N (N = 0, 1, …; see `rdml devices`) or auto{hint}"
+                    )
+                }
             },
         })
     }
@@ -345,6 +355,8 @@ mod tests {
             assert!(e.contains("expected cpu, vulkan, vulkan:N"), "{bad}: {e}");
         }
         assert_eq!(DeviceChoice::Vulkan(Some(3)).to_string(), "vulkan:3");
+        let e = "cuda".parse::<DeviceChoice>().unwrap_err().to_string();
+        assert!(e.contains("use vulkan"), "{e}");
     }
 
     #[test]
