@@ -39,14 +39,19 @@ pub fn seeded<T>(device: &burn::tensor::Device, seed: u64, draw: impl FnOnce() -
     draw()
 }
 
-/// Draws a random tensor on the CPU under `seed` (see [`seeded`]) and moves it to `device`:
-/// every backend has its own generator, and a seed must give the same numbers on every device.
+/// `Tensor::random(shape, distribution)` drawn on the CPU under `seed` (see [`seeded`]) and moved
+/// to `device`: every backend has its own generator, and a seed must give the same numbers on
+/// every device.
 pub fn host_random<const D: usize>(
     seed: u64,
+    shape: impl Into<burn::tensor::Shape>,
+    distribution: burn::tensor::Distribution,
     device: &burn::tensor::Device,
-    draw: impl FnOnce() -> burn::tensor::Tensor<D>,
 ) -> burn::tensor::Tensor<D> {
-    let t = seeded(&default_device(), seed, draw);
+    let host = default_device();
+    let t = seeded(&host, seed, || {
+        burn::tensor::Tensor::<D>::random(shape, distribution, &host)
+    });
     let t = if t.device() == *device { t } else { t.to_device(device) };
     // `to_device` keeps the tensor's own autodiff context; take the device's.
     if device.is_autodiff() {

@@ -447,10 +447,8 @@ pub fn time_steps(
             let n = exp.train.sampler.batch_size();
             let labels: Vec<u32> = (0..n).map(|i| (i / per) as u32).collect();
             let [c, h, w] = shape;
-            let host = crate::default_device();
-            let x = crate::host_random(exp.seed, &device, || {
-                burn::tensor::Tensor::<4>::random([n, c, h, w], burn::tensor::Distribution::Default, &host)
-            });
+            let x: burn::tensor::Tensor<4> =
+                crate::host_random(exp.seed, [n, c, h, w], burn::tensor::Distribution::Default, &device);
             (x.without_autodiff(), labels, shape)
         }
         None => {

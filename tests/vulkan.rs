@@ -86,9 +86,7 @@ fn model(arch: Arch, in_shape: [usize; 3], device: &Device) -> EmbeddingNet {
 }
 
 fn images(shape: [usize; 4], seed: u64, device: &Device) -> Tensor<4> {
-    rdml::host_random(seed, device, || {
-        Tensor::<4>::random(shape, Distribution::Default, &cpu())
-    })
+    rdml::host_random(seed, shape, Distribution::Default, device)
 }
 
 /// Forward (train mode) and backward of `arch` on both devices: embeddings, the gradient with
@@ -101,9 +99,7 @@ fn forward_backward(arch: Arch, in_shape: [usize; 3], batch: usize) {
         let x = images([batch, c, h, w], 9, &device).require_grad();
         let e = net.forward(x.clone());
         // A loss that weights each output differently, so no gradient cancels out.
-        let weights = rdml::host_random(2, &device, || {
-            Tensor::<2>::random(e.shape(), Distribution::Normal(0.0, 1.0), &cpu())
-        });
+        let weights = rdml::host_random(2, e.shape(), Distribution::Normal(0.0, 1.0), &device);
         let loss = (e.clone() * weights).sum();
         let mut grads = loss.backward();
         let gx = x.grad(&grads).expect("input gradient");

@@ -142,14 +142,8 @@ pub fn attack(
     let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
     let mut xa = x_move0.clone();
     if pgd.random_start && pgd.eps > 0.0 {
-        let noise = crate::host_random(seed, &device, || {
-            let host = crate::default_device();
-            Tensor::<4>::random(
-                x_move0.shape(),
-                Distribution::Uniform(-pgd.eps as f64, pgd.eps as f64),
-                &host,
-            )
-        });
+        let eps = pgd.eps as f64;
+        let noise: Tensor<4> = crate::host_random(seed, x_move0.shape(), Distribution::Uniform(-eps, eps), &device);
         let noise = match pgd.norm {
             Norm::Linf => noise,
             Norm::L2 => project_l2(noise, pgd.eps),

@@ -15,15 +15,10 @@ impl Objective for EmbeddingShift {
         let reference = if step == 0 {
             // A fixed seed: the offset only breaks the tie, and the same call must give the same attack.
             let device = self.clean.device();
-            let noise = crate::host_random(0x5eed, &device, || {
-                Tensor::<2>::random(
-                    self.clean.shape(),
-                    Distribution::Bernoulli(0.5),
-                    &crate::default_device(),
-                )
-            })
-            .mul_scalar(2e-7)
-            .sub_scalar(1e-7);
+            let noise: Tensor<2> =
+                crate::host_random(0x5eed, self.clean.shape(), Distribution::Bernoulli(0.5), &device)
+                    .mul_scalar(2e-7)
+                    .sub_scalar(1e-7);
             self.clean.clone() + noise
         } else {
             self.clean.clone()
