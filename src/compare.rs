@@ -6,7 +6,9 @@
 use crate::attack::engine::Pgd;
 use crate::attack::suite::{Context, robustness};
 use crate::config::Experiment;
+use crate::eval::health::Verdict;
 use crate::report::write_atomic;
+use crate::run_dir::{Found, config_diff, inspect};
 use crate::train::{RunReport, TrainOptions, load_run, train};
 use anyhow::{Context as _, Result};
 use burn::tensor::Device;
@@ -27,6 +29,9 @@ pub struct Row {
     pub train_seconds: f64,
     pub epochs: usize,
     pub run: PathBuf,
+    /// The health verdict of the run's final evaluation.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
 }
 
 /// What the suite runs with.
@@ -38,6 +43,8 @@ pub struct CompareOptions {
     pub batch: usize,
     pub seed: u64,
     pub progress: bool,
+    /// Train every experiment again, replacing finished runs in `out`.
+    pub overwrite: bool,
 }
 
 fn finished(dir: &Path) -> Option<RunReport> {
@@ -46,26 +53,47 @@ fn finished(dir: &Path) -> Option<RunReport> {
 }
 
 /// Trains (or loads) and scores every experiment; writes `compare.json` and `compare.md`.
+/// A finished run is reused only when its resolved config equals the requested one; an
+/// interrupted one is resumed (with the same config, see [`train`]).
 pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
     std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let mut names = std::collections::HashSet::new();
-    let mut rows = vec![];
     for exp in exps {
         anyhow::ensure!(
             names.insert(exp.name.clone()),
             "two configs are named '{}': names must differ (they name the run folders)",
             exp.name
         );
+    }
+    let mut rows = vec![];
+    for exp in exps {
         let dir = opts.out.join(&exp.name);
-        let report = match finished(&dir) {
+        let wanted = exp.to_toml()?;
+        let reuse = match finished(&dir) {
+            Some(r) if !opts.overwrite => {
+                let saved = std::fs::read_to_string(dir.join("config.toml")).unwrap_or_default();
+                let diff = config_diff(&saved, &wanted);
+                anyhow::ensure!(
+                    diff.is_empty(),
+                    "{} holds a finished run of '{}' with a different configuration (differs at {}): compare reuses a run only when its config equals the requested one; pass --overwrite to train it again, or choose another --out",
+                    dir.display(),
+                    exp.name,
+                    diff.join(", ")
+                );
+                Some(r)
+            }
+            _ => None,
+        };
+        let report = match reuse {
             Some(r) => r,
             None => {
-                let resume = dir.join("checkpoint").join("state.json").exists();
+                let resumable = matches!(inspect(&dir)?, Found::Resumable { .. });
                 train(
                     exp,
                     &TrainOptions {
                         out: dir.clone(),
-                        resume,
+                        resume: resumable && !opts.overwrite,
+                        overwrite: opts.overwrite,
                         progress: opts.progress,
                     },
                     device,
@@ -76,9 +104,8 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
             .final_metrics
             .clone()
             .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
-        let (run_exp, net) = load_run(&dir, device)?;
-        let splits = run_exp.data.load(run_exp.seed)?;
-        let ctx = Context::new(&net, &splits.test.query, device, false)?;
+        let run = load_run(&dir, None, device)?;
+        let ctx = Context::new(&run.net, &run.test.query, device, false)?;
         let r = robustness(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed, opts.progress)?;
         rows.push(Row {
             name: exp.name.clone(),
@@ -91,6 +118,7 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
             ars: r.ars,
             train_seconds: report.train_seconds,
             epochs: report.epochs.len(),
+            verdict: m.health.map(|h| h.verdict),
             run: dir,
         });
         write_tables(&rows, opts)?;
@@ -104,8 +132,13 @@ pub fn markdown(rows: &[Row]) -> String {
     s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.0} | {} |\n",
+            "| {}{} | {} | {} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.0} | {} |\n",
             r.name,
+            match r.verdict {
+                Some(Verdict::Collapsed) => " (COLLAPSED)",
+                Some(Verdict::AtChance) => " (AT CHANCE)",
+                _ => "",
+            },
             r.defense,
             r.loss,
             r.recall_at_1,

@@ -193,9 +193,36 @@ impl Experiment {
         Ok(exp)
     }
 
+    /// Loads a config with `--defense` applied: an inline TOML table that replaces `[defense]`,
+    /// or `none` to train the config without its defense.
+    pub fn load_with_defense(path_or_preset: &str, overrides: &[String], defense: Option<&str>) -> Result<Self> {
+        let mut o = overrides.to_vec();
+        if let Some(d) = defense.filter(|d| d.trim() != "none") {
+            let table = toml::from_str::<toml::Table>(&format!("v = {d}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .filter(|v| v.is_table());
+            ensure!(
+                table.is_some(),
+                "--defense {d:?}: expected an inline TOML table such as '{{kind=\"act\",eps=0.302,step=0.0118,steps=32}}', or none; kind is one of {}",
+                crate::defense::config::KINDS.join(", ")
+            );
+            o.push(format!("defense={d}"));
+        }
+        let mut exp = Self::load(path_or_preset, &o)?;
+        if defense.is_some_and(|d| d.trim() == "none") {
+            exp.defense = None;
+        }
+        Ok(exp)
+    }
+
     /// Loads a config file, or a preset by name when no such file exists.
     pub fn load(path_or_preset: &str, overrides: &[String]) -> Result<Self> {
         let p = Path::new(path_or_preset);
+        ensure!(
+            !p.is_dir(),
+            "{path_or_preset} is a folder; --config takes a TOML file or a preset name (`rdml presets` lists them)"
+        );
         if p.is_file() {
             let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
             return Self::from_toml(&text, &p.display().to_string(), overrides);

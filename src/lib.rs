@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod loss;
 pub mod model;
 pub mod report;
+pub mod run_dir;
 pub mod train;
 
 /// The CPU device (burn's Flex backend, rdml's own kernels). Named explicitly rather than

@@ -3,7 +3,6 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use rdml::config::{Experiment, PRESETS};
-use rdml::data::DatasetKind;
 use rdml::report::{metrics_table, write_json};
 use rdml::train::{TrainOptions, load_run, train};
 use std::path::PathBuf;
@@ -29,8 +28,13 @@ struct Cli {
 enum Cmd {
     /// Train the small CNN on Fashion-MNIST (shipped inside rdml) and print its retrieval metrics.
     Quickstart {
-        #[arg(long, default_value = "runs/quickstart")]
-        out: PathBuf,
+        /// The run folder (default: runs/quickstart, or the first free runs/quickstart-N when it
+        /// holds a run).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Replace the run in --out.
+        #[arg(long)]
+        overwrite: bool,
         /// Folder with the full Fashion-MNIST IDX files (default: /usr/share/datasets/fashion-mnist
         /// when present, else the embedded test split).
         #[arg(long)]
@@ -47,6 +51,9 @@ enum Cmd {
         /// Continue the run in --out from its last completed epoch.
         #[arg(long)]
         resume: bool,
+        /// Replace the finished or interrupted run in --out (only rdml's files are removed).
+        #[arg(long)]
+        overwrite: bool,
         #[arg(long)]
         epochs: Option<usize>,
         #[arg(long)]
@@ -80,6 +87,10 @@ enum Cmd {
         profile: String,
         #[command(flatten)]
         budget: Budget,
+        /// Train every config again, replacing finished runs under --out (by default a finished
+        /// run is reused when its config equals the requested one, and refused otherwise).
+        #[arg(long)]
+        overwrite: bool,
         #[arg(long)]
         quiet: bool,
     },
@@ -159,9 +170,9 @@ enum Cmd {
 #[derive(clap::Args)]
 struct Budget {
     /// L∞ (or L2) radius in pixel units [0, 1] (default: the profile's, rob28 for `attack`).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     eps: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     step: Option<f32>,
     #[arg(long)]
     steps: Option<usize>,
@@ -189,7 +200,9 @@ impl Budget {
             "rob224" => 8.0 / 255.0,
             p => anyhow::bail!("--profile {p}: expected rob28 or rob224"),
         };
-        Ok(Pgd {
+        anyhow::ensure!(self.queries >= 1, "--queries must be ≥ 1");
+        anyhow::ensure!(self.batch >= 1, "--batch must be ≥ 1");
+        let pgd = Pgd {
             eps: self.eps.unwrap_or(eps),
             step: self.step.unwrap_or(3.0 / 255.0),
             steps: self.steps.unwrap_or(32),
@@ -199,7 +212,9 @@ impl Budget {
                 Norm::Linf
             },
             random_start: self.random_start,
-        })
+        };
+        pgd.validate_as("--")?;
+        Ok(pgd)
     }
 }
 
@@ -222,7 +237,8 @@ fn main() {
         }
     }));
     let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
-        Ok(Ok(())) => 0,
+        Ok(Ok(Outcome::Done)) => 0,
+        Ok(Ok(Outcome::Unhealthy)) => UNHEALTHY_EXIT,
         Ok(Err(e)) => {
             let msg = format!("{e:#}");
             eprintln!("error: {msg}");
@@ -244,6 +260,31 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// How a command ended when it did not fail.
+enum Outcome {
+    Done,
+    /// A model that collapsed or ranks at chance: its numbers were printed, with the verdict.
+    Unhealthy,
+}
+
+/// The exit status of a command whose model is not usable (README "Exit status").
+const UNHEALTHY_EXIT: i32 = 3;
+
+fn outcome(healthy: bool) -> Outcome {
+    if healthy { Outcome::Done } else { Outcome::Unhealthy }
+}
+
+/// Prints the verdict of an evaluation when it is not healthy; returns whether it is.
+fn report_health(m: &rdml::eval::Metrics) -> bool {
+    match m.health {
+        Some(h) if !h.verdict.is_healthy() => {
+            eprintln!("warning: the model is {}", h.verdict.describe(&h));
+            false
+        }
+        _ => true,
+    }
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -278,6 +319,25 @@ fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Resu
     Ok(s.device)
 }
 
+/// `base` if it holds no run, else the first `base-N` that holds none.
+fn free_run_folder(base: &str) -> Result<PathBuf> {
+    use rdml::run_dir::{Found, inspect};
+    for n in 1..1000 {
+        let p = if n == 1 {
+            PathBuf::from(base)
+        } else {
+            PathBuf::from(format!("{base}-{n}"))
+        };
+        if inspect(&p)? == Found::Nothing {
+            if n > 1 {
+                eprintln!("{base} holds a run (kept): writing to {}", p.display());
+            }
+            return Ok(p);
+        }
+    }
+    anyhow::bail!("{base}-2 … {base}-999 all hold runs: pass --out, or --overwrite to replace {base}")
+}
+
 fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) -> Vec<String> {
     let mut v = set.to_vec();
     if let Some(e) = epochs {
@@ -289,13 +349,23 @@ fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) 
     v
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli) -> Result<Outcome> {
     let flag = cli.device.as_deref();
     if flag.is_some() && matches!(cli.cmd, Cmd::Presets { .. } | Cmd::Devices) {
         anyhow::bail!("--device applies to the commands that compute, not to `presets` or `devices`");
     }
     match cli.cmd {
-        Cmd::Quickstart { out, data, epochs } => {
+        Cmd::Quickstart {
+            out,
+            overwrite,
+            data,
+            epochs,
+        } => {
+            let out = match out {
+                Some(o) => o,
+                None if overwrite => PathBuf::from("runs/quickstart"),
+                None => free_run_folder("runs/quickstart")?,
+            };
             let full = data.clone().or_else(|| {
                 let d = PathBuf::from("/usr/share/datasets/fashion-mnist");
                 rdml::data::mnist::full_set_present(&d).then_some(d)
@@ -331,6 +401,7 @@ fn run(cli: Cli) -> Result<()> {
                 &TrainOptions {
                     out: out.clone(),
                     resume: false,
+                    overwrite,
                     progress: true,
                 },
                 &device,
@@ -341,6 +412,9 @@ fn run(cli: Cli) -> Result<()> {
                 exp.train.epochs, rep.train_seconds
             );
             print!("{}", metrics_table(&m));
+            if !report_health(&m) {
+                return Ok(Outcome::Unhealthy);
+            }
             let report = serde_json::json!({
                 "data": source,
                 "config": exp,
@@ -351,9 +425,8 @@ fn run(cli: Cli) -> Result<()> {
             });
             // How fragile is it? The nearest-neighbour attack (Algorithm 1 of the positive-
             // perturbation paper) with robrank's rob28 budget on the first 512 test images.
-            let splits = exp.data.load(exp.seed)?;
-            let net = load_run(&out, &device)?.1;
-            let ctx = rdml::attack::suite::Context::new(&net, &splits.test.query, &device, false)?;
+            let run = load_run(&out, None, &device)?;
+            let ctx = rdml::attack::suite::Context::new(&run.net, &run.test.query, &device, false)?;
             let pgd = rdml::attack::engine::Pgd {
                 eps: 77.0 / 255.0,
                 step: 3.0 / 255.0,
@@ -381,60 +454,56 @@ fn run(cli: Cli) -> Result<()> {
             config,
             out,
             resume,
+            overwrite,
             epochs,
             max_batches,
             set,
             defense,
             quiet,
         } => {
-            let mut o = overrides(epochs, max_batches, &set);
-            if let Some(d) = defense.as_deref().filter(|d| *d != "none") {
-                o.push(format!("defense={d}"));
-            }
-            let mut exp = Experiment::load(&config, &o)?;
-            if defense.as_deref() == Some("none") {
-                exp.defense = None;
-            }
+            let o = overrides(epochs, max_batches, &set);
+            let exp = Experiment::load_with_defense(&config, &o, defense.as_deref())?;
             let device = open_device(flag, &[&exp], quiet)?;
             let rep = train(
                 &exp,
                 &TrainOptions {
                     out: out.clone(),
                     resume,
+                    overwrite,
                     progress: !quiet,
                 },
                 &device,
             )?;
+            let mut healthy = true;
             if let Some(m) = &rep.final_metrics {
                 println!("Test metrics ({}):", exp.name);
                 print!("{}", metrics_table(m));
+                healthy = report_health(m);
             }
             println!(
                 "Wrote {}/model.safetensors and run.json ({:.0} s of training).",
                 out.display(),
                 rep.train_seconds
             );
+            return Ok(outcome(healthy));
         }
         Cmd::Eval { model, data, json, out } => {
-            let device = open_device(flag, &[], json)?;
-            let (mut exp, net) = load_run(&model, &device)?;
-            if let Some(d) = data {
-                exp.data.root = Some(d);
-                if exp.data.dataset == DatasetKind::FashionMnistEmbedded {
-                    exp.data.dataset = DatasetKind::FashionMnist;
-                }
+            if let Some(o) = &out {
+                rdml::report::check_writable(o).context("--out")?;
             }
-            let splits = exp.data.load(exp.seed)?;
-            let m = rdml::eval::evaluate(&net, &splits.test, &exp.eval, exp.seed, &device)?;
+            let device = open_device(flag, &[], json)?;
+            let run = load_run(&model, data.as_deref(), &device)?;
+            let m = rdml::eval::evaluate(&run.net, &run.test, &run.exp.eval, run.exp.seed, &device)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&m)?);
             } else {
-                println!("{} on {}:", model.display(), splits.test.query.name);
+                println!("{} on {}:", model.display(), run.test.query.name);
                 print!("{}", metrics_table(&m));
             }
             if let Some(o) = out {
                 write_json(&o, &m)?;
             }
+            return Ok(outcome(report_health(&m)));
         }
         Cmd::Attack {
             model,
@@ -444,11 +513,10 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             use rdml::attack::suite::{AttackKind, Context, run};
             let kind = AttackKind::parse(&attack)?;
-            let device = open_device(flag, &[], json)?;
-            let (exp, net) = load_run(&model, &device)?;
-            let splits = exp.data.load(exp.seed)?;
             let pgd = budget.pgd("rob28")?;
-            let ctx = Context::new(&net, &splits.test.query, &device, budget.robrank_compat)?;
+            let device = open_device(flag, &[], json)?;
+            let run_ = load_run(&model, None, &device)?;
+            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
             let r = run(&ctx, kind, &pgd, budget.queries, budget.batch, budget.seed)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
@@ -475,11 +543,13 @@ fn run(cli: Cli) -> Result<()> {
             out,
         } => {
             use rdml::attack::suite::{Context, robustness};
-            let device = open_device(flag, &[], false)?;
-            let (exp, net) = load_run(&model, &device)?;
-            let splits = exp.data.load(exp.seed)?;
             let pgd = budget.pgd(&profile)?;
-            let ctx = Context::new(&net, &splits.test.query, &device, budget.robrank_compat)?;
+            if let Some(o) = &out {
+                rdml::report::check_writable(o).context("--out")?;
+            }
+            let device = open_device(flag, &[], false)?;
+            let run_ = load_run(&model, None, &device)?;
+            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
             if !ctx.clean.is_normalized() {
                 eprintln!(
                     "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
@@ -515,6 +585,7 @@ fn run(cli: Cli) -> Result<()> {
             max_batches,
             profile,
             budget,
+            overwrite,
             quiet,
         } => {
             let o = overrides(epochs, max_batches, &set);
@@ -530,10 +601,20 @@ fn run(cli: Cli) -> Result<()> {
                 batch: budget.batch,
                 seed: budget.seed,
                 progress: !quiet,
+                overwrite,
             };
             let rows = rdml::compare::compare(&exps, &opts, &device)?;
             print!("{}", rdml::compare::markdown(&rows));
             println!("Wrote {}/compare.md and compare.json.", out.display());
+            let sick: Vec<&str> = rows
+                .iter()
+                .filter(|r| r.verdict.is_some_and(|v| !v.is_healthy()))
+                .map(|r| r.name.as_str())
+                .collect();
+            if !sick.is_empty() {
+                eprintln!("warning: collapsed or at chance: {}", sick.join(", "));
+                return Ok(Outcome::Unhealthy);
+            }
         }
         Cmd::Presets { name } => match name {
             None => {
@@ -558,14 +639,7 @@ fn run(cli: Cli) -> Result<()> {
             random_images,
             out,
         } => {
-            let mut o = set.clone();
-            if let Some(d) = defense.as_deref().filter(|d| *d != "none") {
-                o.push(format!("defense={d}"));
-            }
-            let mut exp = Experiment::load(&config, &o)?;
-            if defense.as_deref() == Some("none") {
-                exp.defense = None;
-            }
+            let exp = Experiment::load_with_defense(&config, &set, defense.as_deref())?;
             let shape = match random_images.as_deref() {
                 None => None,
                 Some(s) => {
@@ -604,5 +678,5 @@ fn run(cli: Cli) -> Result<()> {
             println!("auto → {}", auto.description);
         }
     }
-    Ok(())
+    Ok(Outcome::Done)
 }

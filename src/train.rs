@@ -6,17 +6,19 @@ use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
 use crate::defense::diagnostics::{self, Accumulator, BatchDiagnostics, EpochDiagnostics};
 use crate::defense::{self as defense_mod, DefenseState};
+use crate::eval::health::Verdict;
 use crate::eval::{self, Metrics, batch_tensor};
 use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use crate::report::{write_atomic, write_json};
+use crate::run_dir::{RunDir, RunLog, Start, config_diff};
 use anyhow::{Context, Result, bail, ensure};
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -42,6 +44,9 @@ pub struct RunReport {
     pub final_metrics: Option<Metrics>,
     pub completed: bool,
     pub rdml_version: String,
+    /// The health verdict of the final evaluation (see `eval::health`).
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
 }
 
 /// What the caller wants besides the config.
@@ -49,13 +54,10 @@ pub struct RunReport {
 pub struct TrainOptions {
     pub out: PathBuf,
     pub resume: bool,
+    /// Replace the run already in `out` (rdml's own files only).
+    pub overwrite: bool,
     /// Print progress (a bar on a terminal, plain lines otherwise).
     pub progress: bool,
-}
-
-/// Where a run keeps its resumable state.
-fn ckpt_dir(out: &Path) -> PathBuf {
-    out.join("checkpoint")
 }
 
 fn adam(cfg: &crate::config::OptimizerConfig) -> ModuleOptimizer {
@@ -144,19 +146,16 @@ impl Trainer {
         Ok((self, value, diag))
     }
 
-    fn save_checkpoint(&self, dir: &Path, state: &CheckpointState) -> Result<()> {
-        let tmp = dir.with_extension("tmp");
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-        let err = |e: burn::store::RecordError| anyhow::anyhow!("writing checkpoint: {e:?}");
-        self.net.clone().save_file(tmp.join("model.bpk")).map_err(err)?;
-        self.loss_params.clone().save_file(tmp.join("loss.bpk")).map_err(err)?;
-        self.optim.save(tmp.join("optim.bpk")).map_err(err)?;
-        self.optim_loss.save(tmp.join("optim_loss.bpk")).map_err(err)?;
-        write_json(&tmp.join("state.json"), state)?;
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::rename(&tmp, dir).with_context(|| format!("cannot move checkpoint into {}", dir.display()))?;
-        Ok(())
+    fn save_checkpoint(&self, run: &RunDir, state: &CheckpointState) -> Result<()> {
+        run.save_checkpoint(|tmp| {
+            let err = |e: burn::store::RecordError| anyhow::anyhow!("writing checkpoint: {e:?}");
+            self.net.clone().save_file(tmp.join("model.bpk")).map_err(err)?;
+            self.loss_params.clone().save_file(tmp.join("loss.bpk")).map_err(err)?;
+            self.optim.save(tmp.join("optim.bpk")).map_err(err)?;
+            self.optim_loss.save(tmp.join("optim_loss.bpk")).map_err(err)?;
+            // Last: a checkpoint folder with a readable state.json is complete.
+            write_json(&tmp.join("state.json"), state)
+        })
     }
 
     fn load_checkpoint(mut self, dir: &Path) -> Result<(Self, CheckpointState)> {
@@ -196,21 +195,43 @@ fn same_run(saved: &str, now: &str) -> bool {
 }
 
 /// Trains the experiment; writes `model.safetensors`, `run.json`, `log.jsonl` and a resumable
-/// checkpoint into `opts.out`.
+/// checkpoint into `opts.out`. The config, the data and the output folder are checked before
+/// anything is written; a finished or interrupted run in `opts.out` is continued only with
+/// `opts.resume` and replaced only with `opts.overwrite` (see [`RunDir`]).
 pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<RunReport> {
+    ensure!(
+        !(opts.resume && opts.overwrite),
+        "--resume and --overwrite exclude each other: continue the run, or replace it"
+    );
     let device = device.clone().autodiff();
     let splits = exp.data.load(exp.seed)?;
+    crate::data::check::for_training(&splits, &exp.train.sampler, &exp.eval)?;
+    // The sampler's own errors (too few classes for a class-balanced batch) come now, too.
+    sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, 0)?;
     let shape = splits.train.item_shape();
-    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let mut trainer = Trainer::new(exp, shape, &device)?;
     let config_toml = exp.to_toml()?;
+    let start = match (opts.resume, opts.overwrite) {
+        (true, _) => Start::Resume,
+        (_, true) => Start::Overwrite,
+        _ => Start::New,
+    };
+    let run = RunDir::open(&opts.out, start)?;
     let (mut history, mut start, mut train_seconds) = (vec![], 0usize, 0.0f64);
     if opts.resume {
-        let (t, state) = trainer.load_checkpoint(&ckpt_dir(&opts.out))?;
+        let ckpt = run
+            .checkpoint()
+            .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
+        let (t, state) = trainer.load_checkpoint(&ckpt)?;
         if !same_run(&state.config_toml, &config_toml) {
+            let keys: Vec<String> = config_diff(&state.config_toml, &config_toml)
+                .into_iter()
+                .filter(|k| k != "train.epochs")
+                .collect();
             bail!(
-                "{}: the checkpoint was made with a different configuration; resume with the same config and overrides (see {}/run.json)",
+                "{}: the checkpoint was made with a different configuration (differs at {}); resume with the same config and overrides (see {}/run.json)",
                 opts.out.display(),
+                keys.join(", "),
                 opts.out.display()
             );
         }
@@ -227,14 +248,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         start = state.epochs_done;
         train_seconds = state.train_seconds;
     }
-    let log_path = opts.out.join("log.jsonl");
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(opts.resume)
-        .write(true)
-        .truncate(!opts.resume)
-        .open(&log_path)
-        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let mut log = RunLog::open(&run.file("log.jsonl"), start)?;
     let tty = std::io::stderr().is_terminal();
     for epoch in start..exp.train.epochs {
         let t0 = Instant::now();
@@ -256,11 +270,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             trainer = t;
             acc.add(&diag, exp.loss.triplet_margin().map(f64::from));
             sum += l;
-            writeln!(
-                log,
-                "{}",
-                serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l})
-            )?;
+            log.write(serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l}))?;
             if opts.progress {
                 progress(
                     tty,
@@ -301,13 +311,21 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         };
         if let Some(d) = rec.diagnostics.as_ref().filter(|d| d.collapsed) {
             eprintln!(
-                "warning: epoch {} COLLAPSED: separability {:.4}, mean distance {:.4} (separability ≤ 0, or mean distance below the triplet margin, in every batch; or NaN)",
+                "warning: epoch {}: training batches inseparable: separability {:.4}, mean distance {:.4} (separability ≤ 0 in every batch, or NaN)",
                 epoch + 1,
                 d.separability,
                 d.mean_distance
             );
         }
-        writeln!(log, "{}", serde_json::json!({"event": "epoch", "record": rec}))?;
+        if let Some(h) = rec
+            .metrics
+            .as_ref()
+            .and_then(|m| m.health)
+            .filter(|h| !h.verdict.is_healthy())
+        {
+            eprintln!("warning: epoch {}: {}", epoch + 1, h.verdict.describe(&h));
+        }
+        log.write(serde_json::json!({"event": "epoch", "record": rec}))?;
         if opts.progress {
             let m = rec.metrics.as_ref().map(|m| {
                 format!(
@@ -337,7 +355,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             config_toml: config_toml.clone(),
             defense_state: trainer.defense_state.clone(),
         };
-        trainer.save_checkpoint(&ckpt_dir(&opts.out), &state)?;
+        trainer.save_checkpoint(&run, &state)?;
         let partial = RunReport {
             config: exp.clone(),
             epochs: history.clone(),
@@ -345,13 +363,15 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             final_metrics: None,
             completed: false,
             rdml_version: env!("CARGO_PKG_VERSION").into(),
+            verdict: None,
         };
-        write_json(&opts.out.join("run.json"), &partial)?;
+        write_json(&run.file("run.json"), &partial)?;
     }
     // The saved model is the evaluation-mode snapshot (running statistics of the last step).
-    trainer.net.valid().save(&opts.out.join("model.safetensors"))?;
-    write_atomic(&opts.out.join("config.toml"), config_toml.as_bytes())?;
+    trainer.net.valid().save(&run.file("model.safetensors"))?;
+    write_atomic(&run.file("config.toml"), config_toml.as_bytes())?;
     let final_metrics = history.last().and_then(|r| r.metrics.clone());
+    let verdict = final_metrics.as_ref().and_then(|m| m.health).map(|h| h.verdict);
     let report = RunReport {
         config: exp.clone(),
         epochs: history,
@@ -359,8 +379,9 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         final_metrics,
         completed: true,
         rdml_version: env!("CARGO_PKG_VERSION").into(),
+        verdict,
     };
-    write_json(&opts.out.join("run.json"), &report)?;
+    write_json(&run.file("run.json"), &report)?;
     Ok(report)
 }
 
@@ -385,26 +406,48 @@ fn progress(tty: bool, epoch: usize, epochs: usize, i: usize, n: usize, loss: f6
     }
 }
 
-/// Loads a trained model from a run folder (`config.toml` + `model.safetensors`).
-pub fn load_run(dir: &Path, device: &Device) -> Result<(Experiment, EmbeddingNet)> {
+/// A finished run, loaded for evaluation or attack.
+pub struct LoadedRun {
+    pub exp: Experiment,
+    pub net: EmbeddingNet,
+    /// The test split (of `data` when given, else of the run's config).
+    pub test: crate::data::EvalSet,
+}
+
+/// Loads a trained model from a finished run folder (`config.toml` + `model.safetensors`) and
+/// its test split, from `data` instead of the config's folder when given. Refuses an unfinished
+/// run, a damaged weights file and non-finite weights. Only the test split is read.
+pub fn load_run(dir: &Path, data: Option<&Path>, device: &Device) -> Result<LoadedRun> {
     let cfg = dir.join("config.toml");
     ensure!(
         cfg.is_file(),
         "{}: not a finished rdml run (no config.toml; train it first or resume it)",
         dir.display()
     );
-    let exp = Experiment::load(&cfg.display().to_string(), &[])?;
-    let shape = exp.data.load(exp.seed).map(|s| s.train.item_shape());
-    let shape = match shape {
-        Ok(s) => s,
-        Err(e) => {
-            return Err(e.context(format!("{}: cannot load the run's data set", dir.display())));
+    if let Ok(bytes) = std::fs::read(dir.join("run.json"))
+        && let Ok(r) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && r.get("completed").and_then(|c| c.as_bool()) == Some(false)
+    {
+        bail!(
+            "{}: the run is not finished (run.json says completed = false); resume it with `rdml train --resume`",
+            dir.display()
+        );
+    }
+    let mut exp = Experiment::load(&cfg.display().to_string(), &[])?;
+    if let Some(d) = data {
+        exp.data.root = Some(d.to_path_buf());
+        if exp.data.dataset == crate::data::DatasetKind::FashionMnistEmbedded {
+            exp.data.dataset = crate::data::DatasetKind::FashionMnist;
         }
-    };
+    }
+    let test = exp
+        .data
+        .load_test(exp.seed)
+        .with_context(|| format!("{}: cannot load the run's test split", dir.display()))?;
     let mut model_cfg = exp.model.clone();
     model_cfg.pretrained = None;
-    let net = EmbeddingNet::new(&model_cfg, shape, device)?.load(&dir.join("model.safetensors"))?;
-    Ok((exp, net))
+    let net = EmbeddingNet::new(&model_cfg, test.query.item_shape(), device)?.load(&dir.join("model.safetensors"))?;
+    Ok(LoadedRun { exp, net, test })
 }
 
 /// The epoch's collapse diagnostics on one line (the run log has them as JSON).

@@ -19,10 +19,9 @@ fn quick(epochs: usize) -> Experiment {
 
 fn embeddings(dir: &Path) -> Vec<f32> {
     let dev = rdml::default_device();
-    let (exp, net) = load_run(dir, &dev).unwrap();
-    let splits = exp.data.load(exp.seed).unwrap();
-    let sub = splits.test.query.subset("probe", &(0..64).collect::<Vec<_>>());
-    rdml::eval::embed(&net, &sub, 64, &dev).unwrap().data
+    let run = load_run(dir, None, &dev).unwrap();
+    let sub = run.test.query.subset("probe", &(0..64).collect::<Vec<_>>());
+    rdml::eval::embed(&run.net, &sub, 64, &dev).unwrap().data
 }
 
 #[test]
@@ -37,6 +36,7 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
             out: a.clone(),
             resume: false,
             progress: false,
+            ..Default::default()
         },
         &dev,
     )
@@ -47,6 +47,7 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
             out: b.clone(),
             resume: false,
             progress: false,
+            ..Default::default()
         },
         &dev,
     )
@@ -57,6 +58,7 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
             out: b.clone(),
             resume: true,
             progress: false,
+            ..Default::default()
         },
         &dev,
     )
@@ -89,6 +91,7 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
             out: b.clone(),
             resume: true,
             progress: false,
+            ..Default::default()
         },
         &dev,
     )

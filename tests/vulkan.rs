@@ -248,6 +248,7 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
             out: out.clone(),
             resume: false,
             progress: false,
+            ..Default::default()
         };
         let r = train(&exp, &opts, &device).unwrap();
         reports.push((out, r));
@@ -259,9 +260,8 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
     for (dir, _) in &reports {
         let mut metrics = vec![];
         for device in [cpu(), gpu()] {
-            let (exp, net) = load_run(dir, &device).unwrap();
-            let splits = exp.data.load(exp.seed).unwrap();
-            metrics.push(rdml::eval::evaluate(&net, &splits.test, &exp.eval, exp.seed, &device).unwrap());
+            let run = load_run(dir, None, &device).unwrap();
+            metrics.push(rdml::eval::evaluate(&run.net, &run.test, &run.exp.eval, run.exp.seed, &device).unwrap());
         }
         let (m_cpu, m_gpu) = (&metrics[0], &metrics[1]);
         for k in [1, 2, 4, 8] {
@@ -273,9 +273,8 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
         // And attacked: embedding shift (ES) on 16 queries, 4 L∞ steps, on each device.
         let mut scores = vec![];
         for device in [cpu(), gpu()] {
-            let (exp, net) = load_run(dir, &device).unwrap();
-            let splits = exp.data.load(exp.seed).unwrap();
-            let ctx = Context::new(&net, &splits.test.query, &device, false).unwrap();
+            let run = load_run(dir, None, &device).unwrap();
+            let ctx = Context::new(&run.net, &run.test.query, &device, false).unwrap();
             let pgd = Pgd {
                 eps: 0.1,
                 step: 0.03,

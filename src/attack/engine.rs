@@ -48,17 +48,29 @@ impl Pgd {
         }
     }
     pub fn validate(&self) -> Result<()> {
+        self.validate_as("attack ")
+    }
+
+    /// Validates with the keys named as `prefix` + `eps`/`step`/`steps` (`--`, `defense.`).
+    pub fn validate_as(&self, prefix: &str) -> Result<()> {
         ensure!(
             self.eps >= 0.0 && self.eps.is_finite(),
-            "attack eps must be ≥ 0, got {}",
+            "{prefix}eps must be ≥ 0, got {}",
+            self.eps
+        );
+        // Pixels live in [0, 1]: an L∞ radius above 1 allows every image, which is no budget
+        // (and usually a radius given in 0–255 units by mistake: 8/255 is written 0.0314).
+        ensure!(
+            self.norm != Norm::Linf || self.eps <= 1.0,
+            "{prefix}eps = {} is an L∞ radius in pixel units, which live in [0, 1]; expected ≤ 1 (8/255 is 0.0314)",
             self.eps
         );
         ensure!(
             self.step >= 0.0 && self.step.is_finite(),
-            "attack step must be ≥ 0, got {}",
+            "{prefix}step must be ≥ 0, got {}",
             self.step
         );
-        ensure!(self.steps >= 1, "attack steps must be ≥ 1");
+        ensure!(self.steps >= 1, "{prefix}steps must be ≥ 1");
         Ok(())
     }
 }

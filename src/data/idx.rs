@@ -51,10 +51,9 @@ pub fn parse_images(bytes: &[u8], what: &str) -> Result<IdxImages> {
     let n = be_u32(bytes, 4) as usize;
     let rows = be_u32(bytes, 8) as usize;
     let cols = be_u32(bytes, 12) as usize;
-    let want = n
-        .checked_mul(rows)
-        .and_then(|v| v.checked_mul(cols))
-        .context("IDX dimensions overflow")?;
+    let want = n.checked_mul(rows).and_then(|v| v.checked_mul(cols)).with_context(|| {
+        format!("{what}: the header's dimensions {n} × {rows} × {cols} overflow (a damaged or non-IDX file)")
+    })?;
     if bytes.len() - 16 != want {
         bail!(
             "{what}: header says {n} images of {rows}x{cols} ({want} bytes) but the file holds {} bytes of pixels",

@@ -65,6 +65,16 @@ pub fn load(root: PathBuf, name: &str) -> Result<Splits> {
     })
 }
 
+/// Loads the `t10k-*` IDX files of `root` alone (evaluation needs nothing else).
+pub fn load_test(root: &Path, name: &str) -> Result<EvalSet> {
+    let (vi, vl) = idx::find_pair(root, "t10k")?;
+    let (img, lab) = idx::read_pair(&vi, &vl)?;
+    Ok(EvalSet {
+        query: to_set(&format!("{name}/test"), img, lab),
+        gallery: None,
+    })
+}
+
 /// The embedded Fashion-MNIST test split, divided by a seeded rule: within each class, the items
 /// are shuffled by a ChaCha8 generator seeded with `seed`, and the first
 /// `round(train_fraction · class size)` go to training, the rest to test.

@@ -3,6 +3,7 @@
 //! so attack budgets are in pixel units.
 
 pub mod cars;
+pub mod check;
 pub mod cub;
 pub mod folder;
 pub mod idx;
@@ -272,6 +273,23 @@ impl DataConfig {
             DatasetKind::Inshop => inshop::load(&need_root(root, "inshop")?, self.resize, self.crop),
             DatasetKind::Folder => folder::load(&need_root(root, "folder")?, self.resize, self.crop),
             DatasetKind::Synthetic => synthetic::load(&self.synthetic, seed),
+        }
+    }
+}
+
+impl DataConfig {
+    /// Loads the test side alone: MNIST-format data sets read only their `t10k-*` files; the
+    /// others (whose test split is a rule over one listing or file) load as [`load`](Self::load).
+    pub fn load_test(&self, seed: u64) -> Result<EvalSet> {
+        self.validate()?;
+        let root = self.root.clone();
+        match self.dataset {
+            DatasetKind::Mnist => mnist::load_test(&root.unwrap_or_else(|| mnist::default_root("MNIST")), "mnist"),
+            DatasetKind::FashionMnist => mnist::load_test(
+                &root.unwrap_or_else(|| mnist::default_root("FashionMNIST")),
+                "fashion-mnist",
+            ),
+            _ => Ok(self.load(seed)?.test),
         }
     }
 }

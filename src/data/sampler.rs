@@ -22,8 +22,8 @@ pub enum SamplerConfig {
 impl SamplerConfig {
     pub fn batch_size(&self) -> usize {
         match self {
-            SamplerConfig::Spc2 { pairs } => 2 * pairs,
-            SamplerConfig::ClassBalanced { classes, per_class } => classes * per_class,
+            SamplerConfig::Spc2 { pairs } => pairs.saturating_mul(2),
+            SamplerConfig::ClassBalanced { classes, per_class } => classes.saturating_mul(*per_class),
         }
     }
     pub fn per_class(&self) -> usize {
@@ -33,6 +33,11 @@ impl SamplerConfig {
         }
     }
     pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.batch_size() <= MAX_BATCH,
+            "train.sampler: a batch of {} images exceeds rdml's cap of {MAX_BATCH} (the papers use 112–256)",
+            self.batch_size()
+        );
         match self {
             SamplerConfig::Spc2 { pairs } => {
                 ensure!(*pairs >= 2, "train.sampler.pairs must be ≥ 2")
@@ -45,6 +50,10 @@ impl SamplerConfig {
         Ok(())
     }
 }
+
+/// The largest training batch accepted, in images: beyond it a batch of 28×28 images already
+/// needs gigabytes of activations, and one of 224×224 images far more than any GPU holds.
+pub const MAX_BATCH: usize = 4096;
 
 /// The seed of epoch `epoch`'s sampling stream: a fixed function of (seed, epoch), so a resumed
 /// run draws the same batches as an uninterrupted one.

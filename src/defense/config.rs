@@ -34,6 +34,18 @@ pub enum HmObjective {
     L2,
 }
 
+/// The values of `kind` in `[defense]`.
+pub const KINDS: &[&str] = &[
+    "madry",
+    "est",
+    "act",
+    "hm",
+    "ca-tride",
+    "positive-perturbation",
+    "mdprop",
+    "advprop",
+];
+
 /// The `[defense]` table. Every defense gets its own PGD budget (in pixel units).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -177,7 +189,7 @@ impl DefenseConfig {
     }
 
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {
-        self.pgd().validate().map_err(|e| anyhow::anyhow!("defense.{e}"))?;
+        self.pgd().validate_as("defense.")?;
         if matches!(self, DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. }) {
             let d = self.distributions();
             ensure!(

@@ -115,10 +115,15 @@ pub struct EpochDiagnostics {
     pub collapseness: f64,
     pub made_hard: Option<f64>,
     pub adversarial_hardness: Option<f64>,
-    /// Separability ≤ 0 in every batch of the epoch, the mean pairwise distance below the triplet
-    /// loss's margin in every batch (no triplet can then meet the margin: the loss sits at the
-    /// margin, a partial collapse that separability misses), or a NaN anywhere.
+    /// Separability ≤ 0 in every batch of the epoch, or a NaN anywhere: the training batches'
+    /// own sign of collapse. The run's verdict rests on the test embeddings instead
+    /// (`eval::health`), which also see a collapse within the first epoch.
     pub collapsed: bool,
+    /// The mean pairwise distance below the triplet loss's margin in every batch: no triplet
+    /// can meet the margin, so the loss sits at it. A collapse, or a margin larger than the
+    /// distances can reach (a margin of 10⁶ on the unit sphere); informative, not a verdict.
+    #[serde(default)]
+    pub below_margin: bool,
 }
 
 #[derive(Default)]
@@ -176,7 +181,8 @@ impl Accumulator {
             collapseness: self.sum.collapseness / k,
             made_hard,
             adversarial_hardness,
-            collapsed: self.nan || self.all_inseparable || self.all_below_margin,
+            collapsed: self.nan || self.all_inseparable,
+            below_margin: self.all_below_margin,
         })
     }
 }
@@ -223,16 +229,18 @@ mod tests {
             Some(0.2),
         );
         assert!(acc.finish().unwrap().collapsed);
-        // Separable, but every batch's mean distance (≈ 1.61 here) below the margin: collapsed;
-        // one batch above it, or a loss without a margin: not.
+        // Separable, but every batch's mean distance (≈ 1.61 here) below the margin: below the
+        // margin, not collapsed (a margin of 10⁶ must not read as a collapse); one batch above
+        // it, or a loss without a margin: not below.
         let mut acc = Accumulator::new();
         acc.add(&b, Some(2.0));
         acc.add(&b, Some(2.0));
-        assert!(acc.finish().unwrap().collapsed);
+        let f = acc.finish().unwrap();
+        assert!(f.below_margin && !f.collapsed);
         acc.add(&b, Some(1.0));
-        assert!(!acc.finish().unwrap().collapsed);
+        assert!(!acc.finish().unwrap().below_margin);
         let mut acc = Accumulator::new();
         acc.add(&b, None);
-        assert!(!acc.finish().unwrap().collapsed);
+        assert!(!acc.finish().unwrap().below_margin);
     }
 }

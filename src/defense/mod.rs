@@ -3,7 +3,7 @@
 //! paper method; this file holds the config, the triplet batch layout they share and the dispatch.
 
 pub mod act;
-mod config;
+pub mod config;
 pub use config::{DefenseConfig, DefenseState, Destination, HmObjective};
 pub mod ca_tride;
 pub mod diagnostics;

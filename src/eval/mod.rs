@@ -1,6 +1,7 @@
 //! Evaluation: embed the test split, then blocked nearest-neighbour metrics, NMI and π_ratio.
 
 pub mod cluster;
+pub mod health;
 pub mod knn;
 pub mod metrics;
 
@@ -82,6 +83,9 @@ pub struct Metrics {
     pub retrieval: metrics::Retrieval,
     pub nmi: Option<f64>,
     pub pi_ratio: Option<f64>,
+    /// Whether the model is usable at all (see [`health`]); absent in runs of older versions.
+    #[serde(default)]
+    pub health: Option<health::Health>,
     pub embed_seconds: f64,
     pub metric_seconds: f64,
 }
@@ -148,7 +152,19 @@ pub fn score(
     device: &Device,
 ) -> Result<Metrics> {
     let plain = device.clone().without_autodiff();
-    let retrieval = metrics::retrieval(q, qlabels, gallery, &cfg.recall_ks, &plain)?;
+    ensure!(q.n > 0, "the test split is empty: nothing to evaluate");
+    let gallery_size = gallery.map_or(q.n - 1, |(g, _)| g.n);
+    check_recall_ks(&cfg.recall_ks, gallery_size)?;
+    // Recall@1 is always computed: the health verdict rests on it.
+    let mut ks = cfg.recall_ks.clone();
+    if !ks.contains(&1) {
+        ks.push(1);
+    }
+    let mut retrieval = metrics::retrieval(q, qlabels, gallery, &ks, &plain)?;
+    let r1 = retrieval.recall_at(1).unwrap_or(0.0);
+    retrieval.recall.retain(|(k, _)| cfg.recall_ks.contains(k));
+    let chance = health::chance_recall_at_1(qlabels, gallery.map(|g| g.1));
+    let health = health::judge(q, r1, chance, retrieval.queries);
     let k = {
         let mut l = qlabels.to_vec();
         l.sort_unstable();
@@ -170,7 +186,18 @@ pub fn score(
         retrieval,
         nmi,
         pi_ratio,
+        health: Some(health),
         embed_seconds: 0.0,
         metric_seconds: 0.0,
     })
+}
+
+/// Every `k` of Recall@k must be at most the number of items a query is ranked against.
+pub fn check_recall_ks(ks: &[usize], gallery_size: usize) -> Result<()> {
+    if let Some(k) = ks.iter().find(|&&k| k > gallery_size) {
+        anyhow::bail!(
+            "eval.recall_ks has k = {k}, but a query is ranked against {gallery_size} test items: Recall@{k} would be 1 by construction; use k ≤ {gallery_size}"
+        );
+    }
+    Ok(())
 }

@@ -5,8 +5,12 @@ pub mod c2f2;
 pub mod multi_bn;
 pub mod resnet;
 pub mod weights;
+pub mod weights_file;
 
-use anyhow::{Context, Result, ensure};
+/// The largest `model.embedding_dim` accepted (2048 × 16384 floats: a 128 MiB last layer).
+pub const MAX_EMBEDDING_DIM: usize = 16384;
+
+use anyhow::{Result, ensure};
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use c2f2::C2f2;
@@ -58,7 +62,13 @@ fn one() -> usize {
 
 impl ModelConfig {
     pub fn validate(&self) -> Result<()> {
-        ensure!(self.embedding_dim >= 1, "model.embedding_dim must be ≥ 1");
+        // The papers use 64–512; the bound keeps the last layer's weights (and Adam's two
+        // moments of them) within memory instead of aborting the process on an allocation.
+        ensure!(
+            (1..=MAX_EMBEDDING_DIM).contains(&self.embedding_dim),
+            "model.embedding_dim must be in 1..={MAX_EMBEDDING_DIM}, got {}",
+            self.embedding_dim
+        );
         ensure!(
             self.arch != Arch::C2f2 || self.bn_sets == 1,
             "model.bn_sets = {}: C2F2 has no batch norm, so it must be 1",
@@ -184,29 +194,31 @@ impl EmbeddingNet {
         if self.l2_normalize { l2_normalize(e) } else { e }
     }
 
-    /// Saves the weights as safetensors, atomically (temporary file, then rename).
+    /// Saves the weights as safetensors, atomically (temporary file, then rename), with the
+    /// same permissions as the run's other files.
     pub fn save(&self, path: &Path) -> Result<()> {
         use burn::store::{ModuleSnapshot, SafetensorsStore};
-        let tmp = path.with_extension("safetensors.tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut store = SafetensorsStore::from_file(&tmp);
+        let mut store = SafetensorsStore::from_bytes(None);
         self.save_into(&mut store)
-            .map_err(|e| anyhow::anyhow!("saving {}: {e:?}", path.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} into place", path.display()))?;
-        Ok(())
+            .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
+        let bytes = store
+            .get_bytes()
+            .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
+        crate::report::write_atomic(path, &bytes)
     }
 
-    /// Loads weights saved by [`save`](Self::save) into a model of the same configuration.
+    /// Loads weights saved by [`save`](Self::save) into a model of the same configuration,
+    /// refusing a damaged file or non-finite weights (see [`weights_file`]).
     pub fn load(mut self, path: &Path) -> Result<Self> {
         use burn::store::{ModuleSnapshot, SafetensorsStore};
-        ensure!(path.is_file(), "{}: no such weights file", path.display());
-        let mut store = SafetensorsStore::from_file(path);
+        let bytes = weights_file::read_checked(path)?;
+        let mut store = SafetensorsStore::from_bytes(Some(bytes));
         let r = self
             .load_from(&mut store)
-            .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         ensure!(
             r.errors.is_empty() && r.missing.is_empty(),
-            "{}: weights do not match the model (missing: {:?}; errors: {:?})",
+            "{}: weights do not match the model of the run's config.toml (missing: {:?}; errors: {:?})",
             path.display(),
             r.missing.iter().map(|m| &m.0).take(8).collect::<Vec<_>>(),
             r.errors.iter().take(8).collect::<Vec<_>>()

@@ -1,0 +1,72 @@
+//! Checks a loaded data set before any training or output: both splits non-empty, the batch and
+//! Recall@k within them, and every image file readable (its header decoded, not the whole image:
+//! a header read costs well under a millisecond, a full decode of a 224×224 JPEG several), so a
+//! bad file in the test split is found before an epoch of training, not after.
+
+use super::{ImageSet, Source, Splits};
+use crate::data::sampler::SamplerConfig;
+use crate::eval::EvalConfig;
+use anyhow::{Context, Result, ensure};
+use rayon::prelude::*;
+
+/// Checks `splits` for training with `sampler` and evaluation with `eval`.
+pub fn for_training(splits: &Splits, sampler: &SamplerConfig, eval: &EvalConfig) -> Result<()> {
+    let train = &splits.train;
+    ensure!(!train.is_empty(), "{}: the training split is empty", train.name);
+    let b = sampler.batch_size();
+    ensure!(
+        b <= train.len(),
+        "train.sampler: a batch of {b} images is larger than the training split ({} items of {}); lower train.sampler.{}",
+        train.len(),
+        train.name,
+        match sampler {
+            SamplerConfig::Spc2 { .. } => "pairs",
+            SamplerConfig::ClassBalanced { .. } => "classes or per_class",
+        }
+    );
+    files(train)?;
+    for_evaluation(splits, eval)
+}
+
+/// Checks the test side of `splits` for evaluation with `eval`.
+pub fn for_evaluation(splits: &Splits, eval: &EvalConfig) -> Result<()> {
+    let t = &splits.test;
+    ensure!(
+        !t.query.is_empty(),
+        "{}: the test split is empty (no test items in the data set's files)",
+        t.query.name
+    );
+    let gallery = match &t.gallery {
+        Some(g) => {
+            ensure!(!g.is_empty(), "{}: the gallery is empty", g.name);
+            files(g)?;
+            g.len()
+        }
+        None => t.query.len() - 1,
+    };
+    files(&t.query)?;
+    crate::eval::check_recall_ks(&eval.recall_ks, gallery)
+}
+
+/// Reads the header of every image file of `set`.
+pub fn files(set: &ImageSet) -> Result<()> {
+    let Source::Files { paths, .. } = &*set.source else {
+        return Ok(());
+    };
+    set.indices.par_iter().enumerate().try_for_each(|(pos, &i)| {
+        let p = &paths[i];
+        image::ImageReader::open(p)
+            .with_context(|| format!("{}: item {pos}: cannot open image {}", set.name, p.display()))?
+            .with_guessed_format()
+            .with_context(|| format!("{}: item {pos}: cannot read image {}", set.name, p.display()))?
+            .into_dimensions()
+            .with_context(|| {
+                format!(
+                    "{}: item {pos}: {}: corrupt or unsupported image",
+                    set.name,
+                    p.display()
+                )
+            })?;
+        Ok(())
+    })
+}

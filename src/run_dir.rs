@@ -1,0 +1,353 @@
+//! A run folder: claimed by a marker file, held by a lock while one process writes it, never
+//! clobbered without being asked, and a checkpoint swap after which a kill at any moment leaves
+//! a complete checkpoint to resume from.
+//!
+//! rdml deletes only what it wrote: the run's own files, in a folder that carries its marker
+//! (or, for runs written before the marker existed, a `run.json` that rdml wrote).
+
+pub mod log;
+
+pub use log::RunLog;
+
+use anyhow::{Context, Result, bail, ensure};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The marker file that makes a folder an rdml run (JSON: the version that claimed it).
+pub const MARKER: &str = ".rdml-run";
+const CKPT: &str = "checkpoint";
+const CKPT_TMP: &str = "checkpoint.tmp";
+const CKPT_OLD: &str = "checkpoint.old";
+/// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
+const RUN_FILES: &[&str] = &[
+    "model.safetensors",
+    "config.toml",
+    "run.json",
+    "log.jsonl",
+    "report.json",
+];
+
+/// How `train` may treat what is already in its output folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A new run: the folder must be new, empty, or a run with no finished epoch.
+    New,
+    /// Continue from the newest complete checkpoint.
+    Resume,
+    /// Replace the run in the folder (only rdml's own files are removed).
+    Overwrite,
+}
+
+/// What a folder holds, as far as a run is concerned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// No folder, or an empty one.
+    Nothing,
+    /// A folder with other content and no marker: not rdml's to write into.
+    Foreign,
+    /// An rdml run with no complete checkpoint (stopped in its first epoch).
+    Started,
+    /// An rdml run with `epochs_done` epochs in its newest complete checkpoint.
+    Resumable { epochs_done: usize },
+    /// A finished rdml run (`run.json` says completed).
+    Finished { epochs: usize },
+}
+
+/// A claimed run folder; the lock on its marker is held while this lives.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+/// Opens a file for writing without following a symbolic link in its last component
+/// (`O_NOFOLLOW`): a link planted in a shared folder must not redirect rdml's writes.
+pub fn open_nofollow(path: &Path, append: bool) -> Result<File> {
+    let mut o = OpenOptions::new();
+    o.create(true).write(true);
+    if append {
+        o.append(true);
+    } else {
+        o.truncate(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    o.open(path).with_context(|| {
+        if is_link(path) {
+            format!(
+                "{} is a symbolic link; rdml does not write through links",
+                path.display()
+            )
+        } else {
+            format!("cannot open {}", path.display())
+        }
+    })
+}
+
+fn is_link(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Removes `p` if it exists: a folder recursively, a file or a link (never its target).
+fn remove(p: &Path) -> Result<()> {
+    let Ok(m) = std::fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    let r = if m.is_dir() {
+        std::fs::remove_dir_all(p)
+    } else {
+        std::fs::remove_file(p)
+    };
+    r.with_context(|| format!("cannot remove {}", p.display()))
+}
+
+/// The epochs of a complete checkpoint folder: `state.json` is written last, so a folder whose
+/// `state.json` parses holds every file.
+fn checkpoint_epochs(dir: &Path) -> Option<usize> {
+    if is_link(dir) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()?;
+    v.get("epochs_done")?.as_u64().map(|e| e as usize)
+}
+
+/// A `run.json` written by rdml: `(completed, epochs)`.
+fn run_json(dir: &Path) -> Option<(bool, usize)> {
+    let p = dir.join("run.json");
+    if is_link(&p) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+    v.get("rdml_version")?;
+    let epochs = v.get("epochs")?.as_array()?.len();
+    Some((v.get("completed")?.as_bool()?, epochs))
+}
+
+/// What `dir` holds.
+pub fn inspect(dir: &Path) -> Result<Found> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Nothing),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+    };
+    ensure!(meta.is_dir(), "{} exists and is not a folder", dir.display());
+    let ours = dir.join(MARKER).is_file() && !is_link(&dir.join(MARKER)) || run_json(dir).is_some();
+    if !ours {
+        let empty = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .next()
+            .is_none();
+        return Ok(if empty { Found::Nothing } else { Found::Foreign });
+    }
+    if let Some((true, epochs)) = run_json(dir) {
+        return Ok(Found::Finished { epochs });
+    }
+    Ok(match newest_checkpoint(dir) {
+        Some((_, epochs_done)) => Found::Resumable { epochs_done },
+        None => Found::Started,
+    })
+}
+
+/// The newest complete checkpoint among the three names the swap uses.
+fn newest_checkpoint(dir: &Path) -> Option<(PathBuf, usize)> {
+    [CKPT, CKPT_TMP, CKPT_OLD]
+        .iter()
+        .filter_map(|n| {
+            let p = dir.join(n);
+            checkpoint_epochs(&p).map(|e| (p, e))
+        })
+        // The first of equals wins: `checkpoint/` before the others.
+        .fold(None, |best: Option<(PathBuf, usize)>, c| match best {
+            Some(b) if b.1 >= c.1 => Some(b),
+            _ => Some(c),
+        })
+}
+
+impl RunDir {
+    /// Claims `dir` for a run started as `start`; nothing is removed or written unless the
+    /// folder is rdml's and `start` allows it.
+    pub fn open(dir: &Path, start: Start) -> Result<Self> {
+        let found = inspect(dir)?;
+        let d = dir.display();
+        match (&found, start) {
+            (Found::Foreign, _) => bail!(
+                "{d} is not empty and is not an rdml run folder (no {MARKER} file): rdml writes a run only into a new or empty folder, or one of its own runs; choose another --out"
+            ),
+            (Found::Finished { epochs }, Start::New) => bail!(
+                "{d} holds a finished run ({epochs} epochs): pass --resume to continue it (with more --epochs), --overwrite to replace it, or choose another --out"
+            ),
+            (Found::Resumable { epochs_done }, Start::New) => bail!(
+                "{d} holds an interrupted run ({epochs_done} epochs done): pass --resume to continue it, --overwrite to replace it, or choose another --out"
+            ),
+            (Found::Nothing | Found::Started, Start::Resume) => bail!(
+                "{d}: no checkpoint to resume (the run was stopped before its first epoch ended, or never started); start it again without --resume"
+            ),
+            _ => {}
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {d}"))?;
+        let marker = dir.join(MARKER);
+        ensure!(
+            !is_link(&marker),
+            "{} is a symbolic link; rdml does not write through links",
+            marker.display()
+        );
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&marker)
+            .with_context(|| format!("cannot create {}", marker.display()))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                bail!("another rdml process is writing the run in {d}; wait for it or choose another --out")
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", marker.display()));
+            }
+        }
+        let mut f = &lock;
+        f.set_len(0)?;
+        writeln!(f, "{}", serde_json::json!({"rdml_version": env!("CARGO_PKG_VERSION")}))
+            .with_context(|| format!("cannot write {}", marker.display()))?;
+        let run = Self {
+            path: dir.to_path_buf(),
+            _lock: lock,
+        };
+        run.remove_leftovers()?;
+        match (found, start) {
+            // A run killed in its first epoch has nothing to keep; a replaced run loses its files.
+            (Found::Started, Start::New) | (_, Start::Overwrite) => run.remove_run_files()?,
+            _ => run.settle_checkpoint()?,
+        }
+        Ok(run)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Temporary files of interrupted writes (`.NAME.PID.tmp`, `*.safetensors.tmp`).
+    fn remove_leftovers(&self) -> Result<()> {
+        for e in std::fs::read_dir(&self.path).with_context(|| format!("cannot read {}", self.path.display()))? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let hidden_tmp = name.starts_with('.') && name.ends_with(".tmp") && name != MARKER;
+            if (hidden_tmp || name == "model.safetensors.tmp") && !e.file_type()?.is_dir() {
+                remove(&e.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_run_files(&self) -> Result<()> {
+        for n in RUN_FILES.iter().chain(&[CKPT, CKPT_TMP, CKPT_OLD]) {
+            remove(&self.file(n))?;
+        }
+        Ok(())
+    }
+
+    /// Makes `checkpoint/` the newest complete checkpoint and removes the other two names.
+    /// Each step leaves that checkpoint under some name, so a kill here loses nothing either.
+    pub fn settle_checkpoint(&self) -> Result<()> {
+        let (ck, tmp, old) = (self.file(CKPT), self.file(CKPT_TMP), self.file(CKPT_OLD));
+        match newest_checkpoint(&self.path) {
+            Some((best, _)) if best == tmp => {
+                remove(&old)?;
+                if ck.exists() {
+                    rename(&ck, &old)?;
+                }
+                rename(&tmp, &ck)?;
+            }
+            Some((best, _)) if best == old => {
+                remove(&tmp)?;
+                remove(&ck)?;
+                rename(&old, &ck)?;
+            }
+            _ => remove(&tmp)?,
+        }
+        remove(&old)
+    }
+
+    /// The folder of the newest complete checkpoint, after [`settle_checkpoint`](Self::settle_checkpoint).
+    pub fn checkpoint(&self) -> Option<PathBuf> {
+        newest_checkpoint(&self.path).map(|c| c.0)
+    }
+
+    /// Writes a new checkpoint with `write` (into an empty folder; it must write `state.json`
+    /// last) and swaps it in: `checkpoint/` → `checkpoint.old/`, `checkpoint.tmp/` →
+    /// `checkpoint/`, then `checkpoint.old/` is removed. Killed at any moment, the folder keeps
+    /// a complete checkpoint under one of the three names; resume takes the newest.
+    pub fn save_checkpoint(&self, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+        let (ck, tmp, old) = (self.file(CKPT), self.file(CKPT_TMP), self.file(CKPT_OLD));
+        remove(&tmp)?;
+        std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        write(&tmp)?;
+        sync_folder(&tmp)?;
+        remove(&old)?;
+        if ck.exists() {
+            rename(&ck, &old)?;
+        }
+        rename(&tmp, &ck)?;
+        remove(&old)
+    }
+}
+
+fn rename(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).with_context(|| format!("cannot move {} to {}", from.display(), to.display()))
+}
+
+/// Flushes every file of `dir` and the folder itself to the disk, so that a complete
+/// `state.json` after a power cut still means complete files.
+fn sync_folder(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            File::open(e.path())?.sync_all()?;
+        }
+    }
+    File::open(dir)?.sync_all().ok();
+    Ok(())
+}
+
+/// The top-level keys (dotted) where two TOML documents differ, for messages that say what
+/// changed.
+pub fn config_diff(a: &str, b: &str) -> Vec<String> {
+    fn walk(prefix: &str, a: Option<&toml::Value>, b: Option<&toml::Value>, out: &mut Vec<String>) {
+        match (a, b) {
+            (Some(toml::Value::Table(x)), Some(toml::Value::Table(y))) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&p, x.get(k), y.get(k), out);
+                }
+            }
+            (x, y) if x != y => out.push(prefix.to_string()),
+            _ => {}
+        }
+    }
+    let (Ok(x), Ok(y)) = (a.parse::<toml::Table>(), b.parse::<toml::Table>()) else {
+        return vec!["(unreadable config)".into()];
+    };
+    let mut out = vec![];
+    walk("", Some(&toml::Value::Table(x)), Some(&toml::Value::Table(y)), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+use super::*;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdml-run-dir-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn checkpoint(dir: &Path, name: &str, epochs: usize, complete: bool) {
+    let c = dir.join(name);
+    std::fs::create_dir_all(&c).unwrap();
+    std::fs::write(c.join("model.bpk"), format!("weights of epoch {epochs}")).unwrap();
+    if complete {
+        std::fs::write(c.join("state.json"), format!("{{\"epochs_done\": {epochs}}}")).unwrap();
+    }
+}
+
+fn marked(name: &str) -> PathBuf {
+    let d = scratch(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(MARKER), "{}").unwrap();
+    d
+}
+
+/// Every state the swap passes through, and the epoch resume must continue from.
+#[test]
+fn a_kill_at_any_step_of_the_swap_keeps_the_newest_complete_checkpoint() {
+    type Setup = fn(&Path);
+    let cases: [(&str, Setup, usize); 6] = [
+        ("steady", |d| checkpoint(d, CKPT, 2, true), 2),
+        // New checkpoint half written.
+        (
+            "tmp-partial",
+            |d| {
+                checkpoint(d, CKPT, 2, true);
+                checkpoint(d, CKPT_TMP, 3, false);
+            },
+            2,
+        ),
+        // New checkpoint complete, old one not yet moved aside.
+        (
+            "tmp-complete",
+            |d| {
+                checkpoint(d, CKPT, 2, true);
+                checkpoint(d, CKPT_TMP, 3, true);
+            },
+            3,
+        ),
+        // Old one moved aside, new one not yet renamed (the window that lost runs before).
+        (
+            "old-and-tmp",
+            |d| {
+                checkpoint(d, CKPT_OLD, 2, true);
+                checkpoint(d, CKPT_TMP, 3, true);
+            },
+            3,
+        ),
+        // Renamed, the old one not yet removed.
+        (
+            "old-and-new",
+            |d| {
+                checkpoint(d, CKPT_OLD, 2, true);
+                checkpoint(d, CKPT, 3, true);
+            },
+            3,
+        ),
+        // The swap of the previous code: old removed, tmp not yet renamed.
+        ("tmp-only", |d| checkpoint(d, CKPT_TMP, 3, true), 3),
+    ];
+    for (name, setup, epochs) in cases {
+        let d = marked(name);
+        setup(&d);
+        assert_eq!(inspect(&d).unwrap(), Found::Resumable { epochs_done: epochs }, "{name}");
+        let run = RunDir::open(&d, Start::Resume).unwrap();
+        assert_eq!(run.checkpoint(), Some(d.join(CKPT)), "{name}");
+        assert_eq!(checkpoint_epochs(&d.join(CKPT)), Some(epochs), "{name}");
+        assert!(!d.join(CKPT_TMP).exists() && !d.join(CKPT_OLD).exists(), "{name}");
+        // A new run into it is refused; --overwrite removes it.
+        drop(run);
+        let err = RunDir::open(&d, Start::New).unwrap_err().to_string();
+        assert!(err.contains("interrupted run") && err.contains("--resume"), "{err}");
+        RunDir::open(&d, Start::Overwrite).unwrap();
+        assert!(!d.join(CKPT).exists(), "{name}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn the_swap_replaces_the_checkpoint() {
+    let d = scratch("swap");
+    let run = RunDir::open(&d, Start::New).unwrap();
+    for e in 1..=3 {
+        run.save_checkpoint(|t| {
+            std::fs::write(t.join("state.json"), format!("{{\"epochs_done\": {e}}}"))?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(checkpoint_epochs(&d.join(CKPT)), Some(e));
+    }
+    let names: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_foreign_folder_is_never_written() {
+    let d = scratch("foreign");
+    std::fs::create_dir_all(d.join("checkpoint")).unwrap();
+    std::fs::write(d.join("checkpoint/notes.txt"), "mine").unwrap();
+    for start in [Start::New, Start::Overwrite, Start::Resume] {
+        let err = RunDir::open(&d, start).unwrap_err().to_string();
+        assert!(err.contains("not an rdml run folder"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(d.join("checkpoint/notes.txt")).unwrap(), "mine");
+    assert!(!d.join(MARKER).exists());
+    // A file is not a folder.
+    let f = d.join("file");
+    std::fs::write(&f, "x").unwrap();
+    assert!(
+        RunDir::open(&f, Start::New)
+            .unwrap_err()
+            .to_string()
+            .contains("not a folder")
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_finished_run_needs_resume_or_overwrite_and_overwrite_keeps_other_files() {
+    let d = marked("finished");
+    checkpoint(&d, CKPT, 3, true);
+    std::fs::write(
+        d.join("run.json"),
+        r#"{"rdml_version": "0.1.0", "completed": true, "epochs": [{}, {}, {}]}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("notes.txt"), "the user's").unwrap();
+    assert_eq!(inspect(&d).unwrap(), Found::Finished { epochs: 3 });
+    let err = RunDir::open(&d, Start::New).unwrap_err().to_string();
+    assert!(err.contains("finished run (3 epochs)"), "{err}");
+    assert!(d.join("run.json").exists());
+    drop(RunDir::open(&d, Start::Resume).unwrap());
+    RunDir::open(&d, Start::Overwrite).unwrap();
+    assert!(!d.join("run.json").exists() && !d.join(CKPT).exists());
+    assert_eq!(std::fs::read_to_string(d.join("notes.txt")).unwrap(), "the user's");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn one_writer_at_a_time() {
+    let d = scratch("lock");
+    let first = RunDir::open(&d, Start::New).unwrap();
+    let err = RunDir::open(&d, Start::New).unwrap_err().to_string();
+    assert!(err.contains("another rdml process"), "{err}");
+    drop(first);
+    RunDir::open(&d, Start::New).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn links_are_not_followed() {
+    let d = marked("links");
+    let victim = d.with_extension("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, d.join("log.jsonl")).unwrap();
+    let err = format!("{:#}", open_nofollow(&d.join("log.jsonl"), true).unwrap_err());
+    assert!(err.contains("symbolic link"), "{err}");
+    std::os::unix::fs::symlink(&victim, d.join(".run.json.tmp")).unwrap();
+    // Opening the run removes the planted temporary link (not its target).
+    drop(RunDir::open(&d, Start::New).unwrap());
+    assert!(!is_link(&d.join(".run.json.tmp")));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    std::fs::remove_dir_all(&d).unwrap();
+    std::fs::remove_file(&victim).unwrap();
+}
+
+#[test]
+fn config_diff_names_the_keys() {
+    let a = "seed = 0\n[train]\nepochs = 1\n[loss]\nmargin = 0.2\n";
+    let b = "seed = 0\n[train]\nepochs = 2\n[loss]\nmargin = 0.2\nkind = \"x\"\n";
+    assert_eq!(config_diff(a, b), vec!["loss.kind", "train.epochs"]);
+    assert!(config_diff(a, a).is_empty());
+}

@@ -1,0 +1,451 @@
+//! The cases of `hostile-input-cases.md` that once lost a run, overwrote one, followed a link,
+//! printed numbers for a broken model or accepted a value out of range, each run through the
+//! binary as a user would, on the embedded data.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdml-safety-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rdml(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdml"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Fails unless the command exited with `code` and said each of `needles`.
+fn expect(o: &Output, code: i32, needles: &[&str]) {
+    let t = text(o);
+    assert_eq!(o.status.code(), Some(code), "{t}");
+    for n in needles {
+        assert!(t.contains(n), "expected {n:?} in:\n{t}");
+    }
+    assert!(!t.contains("panicked"), "{t}");
+}
+
+const QUICK: &[&str] = &[
+    "--config",
+    "quickstart",
+    "--epochs",
+    "1",
+    "--max-batches",
+    "3",
+    "--quiet",
+    "--set",
+    "eval.nmi=false",
+    "--set",
+    "train.sampler.pairs=32",
+];
+
+fn train_into(out: &Path, extra: &[&str]) -> Output {
+    let mut a = vec!["train", "--out", out.to_str().unwrap()];
+    a.extend(QUICK);
+    a.extend(extra);
+    rdml(&a)
+}
+
+fn bytes(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_default()
+}
+
+#[test]
+fn a_finished_run_is_never_overwritten_and_a_failed_start_writes_nothing() {
+    let d = scratch("finished");
+    let run = d.join("run");
+    expect(&train_into(&run, &[]), 0, &["Recall@1"]);
+    let files = ["run.json", "log.jsonl", "model.safetensors", "config.toml"];
+    let before: Vec<Vec<u8>> = files.iter().map(|f| bytes(&run.join(f))).collect();
+    // O03a: a new run into it, without --resume.
+    expect(
+        &train_into(&run, &["--set", "train.optimizer.lr=0.01"]),
+        1,
+        &["holds a finished run (1 epochs)", "--resume", "--overwrite"],
+    );
+    // O03b: a start that fails on the sampler (before, the log was already truncated).
+    expect(
+        &train_into(
+            &run,
+            &[
+                "--set",
+                "train.sampler={kind=\"class-balanced\",classes=20,per_class=4}",
+            ],
+        ),
+        1,
+        &["classes = 20"],
+    );
+    let after: Vec<Vec<u8>> = files.iter().map(|f| bytes(&run.join(f))).collect();
+    assert!(before == after, "a refused start changed the run's files");
+    // The model is readable by others, as the run's other files are (O07).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |f: &str| std::fs::metadata(run.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("model.safetensors"), mode("run.json"));
+    }
+    // --overwrite replaces it; --resume and --overwrite together are refused.
+    expect(
+        &train_into(&run, &["--resume", "--overwrite"]),
+        1,
+        &["exclude each other"],
+    );
+    expect(&train_into(&run, &["--overwrite", "--set", "seed=3"]), 0, &["Recall@1"]);
+    assert_ne!(bytes(&run.join("config.toml")), before[3]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn folders_that_are_not_runs_are_left_alone() {
+    let d = scratch("foreign");
+    // O05: a user's folder with folders named like rdml's.
+    let user = d.join("user");
+    std::fs::create_dir_all(user.join("checkpoint")).unwrap();
+    std::fs::write(user.join("checkpoint/notes.txt"), "mine").unwrap();
+    for extra in [&[][..], &["--overwrite"], &["--resume"]] {
+        expect(&train_into(&user, extra), 1, &["not an rdml run folder"]);
+    }
+    assert_eq!(
+        std::fs::read_to_string(user.join("checkpoint/notes.txt")).unwrap(),
+        "mine"
+    );
+    // O06: links planted where the run writes are neither followed nor their targets touched.
+    #[cfg(unix)]
+    {
+        let links = d.join("links");
+        std::fs::create_dir_all(&links).unwrap();
+        let victim = d.join("victim.txt");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, links.join("log.jsonl")).unwrap();
+        std::os::unix::fs::symlink(&victim, links.join(".run.json.tmp")).unwrap();
+        expect(&train_into(&links, &[]), 1, &["not an rdml run folder"]);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn compare_reuses_a_run_only_with_the_same_config() {
+    let d = scratch("compare");
+    let out = d.to_str().unwrap();
+    let args = |epochs: &'static str, extra: &[&'static str]| {
+        let mut a = vec![
+            "compare",
+            "--configs",
+            "quickstart",
+            "--out",
+            out,
+            "--epochs",
+            epochs,
+            "--max-batches",
+            "2",
+            "--queries",
+            "8",
+            "--steps",
+            "1",
+            "--quiet",
+            "--set",
+            "eval.nmi=false",
+            "--set",
+            "train.sampler.pairs=32",
+        ];
+        a.extend(extra);
+        a
+    };
+    expect(&rdml(&args("1", &[])), 0, &["| quickstart |"]);
+    let model = bytes(&d.join("quickstart/model.safetensors"));
+    // The same request reuses the run.
+    expect(&rdml(&args("1", &[])), 0, &["| quickstart |"]);
+    assert_eq!(bytes(&d.join("quickstart/model.safetensors")), model);
+    // O04: another epoch count is refused, naming the key.
+    expect(
+        &rdml(&args("2", &[])),
+        1,
+        &["different configuration", "train.epochs", "--overwrite"],
+    );
+    expect(&rdml(&args("2", &["--overwrite"])), 0, &["| 2 |"]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Rewrites every F32 value of a safetensors file with `value`.
+fn poison(path: &Path, value: f32) {
+    let mut b = bytes(path);
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    for c in b[8 + n..].chunks_exact_mut(4) {
+        c.copy_from_slice(&value.to_le_bytes());
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn broken_models_are_refused_and_collapse_is_the_exit_status() {
+    let d = scratch("broken");
+    let run = d.join("run");
+    expect(&train_into(&run, &[]), 0, &[]);
+    let r = run.to_str().unwrap();
+    // M03/A16: NaN weights, named.
+    let nan = d.join("nan");
+    std::fs::create_dir_all(&nan).unwrap();
+    for f in ["config.toml", "run.json", "model.safetensors"] {
+        std::fs::copy(run.join(f), nan.join(f)).unwrap();
+    }
+    poison(&nan.join("model.safetensors"), f32::NAN);
+    let n = nan.to_str().unwrap();
+    expect(&rdml(&["eval", "--model", n]), 1, &["holds a NaN", "tensor "]);
+    expect(
+        &rdml(&[
+            "attack",
+            "--model",
+            n,
+            "--attack",
+            "NN",
+            "--queries",
+            "8",
+            "--steps",
+            "1",
+        ]),
+        1,
+        &["holds a NaN"],
+    );
+    // M02: a damaged file is called damaged, with what to do.
+    let m = nan.join("model.safetensors");
+    std::fs::copy(run.join("model.safetensors"), &m).unwrap();
+    let full = bytes(&m);
+    std::fs::write(&m, &full[..1000]).unwrap();
+    expect(
+        &rdml(&["eval", "--model", n]),
+        1,
+        &["model.safetensors", "damaged", "truncated"],
+    );
+    std::fs::write(&m, [0xAB; 4096]).unwrap();
+    expect(
+        &rdml(&["eval", "--model", n]),
+        1,
+        &["damaged", "not a safetensors file"],
+    );
+    // E04: eval --out a folder fails before evaluating, leaving nothing behind.
+    let o = eval_out_folder(&d, r);
+    assert!(std::fs::read_dir(&o).unwrap().next().is_none());
+    // N01: a collapse within one epoch is the verdict and the exit status.
+    let col = d.join("collapsed");
+    expect(
+        &train_into(&col, &["--set", "train.optimizer.lr=1000"]),
+        3,
+        &["COLLAPSED"],
+    );
+    let rep = String::from_utf8(bytes(&col.join("run.json"))).unwrap();
+    assert!(rep.contains("\"verdict\": \"collapsed\""), "{rep}");
+    expect(&rdml(&["eval", "--model", col.to_str().unwrap()]), 3, &["COLLAPSED"]);
+    // N02: a margin no distance can reach is not a collapse.
+    let o = train_into(&d.join("margin"), &["--set", "loss.margin=1000000"]);
+    expect(&o, 0, &["Recall@1"]);
+    assert!(!text(&o).contains("COLLAPSED"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn eval_out_folder(d: &Path, run: &str) -> PathBuf {
+    let o = d.join("out-folder");
+    std::fs::create_dir_all(&o).unwrap();
+    let out = rdml(&["eval", "--model", run, "--out", o.to_str().unwrap()]);
+    expect(&out, 1, &["is a folder; expected a file name"]);
+    assert!(!text(&out).contains("Recall@1"), "evaluated before checking --out");
+    o
+}
+
+#[test]
+fn values_out_of_range_are_refused() {
+    let d = scratch("range");
+    let o = d.join("o");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", "eval.recall_ks=[1,5000]"], "Recall@5000 would be 1"),
+        (&["--set", "train.sampler.pairs=100000"], "cap of 4096"),
+        (
+            &["--set", "model.embedding_dim=100000000"],
+            "model.embedding_dim must be in",
+        ),
+        (
+            &["--defense", "{kind=\"act\",eps=5,step=0.01,steps=2}"],
+            "defense.eps = 5",
+        ),
+        (&["--defense", "garbage!!"], "kind is one of madry, est, act"),
+        (&["--defense", ""], "expected an inline TOML table"),
+    ];
+    for (extra, needle) in cases {
+        expect(&train_into(&o, extra), 1, &[needle]);
+        assert!(!o.exists(), "{extra:?} created the output folder");
+    }
+    // C19: a folder as the config.
+    expect(
+        &rdml(&["train", "--config", d.to_str().unwrap(), "--out", o.to_str().unwrap()]),
+        1,
+        &["is a folder; --config takes a TOML file"],
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn attack_options_out_of_range_are_refused() {
+    let d = scratch("attack");
+    let run = d.join("run");
+    expect(&train_into(&run, &[]), 0, &[]);
+    let r = run.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--queries", "0"], "--queries must be ≥ 1"),
+        (&["--batch", "0"], "--batch must be ≥ 1"),
+        (&["--eps", "5"], "--eps = 5 is an L∞ radius"),
+        (&["--eps", "-1"], "--eps must be ≥ 0, got -1"),
+    ];
+    for (extra, needle) in cases {
+        let mut a = vec!["attack", "--model", r, "--attack", "NN", "--steps", "1"];
+        a.extend(*extra);
+        expect(&rdml(&a), 1, &[needle]);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// An IDX image file of `n` images of `rows × cols`, item `i` of class `i % 10` (as
+/// [`idx_labels`] writes), each class a distinct gray level with a little texture.
+fn idx_images(path: &Path, n: u32, rows: u32, cols: u32, pixels: bool) {
+    let mut b = vec![0, 0, 8, 3];
+    for v in [n, rows, cols] {
+        b.extend(v.to_be_bytes());
+    }
+    if pixels {
+        for i in 0..n {
+            b.extend((0..rows * cols).map(|p| ((i % 10) * 25 + p % 7 + i % 3) as u8));
+        }
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+fn idx_labels(path: &Path, n: u32) {
+    let mut b = vec![0, 0, 8, 1];
+    b.extend(n.to_be_bytes());
+    b.extend((0..n).map(|i| (i % 10) as u8));
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn data_errors_come_before_anything_is_written() {
+    let d = scratch("data");
+    let o = d.join("o");
+    let fm = |root: &Path, extra: &[&str]| {
+        let root = format!("data.root={:?}", root.to_str().unwrap());
+        let mut a = vec![
+            "train",
+            "--config",
+            "fashion-c2f2-triplet",
+            "--out",
+            o.to_str().unwrap(),
+            "--epochs",
+            "1",
+            "--max-batches",
+            "2",
+            "--quiet",
+            "--set",
+            "eval.nmi=false",
+            "--set",
+            "train.sampler.pairs=16",
+            "--set",
+        ];
+        a.push(Box::leak(root.into_boxed_str()));
+        a.extend(extra);
+        rdml(&a)
+    };
+    // D06b: a valid, empty test split.
+    let empty = d.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    idx_images(&empty.join("train-images-idx3-ubyte"), 200, 28, 28, true);
+    idx_labels(&empty.join("train-labels-idx1-ubyte"), 200);
+    idx_images(&empty.join("t10k-images-idx3-ubyte"), 0, 28, 28, true);
+    idx_labels(&empty.join("t10k-labels-idx1-ubyte"), 0);
+    expect(&fm(&empty, &[]), 1, &["the test split is empty"]);
+    assert!(!o.exists());
+    // C11: more pairs than the 200 training items.
+    expect(
+        &fm(&empty, &["--set", "train.sampler.pairs=150"]),
+        1,
+        &[
+            "a batch of 300 images is larger than the training split (200 items",
+            "train.sampler.pairs",
+        ],
+    );
+    // D06a: a header whose dimensions overflow names the file.
+    idx_images(
+        &empty.join("t10k-images-idx3-ubyte"),
+        u32::MAX,
+        u32::MAX,
+        u32::MAX,
+        false,
+    );
+    expect(&fm(&empty, &[]), 1, &["t10k-images-idx3-ubyte", "overflow"]);
+    // E03: eval reads the test files alone.
+    let test_only = d.join("test-only");
+    std::fs::create_dir_all(&test_only).unwrap();
+    idx_images(&test_only.join("t10k-images-idx3-ubyte"), 100, 28, 28, true);
+    idx_labels(&test_only.join("t10k-labels-idx1-ubyte"), 100);
+    let run = d.join("run");
+    expect(&train_into(&run, &[]), 0, &[]);
+    expect(
+        &rdml(&[
+            "eval",
+            "--model",
+            run.to_str().unwrap(),
+            "--data",
+            test_only.to_str().unwrap(),
+        ]),
+        0,
+        &["Recall@1"],
+    );
+    // D11c/D12c: a bad image in the test split is found before training.
+    let folder = d.join("folder");
+    for (c, v) in [("a", 10u8), ("b", 60), ("c", 120), ("d", 200)] {
+        std::fs::create_dir_all(folder.join(c)).unwrap();
+        for i in 0..4 {
+            image::RgbImage::from_pixel(20, 20, image::Rgb([v, i * 20, 0]))
+                .save(folder.join(c).join(format!("{i}.png")))
+                .unwrap();
+        }
+    }
+    std::fs::write(folder.join("d").join("9.png"), b"not a png").unwrap();
+    let cfg = d.join("folder.toml");
+    let preset = rdml(&["presets", "quickstart"]);
+    let text = String::from_utf8_lossy(&preset.stdout).replace(
+        "dataset = \"fashion-mnist-embedded\"",
+        &format!(
+            "dataset = \"folder\"\nroot = {:?}\nresize = 20\ncrop = 16",
+            folder.to_str().unwrap()
+        ),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let out = rdml(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--quiet",
+        "--set",
+        "train.sampler.pairs=2",
+        "--set",
+        "eval.recall_ks=[1]",
+    ]);
+    expect(&out, 1, &["9.png", "corrupt or unsupported image"]);
+    assert!(!o.exists(), "training started before the test images were checked");
+    let _ = std::fs::remove_dir_all(&d);
+}
