@@ -640,6 +640,9 @@ fn run(cli: Cli) -> Result<Outcome> {
             out,
         } => {
             let exp = Experiment::load_with_defense(&config, &set, defense.as_deref())?;
+            if let Some(o) = &out {
+                rdml::report::check_writable(o).context("--out")?;
+            }
             let shape = match random_images.as_deref() {
                 None => None,
                 Some(s) => {

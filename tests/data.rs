@@ -120,6 +120,11 @@ fn missing_files_are_named() {
     let root = tmp("missing");
     let err = format!("{:#}", cfg(DatasetKind::FashionMnist, &root).load(0).unwrap_err());
     assert!(err.contains("train-images-idx3-ubyte"), "{err}");
+    let err = format!(
+        "{:#}",
+        cfg(DatasetKind::FashionMnist, &root.join("nope")).load(0).unwrap_err()
+    );
+    assert!(err.contains("nope: no such folder"), "{err}");
     let err = format!("{:#}", cfg(DatasetKind::Cars, &root).load(0).unwrap_err());
     assert!(err.contains("cars_annos.mat"), "{err}");
     let _ = std::fs::remove_dir_all(&root);

@@ -105,6 +105,11 @@ pub fn read_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
 
 /// Finds `<stem>-images-idx3-ubyte[.gz]` and `<stem>-labels-idx1-ubyte[.gz]` in `dir`.
 pub fn find_pair(dir: &Path, stem: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    anyhow::ensure!(
+        dir.is_dir(),
+        "{}: no such folder (data.root, or --data, must name the folder of the IDX files)",
+        dir.display()
+    );
     let find = |kind: &str| -> Result<std::path::PathBuf> {
         for name in [format!("{stem}-{kind}-ubyte.gz"), format!("{stem}-{kind}-ubyte")] {
             let p = dir.join(&name);

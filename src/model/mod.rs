@@ -213,9 +213,12 @@ impl EmbeddingNet {
         use burn::store::{ModuleSnapshot, SafetensorsStore};
         let bytes = weights_file::read_checked(path)?;
         let mut store = SafetensorsStore::from_bytes(Some(bytes));
-        let r = self
-            .load_from(&mut store)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let r = self.load_from(&mut store).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: the weights do not fit the model that the run's config.toml describes: {e}",
+                path.display()
+            )
+        })?;
         ensure!(
             r.errors.is_empty() && r.missing.is_empty(),
             "{}: weights do not match the model of the run's config.toml (missing: {:?}; errors: {:?})",
