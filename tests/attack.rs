@@ -172,7 +172,41 @@ fn ers_and_ars_by_hand() {
     // CA-TRIDE's CUB HM terms: CA+ 15.5 from 50 → 31.0; CA− 37.7 from 1 → 62.9.
     assert!((ars_rank_term(true, 50.0, 15.5) - 31.0).abs() < 1e-9);
     assert!((ars_rank_term(false, 1.0, 37.7) - 62.93).abs() < 0.01);
+    // A rank moved away from the goal is bounded by the absolute value of Eq. 27/29/30:
+    // CA+ from 50 to 60 is 80, not 120; CA− from 1 down to 0.5 is 100·(1 − 0.5/99).
+    assert!((ars_rank_term(true, 50.0, 60.0) - 80.0).abs() < 1e-9);
+    assert!((ars_rank_term(false, 1.0, 0.5) - 100.0 * (1.0 - 0.5 / 99.0)).abs() < 1e-9);
     assert!(aggregate(vec![]).rows.is_empty());
+    // CA-TRIDE's Table 1, HM on CUB: ARS 47.2 from Table 2's raw scores of the same model (clean
+    // R@1 34.9; initial ranks 50 for the "+" attacks, 1 for the "−" attacks).
+    let result = |attack: &str, scores: &[(&str, f64)]| rdml::attack::suite::AttackResult {
+        attack: AttackKind::parse(attack).unwrap(),
+        scores: scores
+            .iter()
+            .map(|(n, v)| rdml::attack::suite::Score {
+                name: n.to_string(),
+                value: *v,
+            })
+            .collect(),
+        queries: 1,
+        seconds: 0.0,
+    };
+    let rank =
+        |a: &str, raise: bool, init: f64, adv: f64| result(a, &[(a, adv), ("ARS", ars_rank_term(raise, init, adv))]);
+    let clean = ("R@1:clean", 34.9);
+    let table = aggregate(vec![
+        rank("CA+", true, 50.0, 15.5),
+        rank("CA-", false, 1.0, 37.7),
+        rank("QA+", true, 50.0, 16.6),
+        rank("QA-", false, 1.0, 30.9),
+        result("ES", &[("ES:D", 0.5), ("ES:R", 17.9), clean]),
+        result("LTM", &[("LTM", 16.7), clean]),
+        result("GTM", &[("GTM", 27.3), clean]),
+        result("GTT", &[("GTT", 2.9), clean]),
+    ]);
+    // 47.15 here: the paper averages per-trial terms with each trial's own initial rank, which
+    // initial ranks of exactly 50 and 1 only approximate, and prints one decimal.
+    assert!((table.ars - 47.2).abs() < 0.1, "ARS {}", table.ars);
 }
 
 #[test]

@@ -99,7 +99,8 @@ fn kl_g_at_gamma_one_has_the_lifted_structure_gradient() {
         ..dro(DroVariant::KlG)
     };
     let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
-    // The lifted-structure loss in its similarity form (Eq. 3), averaged over anchors.
+    // The lifted-structure loss in its similarity form (Eq. 3), summed over anchors as Eq. 6 sums
+    // the per-anchor distributions.
     let (pm, nm) = rdml::loss::dro::sign_masks(&labels);
     let (v_ls, g_ls) = value_and_grad(&s, n, |x| {
         let dev = x.device();
@@ -107,7 +108,7 @@ fn kl_g_at_gamma_one_has_the_lifted_structure_gradient() {
         let nm = Tensor::<2>::from_data(TensorData::new(nm, [n, n]), &dev);
         let pos = (x.clone().neg().add_scalar(lambda).exp() * pm).sum_dim(1).log();
         let neg = (x.sub_scalar(lambda).exp() * nm).sum_dim(1).log();
-        burn::tensor::activation::relu(pos + neg).mean()
+        burn::tensor::activation::relu(pos + neg).sum()
     });
     assert!(v_ls > 0.0);
     assert_close(&g_dro, &g_ls, 1e-6, "DRO-KL-G(γ=1) vs lifted structure");
@@ -150,7 +151,9 @@ fn hap2s_e_is_kl_g_with_the_same_gamma() {
         ..base
     };
     let (_, g_h) = value_and_grad(&s, n, |x| h.loss(x, &labels, &mut rng()));
-    assert_close(&g_kl, &g_h, 1e-6, "HAP2S_E vs DRO-KL-G");
+    // HAP2S averages over anchors where Eq. 6 sums: the same gradient up to the factor n.
+    let g_h: Vec<f32> = g_h.iter().map(|g| g * n as f32).collect();
+    assert_close(&g_kl, &g_h, 1e-5, "HAP2S_E vs DRO-KL-G");
 }
 
 #[test]
@@ -211,6 +214,18 @@ fn top_k_pn_takes_half_from_each_sign() {
         }
     }
     assert_eq!((gp, gn), (12, 12));
+    // K/2 = 150 exceeds the 90 positive pairs: the mean runs over the pairs selected, not K.
+    let k = 300;
+    let d = Dro {
+        k,
+        ..dro(DroVariant::TopKPn)
+    };
+    let (v, _) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    let active = |pos: bool| pairs.iter().filter(|p| p.1 == pos && p.0 > 0.0).count().min(k / 2);
+    let chosen = active(true) + active(false);
+    assert!(chosen < k, "{chosen}");
+    let want = (top(true, active(true)) + top(false, active(false))) / chosen as f32;
+    assert!((v - want).abs() < 1e-6, "{v} vs {want} ({chosen} pairs)");
 }
 
 #[test]

@@ -20,14 +20,17 @@ pub struct Score {
     pub value: f64,
 }
 
-/// One ranking trial's ARS term (CA-TRIDE, Section 3.4 / Appendix B): `100·(1 − (r − r₀)/(g − r₀))`
-/// with goal `g` = 0 for the "+" attacks and 100 for the "−" attacks (ranks in percent).
+/// One ranking trial's ARS term (CA-TRIDE, Eq. 27/29/30): `100·(1 − |r − r₀| / |g − r₀|)`, the
+/// absolute value as the equations bound each term (at most 100: a rank the attack moved away
+/// from its goal counts as moved, not as more robust than untouched). The goal `g` is 0 for the
+/// "+" attacks and 100 for the "−" attacks (ranks in percent): Eq. 29 writes `|r − r̃|/r` for
+/// CA−, but only goal 100 reproduces the paper's own Table 1 (HM, CUB: CA− 37.7 → 62.9).
 pub fn ars_rank_term(raise: bool, init: f64, adv: f64) -> f64 {
     let goal = if raise { 0.0 } else { 100.0 };
     if (goal - init).abs() < 1e-12 {
         return 0.0;
     }
-    100.0 * (1.0 - (adv - init) / (goal - init))
+    100.0 * (1.0 - (adv - init).abs() / (goal - init).abs())
 }
 
 impl AttackResult {

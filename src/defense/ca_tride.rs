@@ -40,10 +40,52 @@ pub fn is_cap(mode: TrideMode, state: &DefenseState) -> bool {
     }
 }
 
-/// The epoch-wise semihard mining margin `0.2·(1 − e/(2E))²` (0.2 → 0.05 over training).
-pub fn margin_schedule(base: f32, epoch: usize, epochs: usize) -> f32 {
-    let r = 1.0 - epoch as f32 / (2.0 * epochs.max(1) as f32);
-    base * r * r
+/// The epoch-wise semihard mining margin (`defense.margin_schedule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarginSchedule {
+    /// The loss's own miner and margin.
+    Off,
+    /// App. C, Eq. 32: `η₀(1 − (e/2E)²)`, 0.2 → 0.15 over training.
+    #[default]
+    Paper,
+    /// The reference code's `η₀(1 − e/2E)²`, 0.2 → 0.05.
+    Reference,
+}
+
+impl<'de> Deserialize<'de> for MarginSchedule {
+    /// `true` (the paper's), `false`, or a name: configs written before the schedule had
+    /// variants keep parsing.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Name(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(Self::Paper),
+            Raw::Bool(false) => Ok(Self::Off),
+            Raw::Name(n) => match n.as_str() {
+                "off" => Ok(Self::Off),
+                "paper" => Ok(Self::Paper),
+                "reference" => Ok(Self::Reference),
+                _ => Err(serde::de::Error::custom(format!(
+                    "margin_schedule = {n:?}: expected \"paper\" (Eq. 32), \"reference\", \"off\", true or false"
+                ))),
+            },
+        }
+    }
+}
+
+/// The semihard margin at epoch `epoch` of `epochs` (0-based), from base `η₀`; `None` when off.
+pub fn margin_schedule(schedule: MarginSchedule, base: f32, epoch: usize, epochs: usize) -> Option<f32> {
+    let r = epoch as f32 / (2.0 * epochs.max(1) as f32);
+    match schedule {
+        MarginSchedule::Off => None,
+        MarginSchedule::Paper => Some(base * (1.0 - r * r)),
+        MarginSchedule::Reference => Some(base * (1.0 - r) * (1.0 - r)),
+    }
 }
 
 /// The progressive PGD step `α·e/E` (zero in the first epoch, as the reference code does).
@@ -52,10 +94,12 @@ pub fn progressive_step(step: f32, epoch: usize, epochs: usize) -> f32 {
 }
 
 /// `d_ω` of Eq. 6: the attention-weighted mean `Σ w d / Σ w`, `w = exp(−λ(d − min d))` (closer
-/// pairs weigh more). `lambda < 0` gives the reference code's `exp(|λ|(d − max d))`.
+/// pairs weigh more). `lambda < 0` gives the reference code's `exp(|λ|(d − max d))`. The weights
+/// carry gradient, as in Eq. 6–7 and the reference code; only the shift by the extreme (which
+/// cancels in the ratio) is held constant, for numerical range.
 pub fn weighted_mean(d: Tensor<1>, lambda: f32) -> Tensor<1> {
-    let w = d.clone().detach().mul_scalar(-lambda);
-    let w = (w.clone() - w.max()).exp();
+    let w = d.clone().mul_scalar(-lambda);
+    let w = (w.clone() - w.detach().max()).exp();
     (w.clone() * d).sum() / w.sum()
 }
 
@@ -122,9 +166,84 @@ impl Objective for TrideObjective {
     }
 }
 
-/// `L_TR = γ·[d(A, P_υ) − d(A, N_υ) + β_TR]_+` (Eq. 13) on the training-mode embeddings.
-pub fn top_rank_triplet(a: Tensor<2>, p: Tensor<2>, n: Tensor<2>, d: Distance, gamma: f32, beta: f32) -> Tensor<1> {
+/// `L_TR = γ(d(A, P_υ) − d(A, N_υ) + β_TR)` (Eq. 13, no hinge) on the training-mode
+/// embeddings; `hinge` gives the reference code's `γ·[·]_+`.
+pub fn top_rank_triplet(
+    a: Tensor<2>,
+    p: Tensor<2>,
+    n: Tensor<2>,
+    d: Distance,
+    gamma: f32,
+    beta: f32,
+    hinge: bool,
+) -> Tensor<1> {
     let dap = d.rows(a.clone(), p);
     let dan = d.rows(a, n);
-    relu(top_half_mean(dap) - top_half_mean(dan) + beta).mul_scalar(gamma)
+    let v = top_half_mean(dap) - top_half_mean(dan) + beta;
+    if hinge { relu(v) } else { v }.mul_scalar(gamma)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn margin_schedules_by_hand() {
+        let m = |s, e| margin_schedule(s, 0.2, e, 10).unwrap();
+        // Eq. 32 at the last epoch (e/2E → 1/2): 0.2·(1 − 1/4) = 0.15; the reference's 0.05.
+        assert!((m(MarginSchedule::Paper, 10) - 0.15).abs() < 1e-6);
+        assert!((m(MarginSchedule::Reference, 10) - 0.05).abs() < 1e-6);
+        assert!((m(MarginSchedule::Paper, 5) - 0.2 * (1.0 - 0.0625)).abs() < 1e-6);
+        assert_eq!(margin_schedule(MarginSchedule::Off, 0.2, 3, 10), None);
+        #[derive(Deserialize)]
+        struct T {
+            m: MarginSchedule,
+        }
+        let p = |t: &str| toml::from_str::<T>(t).map(|t| t.m);
+        assert_eq!(p("m = true").unwrap(), MarginSchedule::Paper);
+        assert_eq!(p("m = false").unwrap(), MarginSchedule::Off);
+        assert_eq!(p("m = \"reference\"").unwrap(), MarginSchedule::Reference);
+        assert!(p("m = \"eq32\"").is_err());
+    }
+
+    fn dev() -> burn::tensor::Device {
+        crate::default_device().autodiff()
+    }
+
+    #[test]
+    fn top_rank_triplet_has_no_hinge_unless_asked() {
+        // d(A,P) = 0, d(A,N) = 2 (Euclidean): Eq. 13 gives γ(0 − 2 + 0.04) = 0.5·(−1.96).
+        let a = Tensor::<2>::from_floats([[0.0, 0.0]], &dev());
+        let n = Tensor::<2>::from_floats([[2.0, 0.0]], &dev());
+        let l = |h| {
+            top_rank_triplet(a.clone(), a.clone(), n.clone(), Distance::Euclidean, 0.5, 0.04, h).into_scalar::<f32>()
+        };
+        assert!((l(false) + 0.98).abs() < 1e-5, "{}", l(false));
+        assert_eq!(l(true), 0.0);
+    }
+
+    #[test]
+    fn collapseness_weights_carry_gradient() {
+        // f(d) = Σ w d / Σ w, w = e^{−λ d}: ∂f/∂d_i = w_i (1 − λ(d_i − f)) / Σ w. With the
+        // weights detached it would be w_i / Σ w; compare with central differences.
+        let (lambda, d) = (2.0f32, [0.3f32, 0.7, 1.1]);
+        let f = |d: &[f32]| {
+            let w: Vec<f32> = d.iter().map(|x| (-lambda * x).exp()).collect();
+            w.iter().zip(d).map(|(w, x)| w * x).sum::<f32>() / w.iter().sum::<f32>()
+        };
+        let t = Tensor::<1>::from_floats(d, &dev()).require_grad();
+        let g = weighted_mean(t.clone(), lambda).backward();
+        let grad = t.grad(&g).unwrap().into_data().try_into_vec::<f32>().unwrap();
+        for i in 0..3 {
+            let (mut hi, mut lo) = (d, d);
+            hi[i] += 1e-3;
+            lo[i] -= 1e-3;
+            let num = (f(&hi) - f(&lo)) / 2e-3;
+            assert!(
+                (grad[i] - num).abs() < 1e-3,
+                "∂/∂d{i}: autodiff {} vs numeric {num}",
+                grad[i]
+            );
+        }
+    }
 }

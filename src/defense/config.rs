@@ -112,9 +112,11 @@ pub enum DefenseConfig {
         /// PGD step `α·epoch/epochs` (the reference code's progressive step; zero in epoch 1).
         #[serde(default = "yes")]
         progressive: bool,
-        /// Semihard mining with margin `0.2·(1 − e/2E)²` instead of the loss's miner.
-        #[serde(default = "yes")]
-        margin_schedule: bool,
+        /// Semihard mining with an epoch-wise margin instead of the loss's miner: `paper` (or
+        /// `true`) is Eq. 32's `η₀(1 − (e/2E)²)`, `reference` the reference code's
+        /// `η₀(1 − e/2E)²`, `off` (or `false`) the loss's own miner.
+        #[serde(default)]
+        margin_schedule: ca_tride::MarginSchedule,
         /// Weight *farther* pairs more, as the reference code does (`exp(λ(d − max d))`), instead
         /// of the paper's anchor-proximity weights (Eq. 6).
         #[serde(default)]
@@ -124,6 +126,9 @@ pub enum DefenseConfig {
         /// least as far as its closest negatives), instead of the paper's Eq. 11–12.
         #[serde(default)]
         code_anp: bool,
+        /// `L_TR` with the reference code's hinge `γ·[·]_+` instead of Eq. 13 as written.
+        #[serde(default)]
+        tr_hinge: bool,
     },
 }
 

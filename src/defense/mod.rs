@@ -141,8 +141,9 @@ pub fn perturb(
             code_anp,
             ..
         } => {
-            let tr = if *margin_schedule {
-                let m = ca_tride::margin_schedule(triplet_params(loss_cfg).1, state.epoch, state.epochs);
+            let scheduled =
+                ca_tride::margin_schedule(*margin_schedule, triplet_params(loss_cfg).1, state.epoch, state.epochs);
+            let tr = if let Some(m) = scheduled {
                 let semihard = LossConfig::Triplet {
                     distance,
                     miner: Miner::Semihard,
@@ -237,11 +238,13 @@ pub fn defended_loss(
             mode,
             gamma_tr,
             beta_tr,
+            tr_hinge,
             ..
         } if !ca_tride::is_cap(*mode, state) => {
             let emb = net.forward(pert.adversarial.clone().autodiff());
             let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
-            let l_tr = ca_tride::top_rank_triplet(a, p, n, triplet_params(loss_cfg).0, *gamma_tr, *beta_tr);
+            let d = triplet_params(loss_cfg).0;
+            let l_tr = ca_tride::top_rank_triplet(a, p, n, d, *gamma_tr, *beta_tr, *tr_hinge);
             Ok(triplet_outcome(loss_cfg, &pert, emb, Some(l_tr)))
         }
         _ => {

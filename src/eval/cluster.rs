@@ -115,10 +115,14 @@ pub fn nmi(clusters: &[u32], labels: &[u32]) -> f64 {
     }
 }
 
-/// π_ratio (Roth et al. 2020, used by MDProp): mean intra-class distance over mean inter-class
-/// (centroid) distance, `π_intra / π_inter`, with Euclidean distances. π_intra averages, over the
-/// classes with ≥ 2 items, the mean distance between distinct items of the class; π_inter is the
-/// mean distance between distinct class centroids. Lower means denser classes.
+/// π_ratio as Roth et al. define it (2020, their `metrics/dists.py`, the code MDProp's tables
+/// come from): `π_intra / π_inter` with **cosine** distances `1 − cos`. π_intra is the mean over
+/// classes of the mean distance between distinct items of the class; π_inter is the mean distance
+/// between distinct class centroids, each centroid (the mean of its class's raw embeddings)
+/// L2-normalised; the ratio's denominator is clipped at 1e-8. A class with one item has no
+/// intra distance and takes the largest of the others' (the reference's evident intent: its
+/// `intra_dists[1 - np.isnan(...)]` indexes with 0/1 and so takes the max over the first two
+/// classes only). Lower means denser classes.
 pub fn pi_ratio(x: &Embeddings, labels: &[u32], device: &Device) -> Result<f64> {
     let mut by_class: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, &l) in labels.iter().enumerate() {
@@ -127,50 +131,56 @@ pub fn pi_ratio(x: &Embeddings, labels: &[u32], device: &Device) -> Result<f64> 
     let mut classes: Vec<(u32, Vec<usize>)> = by_class.into_iter().collect();
     classes.sort_by_key(|c| c.0);
     let d = x.dim;
-    let intra: Vec<f64> = classes
+    let unit = |v: &[f32]| -> Vec<f32> {
+        let n = v.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-12);
+        v.iter().map(|a| a / n).collect()
+    };
+    let intra: Vec<Option<f64>> = classes
         .par_iter()
-        .filter(|(_, items)| items.len() >= 2)
         .map(|(_, items)| {
+            if items.len() < 2 {
+                return None;
+            }
+            let rows: Vec<Vec<f32>> = items.iter().map(|&i| unit(x.row(i))).collect();
             let (mut s, mut m) = (0.0f64, 0usize);
-            for a in 0..items.len() {
-                for b in a + 1..items.len() {
-                    let v: f32 = x
-                        .row(items[a])
-                        .iter()
-                        .zip(x.row(items[b]))
-                        .map(|(p, q)| (p - q) * (p - q))
-                        .sum();
-                    s += (v as f64).sqrt();
+            for a in 0..rows.len() {
+                for b in a + 1..rows.len() {
+                    let cos: f32 = rows[a].iter().zip(&rows[b]).map(|(p, q)| p * q).sum();
+                    s += 1.0 - cos as f64;
                     m += 1;
                 }
             }
-            s / m as f64
+            Some(s / m as f64)
         })
         .collect();
-    let mut cent = vec![0f32; classes.len() * d];
-    for (c, (_, items)) in classes.iter().enumerate() {
-        for &i in items {
-            for (o, &v) in cent[c * d..(c + 1) * d].iter_mut().zip(x.row(i)) {
-                *o += v / items.len() as f32;
-            }
-        }
-    }
     let k = classes.len();
+    let max_intra = intra.iter().flatten().copied().fold(f64::NAN, f64::max);
     anyhow::ensure!(
-        k >= 2 && !intra.is_empty(),
+        k >= 2 && !max_intra.is_nan(),
         "π_ratio needs two classes and a class with two items"
     );
+    let intra = intra.iter().map(|v| v.unwrap_or(max_intra)).sum::<f64>() / k as f64;
+    let mut cent = Vec::with_capacity(k * d);
+    for (_, items) in &classes {
+        let mut c = vec![0f32; d];
+        for &i in items {
+            c.iter_mut()
+                .zip(x.row(i))
+                .for_each(|(o, &v)| *o += v / items.len() as f32);
+        }
+        cent.extend(unit(&c));
+    }
     let cent = Embeddings::new(cent, k, d)?;
+    // On unit vectors the squared Euclidean distance is 2 − 2 cos: the cosine distance is half.
     let sums = scan_rows(&cent, &cent, device, |i, row| {
         row.iter()
             .enumerate()
             .filter(|&(j, _)| j != i)
-            .map(|(_, &v)| (v as f64).sqrt())
+            .map(|(_, &v)| v.max(0.0) as f64 / 2.0)
             .sum::<f64>()
     })?;
     let inter = sums.iter().sum::<f64>() / (k * (k - 1)) as f64;
-    let intra = intra.iter().sum::<f64>() / intra.len() as f64;
-    Ok(if inter > 0.0 { intra / inter } else { f64::INFINITY })
+    Ok(intra / inter.max(1e-8))
 }
 
 #[cfg(test)]
@@ -192,8 +202,9 @@ mod tests {
         let mut labels = vec![];
         for c in 0..3 {
             for i in 0..10 {
-                pts.push(c as f32 * 10.0 + (i as f32) * 0.01);
-                pts.push((i % 3) as f32 * 0.01);
+                // Blobs in distinct directions (angles 0°, 45°, 63°): π_ratio is angular.
+                pts.push(10.0 + (i as f32) * 0.01);
+                pts.push(c as f32 * 10.0 + (i % 3) as f32 * 0.01);
                 labels.push(c);
             }
         }
@@ -202,5 +213,17 @@ mod tests {
         assert!((nmi(&a, &labels) - 1.0).abs() < 1e-9);
         let p = pi_ratio(&x, &labels, &dev).unwrap();
         assert!(p > 0.0 && p < 0.01, "{p}");
+    }
+
+    #[test]
+    fn pi_ratio_is_roths_cosine_definition() {
+        // Class 0: (1,0), (0,1) → intra 1 − cos = 1; class 1: (2,0), (4,0) → 0; class 2: one
+        // item, takes the max (1). π_intra = (1 + 0 + 1)/3 = 2/3. Unit centroids: (1,1)/√2,
+        // (1,0), (−1,0): cos distances 1 − 1/√2, 1 + 1/√2, 2 → π_inter = 4/3. The Euclidean
+        // definition rdml used before gives 0.42 here.
+        let x = Embeddings::new(vec![1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 4.0, 0.0, -3.0, 0.0], 5, 2).unwrap();
+        let p = pi_ratio(&x, &[0, 0, 1, 1, 2], &Device::default()).unwrap();
+        let want = (2.0 / 3.0) / (4.0 / 3.0);
+        assert!((p - want).abs() < 1e-6, "{p} vs {want}");
     }
 }

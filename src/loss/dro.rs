@@ -138,11 +138,12 @@ impl Dro {
             DroVariant::TopKPn => {
                 let k = self.k.max(2);
                 let (mut pos, mut neg): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| p.2);
-                for &(f, _, _) in top_k(&mut pos, k / 2, by_loss)
-                    .iter()
-                    .chain(top_k(&mut neg, k / 2, by_loss).iter())
-                {
-                    w[f] = 1.0 / k as f32;
+                let mut chosen: Vec<usize> = top_k(&mut pos, k / 2, by_loss).iter().map(|p| p.0).collect();
+                chosen.extend(top_k(&mut neg, k / 2, by_loss).iter().map(|p| p.0));
+                // "The averaged gradient of the selected pairs": over those selected, which are
+                // fewer than K when a sign has fewer than K/2 active pairs.
+                for &f in &chosen {
+                    w[f] = 1.0 / chosen.len() as f32;
                 }
             }
             DroVariant::Kl => {
@@ -179,8 +180,9 @@ impl Dro {
                     for (sign, gamma) in [(true, self.gamma_pos), (false, self.gamma_neg)] {
                         let group: Vec<&(usize, f64, bool)> = row.iter().filter(|p| p.2 == sign).collect();
                         let logits: Vec<f64> = group.iter().map(|p| p.1 / gamma as f64).collect();
+                        // Eq. 6 sums the per-anchor distributions over the anchors (no 1/B).
                         for (pair, q) in group.iter().zip(softmax(&logits, 0.0)) {
-                            w[pair.0] = (q / n as f64) as f32;
+                            w[pair.0] = q as f32;
                         }
                     }
                     row_start = row_end;
