@@ -106,6 +106,7 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "fashion-c2f2-ca-tride",
     "fashion-c2f2-dro-kl",
     "fashion-c2f2-dro-kl-g",
+    "fashion-c2f2-dro-ls",
     "fashion-c2f2-dro-ms",
     "fashion-c2f2-dro-topk",
     "fashion-c2f2-dro-topk-pn",

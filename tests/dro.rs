@@ -115,6 +115,41 @@ fn kl_g_at_gamma_one_has_the_lifted_structure_gradient() {
 }
 
 #[test]
+fn ls_is_eq_3_summed_over_anchors() {
+    let (n, lambda) = (24, 0.5);
+    let (s, labels) = batch(n, 4, 1);
+    let d = Dro {
+        lambda,
+        ..dro(DroVariant::Ls)
+    };
+    let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    // Eq. 3 by hand on the host: per anchor, both log-sum-exps, hinge, sum.
+    let mut want = 0.0f64;
+    for i in 0..n {
+        let (mut p, mut q) = (0.0f64, 0.0f64);
+        for j in (0..n).filter(|&j| j != i) {
+            let sij = s[i * n + j] as f64;
+            if labels[i] == labels[j] {
+                p += (lambda as f64 - sij).exp();
+            } else {
+                q += (sij - lambda as f64).exp();
+            }
+        }
+        want += (p.ln() + q.ln()).max(0.0);
+    }
+    assert!(want > 0.0);
+    assert!((v as f64 - want).abs() < 1e-4 * want, "{v} vs {want}");
+    // Its gradient is KL-G's at γ = 1 where every pair is active (the paper's Sec. 3.3; this
+    // batch is the one of `kl_g_at_gamma_one_has_the_lifted_structure_gradient`).
+    let kl_g = Dro {
+        margin: 2.0,
+        ..dro(DroVariant::KlG)
+    };
+    let (_, g_kl) = value_and_grad(&s, n, |x| kl_g.loss(x, &labels, &mut rng()));
+    assert_close(&g, &g_kl, 1e-5, "LS vs DRO-KL-G(γ=1)");
+}
+
+#[test]
 fn ms_recovery_has_the_multi_similarity_gradient() {
     let n = 32;
     let (s, labels) = batch(n, 4, 2);

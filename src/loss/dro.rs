@@ -31,6 +31,10 @@ pub enum DroVariant {
     /// HAP2S with exponential weights (Yu et al. 2018; the paper's Sec. 6.2, Eq. 29–31).
     #[serde(rename = "hap2s-e")]
     Hap2sE,
+    /// The lifted-structure loss in the paper's similarity form (Eq. 3), the baseline of its
+    /// Table 2: `Σ_i [log Σ_{j∈P_i} e^{λ − S_ij} + log Σ_{k∈N_i} e^{S_ik − λ}]_+`.
+    #[serde(rename = "ls")]
+    Ls,
 }
 
 /// The pairwise base loss `l_ij` on cosine similarity `S_ij`.
@@ -100,6 +104,7 @@ impl Dro {
         match self.variant {
             DroVariant::Hap2sE => hap2s_e(self, sim, &host, labels),
             DroVariant::Ms => self.ms(sim, &host, labels),
+            DroVariant::Ls => lifted_similarity(sim, labels, self.lambda),
             DroVariant::TopK | DroVariant::TopKPn | DroVariant::Kl | DroVariant::KlG => {
                 let w = self.weights(&host, labels, rng);
                 let (yp, yn) = sign_masks(labels);
@@ -188,7 +193,7 @@ impl Dro {
                     row_start = row_end;
                 }
             }
-            DroVariant::Ms | DroVariant::Hap2sE => {}
+            DroVariant::Ms | DroVariant::Hap2sE | DroVariant::Ls => {}
         }
         w
     }
@@ -220,6 +225,28 @@ impl Dro {
         let l = sim.clone().neg().add_scalar(cp as f32) * t(pm) + sim.sub_scalar(cn as f32) * t(nm);
         (l * t(w)).sum()
     }
+}
+
+/// Eq. 3 on the tape, summed over the anchors that have both a positive and a negative (others
+/// have no term). Each log-sum-exp is shifted by its row maximum for range.
+fn lifted_similarity(sim: Tensor<2>, labels: &[u32], lambda: f32) -> Tensor<1> {
+    let n = labels.len();
+    let device = sim.device();
+    let (pm, nm) = sign_masks(labels);
+    let has = |m: &[f32], i: usize| m[i * n..(i + 1) * n].iter().any(|&v| v > 0.0);
+    let rows: Vec<f32> = (0..n).map(|i| (has(&pm, i) && has(&nm, i)) as u8 as f32).collect();
+    let t = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [n, n]), &device);
+    let (pm, nm) = (t(pm), t(nm));
+    // −∞ outside the mask, as a large negative constant before exp.
+    let masked = |x: Tensor<2>, m: Tensor<2>| x * m.clone() + (m.neg().add_scalar(1.0)).mul_scalar(-1e4);
+    let lse = |x: Tensor<2>| {
+        let mx = x.clone().detach().max_dim(1);
+        (x - mx.clone()).exp().sum_dim(1).log() + mx
+    };
+    let pos = lse(masked(sim.clone().neg().add_scalar(lambda), pm));
+    let neg = lse(masked(sim.sub_scalar(lambda), nm));
+    let keep = Tensor::<1>::from_data(TensorData::new(rows, [n]), &device).reshape([n, 1]);
+    (relu(pos + neg) * keep).sum()
 }
 
 /// HAP2S_E (Eq. 29–31): per anchor `[Σ_N q̂⁻ S − Σ_P q̂⁺ S + m]_+` with constant weights

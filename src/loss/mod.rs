@@ -106,7 +106,7 @@ pub enum LossConfig {
         gamma_pos: Option<f32>,
         #[serde(default)]
         gamma_neg: Option<f32>,
-        /// m of the margin base loss (and of HAP2S_E).
+        /// m of the margin base loss (and of HAP2S_E); unused by `ls`, which has λ only.
         #[serde(default = "f0_2")]
         margin: f32,
         /// λ, the similarity threshold of both base losses.
@@ -280,7 +280,11 @@ impl LossConfig {
             "loss.k (number of pairs) is required by variant {}",
             name()
         );
-        unused(gamma.is_some() && topk, "gamma", "kl, kl-g, ms, hap2s-e")?;
+        unused(
+            gamma.is_some() && (topk || variant == Ls),
+            "gamma",
+            "kl, kl-g, ms, hap2s-e",
+        )?;
         let split = matches!(variant, KlG | Ms | Hap2sE);
         unused(gamma_pos.is_some() && !split, "gamma_pos", "kl-g, ms, hap2s-e")?;
         unused(gamma_neg.is_some() && !split, "gamma_neg", "kl-g, ms, hap2s-e")?;
