@@ -135,7 +135,8 @@ pub fn inspect(dir: &Path) -> Result<Found> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
     };
     ensure!(meta.is_dir(), "{} exists and is not a folder", dir.display());
-    let ours = dir.join(MARKER).is_file() && !is_link(&dir.join(MARKER)) || run_json(dir).is_some();
+    let report = run_json(dir);
+    let ours = dir.join(MARKER).is_file() && !is_link(&dir.join(MARKER)) || report.is_some();
     if !ours {
         let empty = std::fs::read_dir(dir)
             .with_context(|| format!("cannot read {}", dir.display()))?
@@ -143,7 +144,7 @@ pub fn inspect(dir: &Path) -> Result<Found> {
             .is_none();
         return Ok(if empty { Found::Nothing } else { Found::Foreign });
     }
-    if let Some((true, epochs)) = run_json(dir) {
+    if let Some((true, epochs)) = report {
         return Ok(Found::Finished { epochs });
     }
     Ok(match newest_checkpoint(dir) {

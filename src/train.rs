@@ -183,17 +183,6 @@ struct CheckpointState {
     defense_state: DefenseState,
 }
 
-/// Whether a checkpoint's config and the current one describe the same run; only the number of
-/// epochs may grow (resuming to train longer).
-fn same_run(saved: &str, now: &str) -> bool {
-    let strip = |t: &str| -> Option<toml::Value> {
-        let mut v: toml::Value = toml::from_str(t).ok()?;
-        v.get_mut("train")?.as_table_mut()?.remove("epochs");
-        Some(v)
-    };
-    matches!((strip(saved), strip(now)), (Some(a), Some(b)) if a == b)
-}
-
 /// Trains the experiment; writes `model.safetensors`, `run.json`, `log.jsonl` and a resumable
 /// checkpoint into `opts.out`. The config, the data and the output folder are checked before
 /// anything is written; a finished or interrupted run in `opts.out` is continued only with
@@ -223,11 +212,12 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             .checkpoint()
             .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
         let (t, state) = trainer.load_checkpoint(&ckpt)?;
-        if !same_run(&state.config_toml, &config_toml) {
-            let keys: Vec<String> = config_diff(&state.config_toml, &config_toml)
-                .into_iter()
-                .filter(|k| k != "train.epochs")
-                .collect();
+        // The same run: only the number of epochs may grow (resuming to train longer).
+        let keys: Vec<String> = config_diff(&state.config_toml, &config_toml)
+            .into_iter()
+            .filter(|k| k != "train.epochs")
+            .collect();
+        if !keys.is_empty() {
             bail!(
                 "{}: the checkpoint was made with a different configuration (differs at {}); resume with the same config and overrides (see {}/run.json)",
                 opts.out.display(),

@@ -59,15 +59,21 @@ fn train_into(out: &Path, extra: &[&str]) -> Output {
     rdml(&a)
 }
 
+/// A scratch folder holding a finished run in `run/`, trained with `QUICK`.
+fn scratch_with_run(name: &str, says: &[&str]) -> (PathBuf, PathBuf) {
+    let d = scratch(name);
+    let run = d.join("run");
+    expect(&train_into(&run, &[]), 0, says);
+    (d, run)
+}
+
 fn bytes(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_default()
 }
 
 #[test]
 fn a_finished_run_is_never_overwritten_and_a_failed_start_writes_nothing() {
-    let d = scratch("finished");
-    let run = d.join("run");
-    expect(&train_into(&run, &[]), 0, &["Recall@1"]);
+    let (d, run) = scratch_with_run("finished", &["Recall@1"]);
     let files = ["run.json", "log.jsonl", "model.safetensors", "config.toml"];
     let before: Vec<Vec<u8>> = files.iter().map(|f| bytes(&run.join(f))).collect();
     // O03a: a new run into it, without --resume.
@@ -192,9 +198,7 @@ fn poison(path: &Path, value: f32) {
 
 #[test]
 fn broken_models_are_refused_and_collapse_is_the_exit_status() {
-    let d = scratch("broken");
-    let run = d.join("run");
-    expect(&train_into(&run, &[]), 0, &[]);
+    let (d, run) = scratch_with_run("broken", &[]);
     let r = run.to_str().unwrap();
     // M03/A16: NaN weights, named.
     let nan = d.join("nan");
@@ -298,9 +302,7 @@ fn values_out_of_range_are_refused() {
 
 #[test]
 fn attack_options_out_of_range_are_refused() {
-    let d = scratch("attack");
-    let run = d.join("run");
-    expect(&train_into(&run, &[]), 0, &[]);
+    let (d, run) = scratch_with_run("attack", &[]);
     let r = run.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--queries", "0"], "--queries must be ≥ 1"),

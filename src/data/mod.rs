@@ -255,17 +255,11 @@ impl DataConfig {
         self.validate()?;
         let root = self.root.clone();
         match self.dataset {
-            DatasetKind::Mnist => mnist::load(root.unwrap_or_else(|| mnist::default_root("MNIST")), "mnist"),
-            DatasetKind::FashionMnist => mnist::load(
-                root.unwrap_or_else(|| mnist::default_root("FashionMNIST")),
-                "fashion-mnist",
-            ),
-            DatasetKind::MnistTestSplit => mnist::test_file_split(
-                &root.unwrap_or_else(|| mnist::default_root("MNIST")),
-                "mnist-test-split",
-                self.train_fraction,
-                seed,
-            ),
+            DatasetKind::Mnist => mnist::load(self.idx_root("MNIST"), "mnist"),
+            DatasetKind::FashionMnist => mnist::load(self.idx_root("FashionMNIST"), "fashion-mnist"),
+            DatasetKind::MnistTestSplit => {
+                mnist::test_file_split(&self.idx_root("MNIST"), "mnist-test-split", self.train_fraction, seed)
+            }
             DatasetKind::FashionMnistEmbedded => mnist::embedded_fashion(self.train_fraction, seed),
             DatasetKind::Cub => cub::load(&need_root(root, "cub")?, self.resize, self.crop),
             DatasetKind::Cars => cars::load(&need_root(root, "cars")?, self.resize, self.crop),
@@ -275,20 +269,19 @@ impl DataConfig {
             DatasetKind::Synthetic => synthetic::load(&self.synthetic, seed),
         }
     }
-}
 
-impl DataConfig {
+    /// The folder of MNIST-format files: `data.root`, else the default for `name`.
+    fn idx_root(&self, name: &str) -> PathBuf {
+        self.root.clone().unwrap_or_else(|| mnist::default_root(name))
+    }
+
     /// Loads the test side alone: MNIST-format data sets read only their `t10k-*` files; the
     /// others (whose test split is a rule over one listing or file) load as [`load`](Self::load).
     pub fn load_test(&self, seed: u64) -> Result<EvalSet> {
         self.validate()?;
-        let root = self.root.clone();
         match self.dataset {
-            DatasetKind::Mnist => mnist::load_test(&root.unwrap_or_else(|| mnist::default_root("MNIST")), "mnist"),
-            DatasetKind::FashionMnist => mnist::load_test(
-                &root.unwrap_or_else(|| mnist::default_root("FashionMNIST")),
-                "fashion-mnist",
-            ),
+            DatasetKind::Mnist => mnist::load_test(&self.idx_root("MNIST"), "mnist"),
+            DatasetKind::FashionMnist => mnist::load_test(&self.idx_root("FashionMNIST"), "fashion-mnist"),
             _ => Ok(self.load(seed)?.test),
         }
     }

@@ -54,10 +54,6 @@ impl RunLog {
         Ok(log)
     }
 
-    pub fn attempt(&self) -> u64 {
-        self.attempt
-    }
-
     /// Appends one record, tagged with the attempt.
     pub fn write(&mut self, mut record: serde_json::Value) -> Result<()> {
         if let Some(o) = record.as_object_mut() {
