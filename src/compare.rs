@@ -4,7 +4,7 @@
 //! training time per experiment.
 
 use crate::attack::engine::Pgd;
-use crate::attack::suite::{Context, robustness};
+use crate::attack::suite::{Context, Setup, robustness};
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
 use crate::report::write_atomic;
@@ -42,6 +42,8 @@ pub struct CompareOptions {
     pub queries: usize,
     pub batch: usize,
     pub seed: u64,
+    /// How the suite's images are made (a [`crate::attack::registry::method`] spec).
+    pub method: String,
     pub progress: bool,
     /// Train every experiment again, replacing finished runs in `out`.
     pub overwrite: bool,
@@ -56,6 +58,7 @@ fn finished(dir: &Path) -> Option<RunReport> {
 /// A finished run is reused only when its resolved config equals the requested one; an
 /// interrupted one is resumed (with the same config, see [`train`]).
 pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
+    let method = crate::attack::registry::method(&opts.method)?;
     std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let mut names = std::collections::HashSet::new();
     for exp in exps {
@@ -106,7 +109,11 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
             .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
         let run = load_run(&dir, None, device)?;
         let ctx = Context::new(&run.net, &run.test.query, device, false)?;
-        let r = robustness(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed, opts.progress)?;
+        let setup = Setup {
+            method: method.as_ref(),
+            ..Setup::white_box(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed)
+        };
+        let r = robustness(&setup, opts.progress)?;
         rows.push(Row {
             name: exp.name.clone(),
             defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),
@@ -155,7 +162,7 @@ pub fn markdown(rows: &[Row]) -> String {
 
 fn write_tables(rows: &[Row], opts: &CompareOptions) -> Result<()> {
     let json = serde_json::json!({
-        "pgd": opts.pgd, "queries": opts.queries, "seed": opts.seed, "rows": rows
+        "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed, "rows": rows
     });
     write_atomic(
         &opts.out.join("compare.json"),

@@ -13,6 +13,7 @@ pub mod eval;
 pub mod kernel;
 pub mod loss;
 pub mod model;
+pub mod quickstart;
 pub mod report;
 pub mod run_dir;
 pub mod train;

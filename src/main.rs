@@ -1,7 +1,8 @@
 //! The `rdml` command: a thin layer over the library.
 
-use anyhow::{Context, Result};
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
+use rdml::attack::suite::{Context, robustness, run_with};
 use rdml::config::{Experiment, PRESETS};
 use rdml::report::{metrics_table, write_json};
 use rdml::train::{TrainOptions, load_run, train};
@@ -109,18 +110,15 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Run one white-box attack on the test split of a trained model and print its score(s).
+    /// Run one attack on the test split of a trained model and print its score(s).
     Attack {
+        /// A run folder written by `rdml train`.
         #[arg(long)]
         model: PathBuf,
-        /// CA+, CA-, QA+, QA-, TMA, ES, LTM, GTM, GTT, NN (nearest-neighbour, Algorithm 1), NN-CW[:κ]
-        /// (the same by Carlini and Wagner's L∞ algorithm on their margin loss, confidence κ,
-        /// default 0: --eps is the first τ and the ball, --step Adam's learning rate, --steps the
-        /// iterations per (τ, c) round, at most 10 rounds' worth per query), NN-CW-PGD[:κ] (their
-        /// margin loss by PGD), STAX, MTAX[:T] or UX[:T] (MDProp's feature-space examples, T
-        /// targets, default 5).
-        #[arg(long)]
+        #[arg(long, long_help = attack_help())]
         attack: String,
+        #[arg(long, default_value = "rob28", long_help = profile_help())]
+        profile: String,
         #[command(flatten)]
         budget: Budget,
         #[arg(long)]
@@ -128,10 +126,10 @@ enum Cmd {
     },
     /// Run robrank's ERS suite (nine attacks, ten columns) and print ERS and ARS.
     Robustness {
+        /// A run folder written by `rdml train`.
         #[arg(long)]
         model: PathBuf,
-        /// rob28 (MNIST/Fashion: ε 77/255) or rob224 (CUB/CARS/SOP: ε 8/255); step 3/255, 32 steps.
-        #[arg(long, default_value = "rob28")]
+        #[arg(long, default_value = "rob28", long_help = profile_help())]
         profile: String,
         #[command(flatten)]
         budget: Budget,
@@ -166,25 +164,55 @@ enum Cmd {
     },
 }
 
-/// Attack budget options shared by `attack` and `robustness`.
+fn attack_help() -> String {
+    format!(
+        "The attack: a name, with a value or KEY=VALUE pairs after ':' (robrank's spec strings such as \
+         CA:pm=+:W=1:eps=0.03137:alpha=0.011764:pgditer=32 are read, their budget keys included).\n{}",
+        rdml::attack::registry::help(rdml::attack::registry::ATTACKS)
+    )
+}
+
+fn profile_help() -> String {
+    format!(
+        "The attack budget; --eps, --step, --steps, --norm and --random-start change it.\n{}",
+        rdml::attack::profile::help()
+    )
+}
+
+fn method_help() -> String {
+    format!(
+        "How the adversarial images are made.\n{}",
+        rdml::attack::registry::help(rdml::attack::registry::METHODS)
+    )
+}
+
+/// Attack budget options shared by `attack`, `robustness` and `compare`.
 #[derive(clap::Args)]
 struct Budget {
-    /// L∞ (or L2) radius in pixel units [0, 1] (default: the profile's, rob28 for `attack`).
+    /// L∞ (or L2) radius in pixel units [0, 1] (default: the profile's).
     #[arg(long, allow_negative_numbers = true)]
     eps: Option<f32>,
+    /// PGD step (default: the profile's).
     #[arg(long, allow_negative_numbers = true)]
     step: Option<f32>,
+    /// PGD iterations (default: the profile's).
     #[arg(long)]
     steps: Option<usize>,
+    /// The norm of the budget (default linf).
     #[arg(long, value_parser = ["linf", "l2"])]
     norm: Option<String>,
+    /// Start each attack from a uniformly random point of the ball.
     #[arg(long)]
     random_start: bool,
+    #[arg(long, default_value = "white-box", long_help = method_help())]
+    method: String,
     /// Number of test items used as queries (candidates for CA), from the start of the test split.
     #[arg(long, default_value_t = 1024)]
     queries: usize,
+    /// Items attacked at once.
     #[arg(long, default_value_t = 128)]
     batch: usize,
+    /// Seed of the attacks' selections and random starts.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Reproduce robrank's GTM target index and LTM self mask (both bugs there).
@@ -193,28 +221,55 @@ struct Budget {
 }
 
 impl Budget {
-    fn pgd(&self, profile: &str) -> Result<rdml::attack::engine::Pgd> {
-        use rdml::attack::engine::{Norm, Pgd};
-        let eps = match profile {
-            "rob28" => 77.0 / 255.0,
-            "rob224" => 8.0 / 255.0,
-            p => anyhow::bail!("--profile {p}: expected rob28 or rob224"),
-        };
+    /// The profile's budget changed by the options, and by a robrank spec's keys (which must
+    /// agree with the options where both are given).
+    fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
+        use rdml::attack::engine::Norm;
+        fn both<T: PartialEq + std::fmt::Display + Copy>(
+            flag: Option<T>,
+            key: Option<T>,
+            what: &str,
+        ) -> Result<Option<T>> {
+            match (flag, key) {
+                (Some(f), Some(k)) if f != k => {
+                    anyhow::bail!("--{what} {f} and the attack spec's value {k} disagree: give one")
+                }
+                (f, k) => Ok(f.or(k)),
+            }
+        }
         anyhow::ensure!(self.queries >= 1, "--queries must be ≥ 1");
         anyhow::ensure!(self.batch >= 1, "--batch must be ≥ 1");
-        let pgd = Pgd {
-            eps: self.eps.unwrap_or(eps),
-            step: self.step.unwrap_or(3.0 / 255.0),
-            steps: self.steps.unwrap_or(32),
-            norm: if self.norm.as_deref() == Some("l2") {
-                Norm::L2
-            } else {
-                Norm::Linf
-            },
+        let o = rdml::attack::profile::Overrides {
+            eps: both(self.eps, spec.eps, "eps")?,
+            step: both(self.step, spec.step, "step")?,
+            steps: both(self.steps, spec.steps, "steps")?,
+            norm: self
+                .norm
+                .as_deref()
+                .map(|n| if n == "l2" { Norm::L2 } else { Norm::Linf }),
             random_start: self.random_start,
         };
+        let pgd = rdml::attack::profile::profile(profile).context("--profile")?.pgd(&o);
         pgd.validate_as("--")?;
         Ok(pgd)
+    }
+
+    fn setup<'a>(
+        &self,
+        target: &'a Context,
+        attacker: &'a Context,
+        method: &'a dyn rdml::attack::method::Method,
+        pgd: rdml::attack::engine::Pgd,
+    ) -> rdml::attack::suite::Setup<'a> {
+        rdml::attack::suite::Setup {
+            target,
+            attacker,
+            method,
+            pgd,
+            queries: self.queries,
+            batch: self.batch,
+            seed: self.seed,
+        }
     }
 }
 
@@ -319,25 +374,6 @@ fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Resu
     Ok(s.device)
 }
 
-/// `base` if it holds no run, else the first `base-N` that holds none.
-fn free_run_folder(base: &str) -> Result<PathBuf> {
-    use rdml::run_dir::{Found, inspect};
-    for n in 1..1000 {
-        let p = if n == 1 {
-            PathBuf::from(base)
-        } else {
-            PathBuf::from(format!("{base}-{n}"))
-        };
-        if inspect(&p)? == Found::Nothing {
-            if n > 1 {
-                eprintln!("{base} holds a run (kept): writing to {}", p.display());
-            }
-            return Ok(p);
-        }
-    }
-    anyhow::bail!("{base}-2 … {base}-999 all hold runs: pass --out, or --overwrite to replace {base}")
-}
-
 fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) -> Vec<String> {
     let mut v = set.to_vec();
     if let Some(e) = epochs {
@@ -361,93 +397,33 @@ fn run(cli: Cli) -> Result<Outcome> {
             data,
             epochs,
         } => {
-            let out = match out {
-                Some(o) => o,
-                None if overwrite => PathBuf::from("runs/quickstart"),
-                None => free_run_folder("runs/quickstart")?,
-            };
-            let full = data.clone().or_else(|| {
-                let d = PathBuf::from("/usr/share/datasets/fashion-mnist");
-                rdml::data::mnist::full_set_present(&d).then_some(d)
-            });
-            let mut set = overrides(epochs, None, &[]);
-            let source = match &full {
-                Some(d) => {
-                    set.push("data.dataset=\"fashion-mnist\"".into());
-                    set.push(format!("data.root={:?}", d.display().to_string()));
-                    // 469 batches per epoch: one epoch of 200 batches stays within a few minutes on
-                    // two CPU cores (see README).
-                    if epochs.is_none() {
-                        set.push("train.epochs=1".into());
-                        set.push("train.max_batches=200".into());
-                    }
-                    format!("Fashion-MNIST from {} (60,000 train / 10,000 test)", d.display())
-                }
-                None => "the Fashion-MNIST test split shipped in rdml (8,000 train / 2,000 test)".into(),
-            };
-            let exp = Experiment::load("quickstart", &set)?;
-            let device = open_device(flag, &[&exp], false)?;
-            eprintln!(
-                "rdml quickstart: C2F2 + triplet loss on {source}, {} epoch(s){}",
-                exp.train.epochs,
-                exp.train
-                    .max_batches
-                    .map(|m| format!(" of {m} batches"))
-                    .unwrap_or_default()
-            );
             let t0 = Instant::now();
-            let rep = train(
-                &exp,
-                &TrainOptions {
-                    out: out.clone(),
-                    resume: false,
-                    overwrite,
-                    progress: true,
-                },
-                &device,
-            )?;
-            let m = rep.final_metrics.context("no final evaluation")?;
+            let qs = rdml::quickstart::Quickstart::new(out, overwrite, data, epochs)?;
+            let device = open_device(flag, &[&qs.exp], false)?;
+            eprintln!("{}", qs.describe());
+            let (rep, m) = qs.train(&device)?;
             println!(
                 "\nTest metrics after {} epochs ({:.0} s of training):",
-                exp.train.epochs, rep.train_seconds
+                qs.exp.train.epochs, rep.train_seconds
             );
             print!("{}", metrics_table(&m));
             if !report_health(&m) {
                 return Ok(Outcome::Unhealthy);
             }
-            let report = serde_json::json!({
-                "data": source,
-                "config": exp,
-                "metrics": m,
-                "train_seconds": rep.train_seconds,
-                "total_seconds": t0.elapsed().as_secs_f64(),
-                "run_dir": out,
-            });
-            // How fragile is it? The nearest-neighbour attack (Algorithm 1 of the positive-
-            // perturbation paper) with robrank's rob28 budget on the first 512 test images.
-            let run = load_run(&out, None, &device)?;
-            let ctx = rdml::attack::suite::Context::new(&run.net, &run.test.query, &device, false)?;
-            let pgd = rdml::attack::engine::Pgd {
-                eps: 77.0 / 255.0,
-                step: 3.0 / 255.0,
-                steps: 32,
-                norm: rdml::attack::engine::Norm::Linf,
-                random_start: false,
-            };
-            let nn = rdml::attack::suite::run(&ctx, rdml::attack::suite::AttackKind::Nn, &pgd, 512, 128, exp.seed)?;
-            let clean_r1 = nn.score("R@1:clean").unwrap_or(0.0);
-            let adv_r1 = nn.score("R@1").unwrap_or(0.0);
+            // How fragile is it?
+            let nn = qs.attack(&rep, &m, &device, t0)?;
+            let pgd = rdml::quickstart::Quickstart::pgd()?;
             println!(
-                "\nNearest-neighbour PGD attack (ε = 77/255, 32 steps of 3/255) on 512 test queries:\n  Recall@1 clean {clean_r1:.1} % → attacked {adv_r1:.1} % ({:.0} s)",
+                "\nNearest-neighbour PGD attack (ε = 77/255, {} steps of 3/255) on {} test queries:\n  Recall@1 clean {:.1} % → attacked {:.1} % ({:.0} s)",
+                pgd.steps,
+                nn.queries,
+                nn.score("R@1:clean").unwrap_or(0.0),
+                nn.score("R@1").unwrap_or(0.0),
                 nn.seconds
             );
-            let mut report = report;
-            report["attack"] = serde_json::json!({"attack": "NN (Algorithm 1)", "pgd": pgd, "queries": nn.queries, "recall_at_1_clean": clean_r1, "recall_at_1_attacked": adv_r1, "seconds": nn.seconds});
-            report["total_seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());
-            write_json(&out.join("report.json"), &report)?;
             println!(
                 "\nWrote {} (model, run.json, log.jsonl in the same folder).",
-                out.join("report.json").display()
+                qs.report_path().display()
             );
         }
         Cmd::Train {
@@ -508,22 +484,28 @@ fn run(cli: Cli) -> Result<Outcome> {
         Cmd::Attack {
             model,
             attack,
+            profile,
             budget,
             json,
         } => {
-            use rdml::attack::suite::{AttackKind, Context, run};
-            let kind = AttackKind::parse(&attack)?;
-            let pgd = budget.pgd("rob28")?;
+            let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(&attack)?;
+            let pgd = budget.pgd(&profile, spec_budget)?;
+            let method = rdml::attack::registry::method(&budget.method)?;
             let device = open_device(flag, &[], json)?;
             let run_ = load_run(&model, None, &device)?;
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
-            let r = run(&ctx, kind, &pgd, budget.queries, budget.batch, budget.seed)?;
+            let r = run_with(&budget.setup(&ctx, &ctx, method.as_ref(), pgd), unit.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps, {:.1} s):",
-                    kind.name(),
+                    "{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps, {:.1} s):",
+                    r.attack,
+                    if r.method == "white-box" {
+                        String::new()
+                    } else {
+                        format!(" by {}", r.method)
+                    },
                     model.display(),
                     r.queries,
                     pgd.eps,
@@ -531,9 +513,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                     pgd.steps,
                     r.seconds
                 );
-                for s in &r.scores {
-                    println!("  {:<10} {:>8.3}", s.name, s.value);
-                }
+                print!("{}", rdml::report::attack_table(&r));
             }
         }
         Cmd::Robustness {
@@ -542,8 +522,8 @@ fn run(cli: Cli) -> Result<Outcome> {
             budget,
             out,
         } => {
-            use rdml::attack::suite::{Context, robustness};
-            let pgd = budget.pgd(&profile)?;
+            let pgd = budget.pgd(&profile, Default::default())?;
+            let method = rdml::attack::registry::method(&budget.method)?;
             if let Some(o) = &out {
                 rdml::report::check_writable(o).context("--out")?;
             }
@@ -555,17 +535,8 @@ fn run(cli: Cli) -> Result<Outcome> {
                     "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
                 );
             }
-            let r = robustness(&ctx, &pgd, budget.queries, budget.batch, budget.seed, true)?;
-            println!("{:<6} {:>9} {:>9} {:>9}", "column", "raw", "ERS term", "ARS term");
-            for row in &r.rows {
-                println!(
-                    "{:<6} {:>9.3} {:>9.1} {:>9}",
-                    row.column,
-                    row.raw,
-                    row.ers_term,
-                    row.ars_term.map(|v| format!("{v:.1}")).unwrap_or("-".into())
-                );
-            }
+            let r = robustness(&budget.setup(&ctx, &ctx, method.as_ref(), pgd), true)?;
+            print!("{}", rdml::report::robustness_table(&r));
             println!(
                 "ERS {:.1}   ARS {:.1}   ({} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
                 r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
@@ -573,7 +544,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             if let Some(o) = out {
                 write_json(
                     &o,
-                    &serde_json::json!({"model": model, "profile": profile, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
+                    &serde_json::json!({"model": model, "profile": profile, "method": budget.method, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
                 )?;
             }
         }
@@ -596,7 +567,8 @@ fn run(cli: Cli) -> Result<Outcome> {
             let device = open_device(flag, &exps.iter().collect::<Vec<_>>(), quiet)?;
             let opts = rdml::compare::CompareOptions {
                 out: out.clone(),
-                pgd: budget.pgd(&profile)?,
+                pgd: budget.pgd(&profile, Default::default())?,
+                method: budget.method.clone(),
                 queries: budget.queries,
                 batch: budget.batch,
                 seed: budget.seed,

@@ -101,3 +101,26 @@ pub fn metrics_table(m: &Metrics) -> String {
     }
     out
 }
+
+/// One attack's scores, one per line, for the terminal.
+pub fn attack_table(r: &crate::attack::score::AttackResult) -> String {
+    r.scores
+        .iter()
+        .map(|s| format!("  {:<13} {:>8.3}\n", s.name.name(), s.value))
+        .collect()
+}
+
+/// The ERS/ARS table of a suite run, for the terminal (without its closing ERS/ARS line).
+pub fn robustness_table(r: &crate::attack::score::Robustness) -> String {
+    let mut s = format!("{:<6} {:>9} {:>9} {:>9}\n", "column", "raw", "ERS term", "ARS term");
+    for row in &r.rows {
+        s.push_str(&format!(
+            "{:<6} {:>9.3} {:>9.1} {:>9}\n",
+            row.column.name(),
+            row.raw,
+            row.ers_term,
+            row.ars_term.map(|v| format!("{v:.1}")).unwrap_or("-".into())
+        ));
+    }
+    s
+}

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rdml::attack::engine::{Norm, Pgd, attack};
 use rdml::attack::objective::shift::EmbeddingShift;
-use rdml::attack::suite::{self, AttackKind, Context};
+use rdml::attack::suite::{self, Context};
 use rdml::config::Experiment;
 use rdml::data::loader::load_batch;
 use rdml::device::{DeviceChoice, select};
@@ -283,9 +283,16 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
                 random_start: false,
             };
             scores.push(
-                suite::run(&ctx, AttackKind::parse("ES").unwrap(), &pgd, 16, 16, 0)
-                    .unwrap()
-                    .scores,
+                suite::run(
+                    &ctx,
+                    rdml::attack::registry::attack("ES").unwrap().as_ref(),
+                    &pgd,
+                    16,
+                    16,
+                    0,
+                )
+                .unwrap()
+                .scores,
             );
         }
         assert_eq!(scores[0].len(), scores[1].len());

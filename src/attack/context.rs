@@ -3,10 +3,10 @@
 
 use crate::data::ImageSet;
 use crate::eval::embed;
-use crate::eval::knn::Embeddings;
-use crate::loss::to_host;
+use crate::eval::knn::{Embeddings, top_k};
+use crate::eval::metrics::{self, Retrieval};
 use crate::model::EmbeddingNet;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -15,8 +15,8 @@ pub struct Context {
     pub model: EmbeddingNet,
     pub set: ImageSet,
     pub clean: Embeddings,
-    pub(super) cand: Tensor<2>,
-    pub(super) cand_sq: Tensor<2>,
+    pub(crate) cand: Tensor<2>,
+    pub(crate) cand_sq: Tensor<2>,
     pub device: Device,
     /// Reproduce robrank's GTM target index and LTM self mask.
     pub robrank_compat: bool,
@@ -40,32 +40,96 @@ impl Context {
         })
     }
 
-    pub(super) fn rows_host(&self, idx: &[usize]) -> Vec<f32> {
+    /// Items in the test set.
+    pub fn n(&self) -> usize {
+        self.clean.n
+    }
+
+    /// The top 1 % of a ranking (at least one item): where CA− and QA− draw their targets.
+    pub fn topmost(&self) -> usize {
+        ((0.01 * self.clean.n as f64) as usize).max(1)
+    }
+
+    pub(crate) fn rows_host(&self, idx: &[usize]) -> Vec<f32> {
         idx.iter().flat_map(|&i| self.clean.row(i).iter().copied()).collect()
     }
 
-    pub(super) fn rows(&self, idx: &[usize]) -> Tensor<2> {
+    /// Clean embeddings of `idx` as a device tensor `[idx.len(), d]`.
+    pub(crate) fn rows(&self, idx: &[usize]) -> Tensor<2> {
         Tensor::<2>::from_data(
             TensorData::new(self.rows_host(idx), [idx.len(), self.clean.dim]),
             &self.device,
         )
     }
 
-    /// Squared-free Euclidean distances of host row `e` to all candidates.
-    pub(super) fn host_dists(&self, e: &[f32]) -> Vec<f32> {
+    /// Euclidean distances of host row `e` to all candidates.
+    pub(crate) fn host_dists(&self, e: &[f32]) -> Vec<f32> {
         use rayon::prelude::*;
         (0..self.clean.n)
             .into_par_iter()
             .map(|j| euclid(self.clean.row(j), e))
             .collect()
     }
+
+    /// Item `i`'s `k` nearest clean neighbours (itself excluded), nearest first.
+    pub(crate) fn neighbours(&self, i: usize, k: usize) -> Vec<(f32, u32)> {
+        top_k(&self.host_dists(self.clean.row(i)), k, Some(i))
+    }
+
+    /// Retrieval metrics of the embeddings `emb` of `items` (one row each) against the clean test
+    /// set, each item's own clean copy left out.
+    pub(crate) fn retrieval(&self, items: &[usize], emb: &Embeddings, ks: &[usize]) -> Result<Retrieval> {
+        let labels: Vec<u32> = items.iter().map(|&i| self.set.labels[i]).collect();
+        metrics::retrieval_skipping(
+            emb,
+            &labels,
+            &self.clean,
+            &self.set.labels,
+            Some(items),
+            ks,
+            &self.device,
+        )
+    }
+
+    /// The clean embeddings of `items` as host rows.
+    pub(crate) fn clean_of(&self, items: &[usize]) -> Result<Embeddings> {
+        Embeddings::new(self.rows_host(items), items.len(), self.clean.dim)
+    }
 }
 
-pub(super) fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Vec<f32> {
-    to_host(&model.forward(x))
+/// The embeddings of images `x` by `model`, read back to the host.
+pub(crate) fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Result<Vec<f32>> {
+    model
+        .forward(x)
+        .without_autodiff()
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))
+        .context("reading the attacked embeddings back from the device")
 }
 
 /// Euclidean distance of two host embeddings.
-pub(super) fn euclid(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn euclid(a: &[f32], b: &[f32]) -> f32 {
     crate::loss::distance::Distance::Euclidean.host(a, b)
+}
+
+/// A uniformly random index in `0..n` other than `i` (W = 1 / M = 1 selections).
+pub(crate) fn random_other(rng: &mut rand_chacha::ChaCha8Rng, n: usize, i: usize) -> usize {
+    use rand::Rng;
+    loop {
+        let j = rng.random_range(0..n);
+        if j != i || n < 2 {
+            return j;
+        }
+    }
+}
+
+/// A random item among the `topmost` nearest neighbours `nb` (the top 1 %), or `own` if none.
+pub(crate) fn from_top(rng: &mut rand_chacha::ChaCha8Rng, nb: &[(f32, u32)], topmost: usize, own: usize) -> usize {
+    use rand::seq::IndexedRandom;
+    nb[..topmost.min(nb.len())]
+        .choose(rng)
+        .map(|x| x.1 as usize)
+        .unwrap_or(own)
 }

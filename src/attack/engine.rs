@@ -89,6 +89,12 @@ pub trait Objective {
     fn per_row(&self, _emb: Tensor<2>) -> Option<Tensor<1>> {
         None
     }
+    /// Each row's own term of `loss` `[b]` (up to a positive factor common to all rows: `loss`
+    /// may average what this lists), for estimators that query the model row by row without its
+    /// gradient (NES); `None` for an objective whose rows do not separate.
+    fn row_losses(&self, _emb: Tensor<2>) -> Option<Tensor<1>> {
+        None
+    }
 }
 
 /// Forward function of the perturbed images: the embedding model with a chosen BN set.
@@ -152,16 +158,7 @@ pub fn attack(
         x0.clone()
     };
     let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
-    let mut xa = x_move0.clone();
-    if pgd.random_start && pgd.eps > 0.0 {
-        let eps = pgd.eps as f64;
-        let noise: Tensor<4> = crate::host_random(seed, x_move0.shape(), Distribution::Uniform(-eps, eps), &device);
-        let noise = match pgd.norm {
-            Norm::Linf => noise,
-            Norm::L2 => project_l2(noise, pgd.eps),
-        };
-        xa = (xa + noise).clamp(0.0, 1.0);
-    }
+    let mut xa = random_start(&x_move0, pgd, seed);
     let mut prev: Option<f32> = None;
     for k in 0..pgd.steps {
         let xi = xa.clone().autodiff().require_grad();
@@ -177,27 +174,47 @@ pub fn attack(
         prev = Some(loss.clone().into_scalar::<f32>());
         let grads = loss.backward();
         let Some(g) = xi.grad(&grads) else { break };
-        let g = g.without_autodiff();
-        let delta = match pgd.norm {
-            Norm::Linf => g.sign().mul_scalar(pgd.step),
-            Norm::L2 => {
-                let n = g.clone().powi_scalar(2).sum_dims(&[1, 2, 3]).sqrt().clamp_min(1e-12);
-                (g / n).mul_scalar(pgd.step)
-            }
-        };
-        xa = xa - delta;
-        let d = xa.clone() - x_move0.clone();
-        let d = match pgd.norm {
-            Norm::Linf => d.clamp(-pgd.eps, pgd.eps),
-            Norm::L2 => project_l2(d, pgd.eps),
-        };
-        xa = (x_move0.clone() + d).clamp(0.0, 1.0);
+        xa = descend(xa, &x_move0, g.without_autodiff(), pgd);
     }
     Ok(if restore {
         Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)
     } else {
         xa
     })
+}
+
+/// The start of a PGD run from clean images `x0`: `x0` itself, or with `pgd.random_start` a
+/// uniformly random point of the ε-box (scaled into the L2 ball for L2), clamped to [0, 1].
+pub fn random_start(x0: &Tensor<4>, pgd: &Pgd, seed: u64) -> Tensor<4> {
+    if !(pgd.random_start && pgd.eps > 0.0) {
+        return x0.clone();
+    }
+    let eps = pgd.eps as f64;
+    let noise: Tensor<4> = crate::host_random(seed, x0.shape(), Distribution::Uniform(-eps, eps), &x0.device());
+    let noise = match pgd.norm {
+        Norm::Linf => noise,
+        Norm::L2 => project_l2(noise, pgd.eps),
+    };
+    (x0.clone() + noise).clamp(0.0, 1.0)
+}
+
+/// One projected step down the (true or estimated) gradient `g` of the loss at `xa`: the sign
+/// step for L∞, the normalised step for L2, then back into the ε-ball around `x0` and [0, 1].
+pub fn descend(xa: Tensor<4>, x0: &Tensor<4>, g: Tensor<4>, pgd: &Pgd) -> Tensor<4> {
+    let delta = match pgd.norm {
+        Norm::Linf => g.sign().mul_scalar(pgd.step),
+        Norm::L2 => {
+            let n = g.clone().powi_scalar(2).sum_dims(&[1, 2, 3]).sqrt().clamp_min(1e-12);
+            (g / n).mul_scalar(pgd.step)
+        }
+    };
+    let xa = xa - delta;
+    let d = xa - x0.clone();
+    let d = match pgd.norm {
+        Norm::Linf => d.clamp(-pgd.eps, pgd.eps),
+        Norm::L2 => project_l2(d, pgd.eps),
+    };
+    (x0.clone() + d).clamp(0.0, 1.0)
 }
 
 /// Scales each row of `d` down to L2 norm ≤ ε.

@@ -1,11 +1,18 @@
 //! Attacks: one engine ([`engine::attack`]) driven by objectives ([`objective`]), plus Carlini and
-//! Wagner's L∞ optimiser ([`cw`]) over the same objectives; the attacks by name ([`kind`]) run
-//! over one [`context`] in [`suite`], and are scored into ERS/ARS tables in [`score`].
+//! Wagner's L∞ optimiser ([`cw`]) over the same objectives. Each attack is a unit
+//! ([`unit::Attack`], one file per family in [`units`]) and each way of moving the images a
+//! [`method::Method`]; [`registry`] names them, [`suite`] runs them over a [`context`], and
+//! [`score`] aggregates ERS and ARS. [`profile`] holds the papers' budgets.
 
+pub mod column;
 pub mod context;
 pub mod cw;
 pub mod engine;
-pub mod kind;
+pub mod method;
 pub mod objective;
+pub mod profile;
+pub mod registry;
 pub mod score;
 pub mod suite;
+pub mod unit;
+pub mod units;

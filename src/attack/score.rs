@@ -1,23 +1,38 @@
-//! Scoring a suite run: each attack's named scores, ERS (robrank's `pjswipe.py`) and ARS
-//! (CA-TRIDE, Section 3.4 and Appendix B) aggregated into one table.
+//! A suite run's results: each attack's typed scores, and ERS (robrank's `pjswipe.py`) and ARS
+//! (CA-TRIDE, Section 3.4 and Appendix B) aggregated from the attacks' own terms.
 
-use super::kind::AttackKind;
+use super::column::{Column, Score};
+use super::registry;
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-/// One attack's outcome: named scores (percentages, except TMA's cosine and ES:D's distance),
-/// each with its clean value (the same selection at ε = 0).
+/// One attack's outcome: its scores (percentages, except TMA's cosine and ES:D's distance), each
+/// averaged over the items attacked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttackResult {
-    pub attack: AttackKind,
+    /// The attack's spec ([`registry::attack`] reads it back).
+    pub attack: String,
+    /// How the images were moved ([`registry::method`]).
+    #[serde(default = "white_box")]
+    pub method: String,
     pub scores: Vec<Score>,
     pub queries: usize,
     pub seconds: f64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Score {
-    pub name: String,
-    pub value: f64,
+fn white_box() -> String {
+    "white-box".into()
+}
+
+impl AttackResult {
+    pub fn get(&self, column: Column) -> Option<f64> {
+        self.scores.iter().find(|s| s.name == column).map(|s| s.value)
+    }
+
+    /// The score of the column named `name` ("CA+", "R@1:clean").
+    pub fn score(&self, name: &str) -> Option<f64> {
+        Column::parse(name).ok().and_then(|c| self.get(c))
+    }
 }
 
 /// One ranking trial's ARS term (CA-TRIDE, Eq. 27/29/30): `100·(1 − |r − r₀| / |g − r₀|)`, the
@@ -33,16 +48,10 @@ pub fn ars_rank_term(raise: bool, init: f64, adv: f64) -> f64 {
     100.0 * (1.0 - (adv - init).abs() / (goal - init).abs())
 }
 
-impl AttackResult {
-    pub fn score(&self, name: &str) -> Option<f64> {
-        self.scores.iter().find(|s| s.name == name).map(|s| s.value)
-    }
-}
-
 /// One row of the robustness table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
-    pub column: String,
+    pub column: Column,
     pub raw: f64,
     pub ers_term: f64,
     pub ars_term: Option<f64>,
@@ -57,59 +66,49 @@ pub struct Robustness {
     pub results: Vec<AttackResult>,
 }
 
-/// ERS term of a raw column (robrank's `pjswipe.py`): CA+ and QA+ doubled, CA−, QA−, TMA and ES:D
-/// inverted, ES:D over the maximal chord 2 of the unit sphere.
-pub fn ers_term(column: &str, raw: f64) -> Option<f64> {
-    Some(match column {
-        "CA+" | "QA+" => 2.0 * raw,
-        "CA-" | "QA-" => 100.0 - raw,
-        "TMA" => 100.0 * (1.0 - raw),
-        "ES:D" => 100.0 * (2.0 - raw) / 2.0,
-        "ES:R" | "LTM" | "GTM" | "GTT" => raw,
-        _ => return None,
-    })
+/// The ERS term of a raw column, from the suite attack that reports it.
+pub fn ers_term(column: Column, raw: f64) -> Option<f64> {
+    super::suite::ers_suite()
+        .ok()?
+        .iter()
+        .find_map(|a| a.ers_term(column, raw))
 }
 
-/// ERS from the ten raw columns in robrank's order.
+/// ERS from raw columns named as robrank prints them; unknown names count for nothing.
 pub fn ers(raw: &[(&str, f64)]) -> f64 {
-    let t: Vec<f64> = raw.iter().filter_map(|(c, v)| ers_term(c, *v)).collect();
+    let t: Vec<f64> = raw
+        .iter()
+        .filter_map(|(c, v)| ers_term(Column::parse(c).ok()?, *v))
+        .collect();
     t.iter().sum::<f64>() / t.len().max(1) as f64
 }
 
-/// Aggregates the nine ERS attacks into the table: ten ERS columns and eight ARS terms
-/// (TMA and ES:D have none; recall attacks are attacked/clean Recall@1).
-pub fn aggregate(results: Vec<AttackResult>) -> Robustness {
+/// The ERS/ARS table of the results: each attack's raw ERS columns with its ERS and ARS terms
+/// (TMA and ES:D have no ARS term; recall attacks count attacked over clean Recall@1).
+pub fn aggregate(results: Vec<AttackResult>) -> Result<Robustness> {
     let mut rows = vec![];
     for r in &results {
-        let clean = r.score("R@1:clean");
-        let names: Vec<&str> = match r.attack {
-            AttackKind::Es => vec!["ES:D", "ES:R"],
-            k => vec![k.name()],
-        };
-        for col in names {
-            let Some(raw) = r.score(col) else { continue };
-            let Some(ers_term) = ers_term(col, raw) else { continue };
-            let ars_term = match col {
-                "CA+" | "CA-" | "QA+" | "QA-" => r.score("ARS"),
-                "ES:R" | "LTM" | "GTM" => clean.map(|c| if c > 0.0 { 100.0 * raw / c } else { 0.0 }),
-                "GTT" => Some(raw),
-                _ => None,
+        let attack = registry::attack(&r.attack)?;
+        for column in attack.ers_columns() {
+            let Some(raw) = r.get(column) else { continue };
+            let Some(ers_term) = attack.ers_term(column, raw) else {
+                continue;
             };
             rows.push(Row {
-                column: col.to_string(),
+                column,
                 raw,
                 ers_term,
-                ars_term,
+                ars_term: attack.ars_term(column, r),
             });
         }
     }
     let ers = rows.iter().map(|r| r.ers_term).sum::<f64>() / rows.len().max(1) as f64;
     let ars_terms: Vec<f64> = rows.iter().filter_map(|r| r.ars_term).collect();
     let ars = ars_terms.iter().sum::<f64>() / ars_terms.len().max(1) as f64;
-    Robustness {
+    Ok(Robustness {
         rows,
         ers,
         ars,
         results,
-    }
+    })
 }

@@ -16,6 +16,10 @@ impl Objective for AwayFromNeighbour {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
         dist_rows(emb, self.neighbour.clone()).mean().neg()
     }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        Some(dist_rows(emb, self.neighbour.clone()).reshape([b]).neg())
+    }
 }
 
 /// Carlini–Wagner's margin objective (their Sec. V, `f₆` with confidence κ) for Algorithm 1,
@@ -37,6 +41,9 @@ impl Objective for CwMargin {
         self.margins(emb).mean()
     }
     fn per_row(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        Some(self.margins(emb))
+    }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
         Some(self.margins(emb))
     }
 }

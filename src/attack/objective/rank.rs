@@ -35,6 +35,15 @@ impl Objective for CandidateAttack {
         };
         relu(diff).mean_dim(1).mean()
     }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let dcq = dist_rows(emb, self.query.clone());
+        let diff = match self.direction {
+            Direction::Raise => dcq - self.dxq.clone(),
+            Direction::Lower => self.dxq.clone() - dcq,
+        };
+        Some(relu(diff).mean_dim(1).reshape([b]))
+    }
 }
 
 /// QA± (and GTT): the perturbed items are queries; `candidate` holds each one's target `[b, d]`.
@@ -54,5 +63,15 @@ impl Objective for QueryAttack {
             Direction::Lower => dqx - dqc,
         };
         relu(diff).mean_dim(1).mean()
+    }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let dqx = dist_to_all(emb.clone(), &self.all, &self.all_sq);
+        let dqc = dist_rows(emb, self.candidate.clone());
+        let diff = match self.direction {
+            Direction::Raise => dqc - dqx,
+            Direction::Lower => dqx - dqc,
+        };
+        Some(relu(diff).mean_dim(1).reshape([b]))
     }
 }

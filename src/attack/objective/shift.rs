@@ -25,4 +25,9 @@ impl Objective for EmbeddingShift {
         };
         dist_rows(emb, reference).mean().neg()
     }
+    /// Without the first step's jitter, which only breaks the zero gradient at the start.
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        Some(dist_rows(emb, self.clean.clone()).reshape([b]).neg())
+    }
 }

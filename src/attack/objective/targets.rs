@@ -19,6 +19,13 @@ impl Objective for TowardCosine {
         let cos = (emb * self.target.clone()).sum_dim(1) / (n * m);
         cos.neg().add_scalar(1.0).mean()
     }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let n = emb.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
+        let m = self.target.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
+        let cos = (emb * self.target.clone()).sum_dim(1) / (n * m);
+        Some(cos.neg().add_scalar(1.0).reshape([b]))
+    }
 }
 
 /// GTM: Euclidean distance to one target embedding per query.
@@ -29,6 +36,10 @@ pub struct TowardPoint {
 impl Objective for TowardPoint {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
         dist_rows(emb, self.target.clone()).mean()
+    }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        Some(dist_rows(emb, self.target.clone()).reshape([b]))
     }
 }
 
@@ -48,6 +59,13 @@ impl Objective for LabelMislead {
         let max_diff = d.clone().mask_fill(self.diff.clone().bool_not(), -1e9).max_dim(1);
         let min_same = d.mask_fill(self.same.clone().bool_not(), 1e9).min_dim(1);
         relu(max_diff - min_same).sum()
+    }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let d = dist_to_all(emb, &self.candidates, &self.cand_sq);
+        let max_diff = d.clone().mask_fill(self.diff.clone().bool_not(), -1e9).max_dim(1);
+        let min_same = d.mask_fill(self.same.clone().bool_not(), 1e9).min_dim(1);
+        Some(relu(max_diff - min_same).reshape([b]))
     }
 }
 
@@ -74,5 +92,17 @@ impl Objective for TowardTargets {
         total
             .map(|s| s.div_scalar(t))
             .unwrap_or_else(|| emb.sum().mul_scalar(0.0))
+    }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let mut total: Option<Tensor<2>> = None;
+        for target in &self.targets {
+            let d = dist_rows(emb.clone(), target.clone());
+            total = Some(match total {
+                Some(s) => s + d,
+                None => d,
+            });
+        }
+        total.map(|s| s.reshape([b]))
     }
 }

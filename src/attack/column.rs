@@ -1,0 +1,151 @@
+//! What an attack reports: typed columns, each named as robrank and the papers print it, and the
+//! running sums a suite run accumulates them in.
+
+use anyhow::{Result, bail};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// One reported quantity. Percentages unless said otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Column {
+    /// Percentile rank of the attacked candidate in its query's list (CA+, CA−, QA+, QA−).
+    CaPlus,
+    CaMinus,
+    QaPlus,
+    QaMinus,
+    /// SPQA's candidate rank, and the mean rank of its semantics-preserving items.
+    SpqaPlus,
+    SpqaMinus,
+    SemanticRank,
+    /// Cosine similarity of the attacked embedding to its target (not a percentage).
+    Tma,
+    /// Embedding shift: the distance moved (not a percentage), and Recall@1 after it.
+    EsD,
+    EsR,
+    /// Recall@1 of the attacked queries under LTM, GTM; GTT's top-4 hit rate.
+    Ltm,
+    Gtm,
+    Gtt,
+    /// Recall@k of the attacked queries.
+    Recall(usize),
+    /// Recall@1 of the same queries unattacked.
+    RecallClean,
+    MapAtR,
+    /// The mean ARS rank term of the ranking attacks (CA-TRIDE, Eq. 27/29/30).
+    Ars,
+    /// NMI and π_ratio of all attacked embeddings (fractions).
+    Nmi,
+    PiRatio,
+    /// Forward passes of the attacked model an attack spent per query (black-box attacks).
+    ModelQueries,
+}
+
+impl Column {
+    pub fn name(self) -> String {
+        match self {
+            Self::CaPlus => "CA+".into(),
+            Self::CaMinus => "CA-".into(),
+            Self::QaPlus => "QA+".into(),
+            Self::QaMinus => "QA-".into(),
+            Self::SpqaPlus => "SPQA+".into(),
+            Self::SpqaMinus => "SPQA-".into(),
+            Self::SemanticRank => "SP:GT".into(),
+            Self::Tma => "TMA".into(),
+            Self::EsD => "ES:D".into(),
+            Self::EsR => "ES:R".into(),
+            Self::Ltm => "LTM".into(),
+            Self::Gtm => "GTM".into(),
+            Self::Gtt => "GTT".into(),
+            Self::Recall(k) => format!("R@{k}"),
+            Self::RecallClean => "R@1:clean".into(),
+            Self::MapAtR => "MAP@R".into(),
+            Self::Ars => "ARS".into(),
+            Self::Nmi => "NMI".into(),
+            Self::PiRatio => "pi_ratio".into(),
+            Self::ModelQueries => "model_queries".into(),
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        const FIXED: [Column; 19] = [
+            Column::CaPlus,
+            Column::CaMinus,
+            Column::QaPlus,
+            Column::QaMinus,
+            Column::SpqaPlus,
+            Column::SpqaMinus,
+            Column::SemanticRank,
+            Column::Tma,
+            Column::EsD,
+            Column::EsR,
+            Column::Ltm,
+            Column::Gtm,
+            Column::Gtt,
+            Column::RecallClean,
+            Column::MapAtR,
+            Column::Ars,
+            Column::Nmi,
+            Column::PiRatio,
+            Column::ModelQueries,
+        ];
+        if let Some(c) = FIXED.iter().find(|c| c.name() == s) {
+            return Ok(*c);
+        }
+        match s.strip_prefix("R@").and_then(|k| k.parse::<usize>().ok()) {
+            Some(k) if k >= 1 => Ok(Self::Recall(k)),
+            _ => bail!("unknown score column '{s}'"),
+        }
+    }
+}
+
+impl fmt::Display for Column {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl Serialize for Column {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Column {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Column::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One column's value for a whole run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Score {
+    pub name: Column,
+    pub value: f64,
+}
+
+/// Per-column sums over the items of a run, in the order columns first appear; a run divides
+/// them by its number of items.
+#[derive(Debug, Default)]
+pub struct Tally {
+    sums: Vec<(Column, f64)>,
+}
+
+impl Tally {
+    pub fn add(&mut self, column: Column, v: f64) {
+        match self.sums.iter_mut().find(|s| s.0 == column) {
+            Some(s) => s.1 += v,
+            None => self.sums.push((column, v)),
+        }
+    }
+
+    pub fn means(self, items: usize) -> Vec<Score> {
+        self.sums
+            .into_iter()
+            .map(|(name, v)| Score {
+                name,
+                value: v / items.max(1) as f64,
+            })
+            .collect()
+    }
+}

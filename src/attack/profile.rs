@@ -1,0 +1,98 @@
+//! Named attack budgets: robrank's two ERS profiles and the positive-perturbation paper's PGD-5.
+
+use super::engine::{Norm, Pgd};
+use anyhow::{Context as _, Result};
+
+/// How a profile's step follows from its radius.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepRule {
+    Fixed(f32),
+    /// `2ε / i` for `i` iterations: every point of the ε-ball reachable from any start (seed 000,
+    /// §4, after Wong et al.).
+    TwiceEpsOverSteps,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Profile {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub eps: f32,
+    pub step: StepRule,
+    pub steps: usize,
+    pub random_start: bool,
+}
+
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "rob28",
+        about: "robrank's MNIST/Fashion-MNIST budget: L∞ ε 77/255, 32 steps of 3/255",
+        eps: 77.0 / 255.0,
+        step: StepRule::Fixed(3.0 / 255.0),
+        steps: 32,
+        random_start: false,
+    },
+    Profile {
+        name: "rob224",
+        about: "robrank's CUB/CARS/SOP budget: L∞ ε 8/255, 32 steps of 3/255",
+        eps: 8.0 / 255.0,
+        step: StepRule::Fixed(3.0 / 255.0),
+        steps: 32,
+        random_start: false,
+    },
+    Profile {
+        name: "pp-pgd5",
+        about: "the positive-perturbation paper's PGD-5 (seed 000, Tables 1-2): L∞ ε 0.01 (the paper also uses 0.05 and 0.1: --eps), 5 steps of 2ε/5, random start",
+        eps: 0.01,
+        step: StepRule::TwiceEpsOverSteps,
+        steps: 5,
+        random_start: true,
+    },
+];
+
+pub fn profile(name: &str) -> Result<&'static Profile> {
+    PROFILES.iter().find(|p| p.name == name).with_context(|| {
+        format!(
+            "unknown profile '{name}': expected {}",
+            PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// Changes to a profile's budget; `None` keeps the profile's value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides {
+    pub eps: Option<f32>,
+    pub step: Option<f32>,
+    pub steps: Option<usize>,
+    pub norm: Option<Norm>,
+    /// `true` turns a random start on; profiles that have one keep it.
+    pub random_start: bool,
+}
+
+impl Profile {
+    /// The profile's PGD budget with `o` applied; a step rule follows the final ε and steps.
+    pub fn pgd(&self, o: &Overrides) -> Pgd {
+        let eps = o.eps.unwrap_or(self.eps);
+        let steps = o.steps.unwrap_or(self.steps);
+        let rule = match self.step {
+            StepRule::Fixed(s) => s,
+            StepRule::TwiceEpsOverSteps => 2.0 * eps / steps.max(1) as f32,
+        };
+        Pgd {
+            eps,
+            step: o.step.unwrap_or(rule),
+            steps,
+            norm: o.norm.unwrap_or(Norm::Linf),
+            random_start: self.random_start || o.random_start,
+        }
+    }
+}
+
+/// One line per profile, for `--help`.
+pub fn help() -> String {
+    PROFILES
+        .iter()
+        .map(|p| format!("{}: {}", p.name, p.about))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,290 @@
+//! Attacks and methods by name: one line per unit. A spec is `NAME[:VALUE][:KEY=VALUE]…`, as
+//! rdml has always spelled its attacks (`NN-CW:0.05`, `MTAX:5`) and as robrank spells them
+//! (`CA:pm=+:W=1:eps=0.03137:alpha=0.011764:pgditer=32`, `QA:pm=-:M=1`), so a robrank command
+//! line can be pasted; robrank's budget keys set the PGD budget ([`SpecBudget`]).
+
+use super::method::{Method, WhiteBox};
+use super::unit::Attack;
+use super::units::{es, feature, label, nn, ranking, tma};
+use anyhow::{Context as _, Result, bail, ensure};
+use std::str::FromStr;
+
+/// An attack's names (the first is its canonical one), what it does, and how its spec is read.
+pub struct Entry<T: ?Sized> {
+    pub names: &'static [&'static str],
+    pub about: &'static str,
+    pub make: fn(&mut Params) -> Result<Box<T>>,
+}
+
+/// Every attack rdml runs.
+pub const ATTACKS: &[Entry<dyn Attack>] = &[
+    Entry {
+        names: &["CA+", "CA-", "CA"],
+        about: "candidate attack: raise (+) or lower (−) a candidate in a query's ranking (robrank's pm=±, W=1)",
+        make: ranking::candidate_from_spec,
+    },
+    Entry {
+        names: &["QA+", "QA-", "QA"],
+        about: "query attack: perturb a query to raise (+) or lower (−) a candidate (robrank's pm=±, M=1)",
+        make: ranking::query_from_spec,
+    },
+    Entry {
+        names: &["TMA"],
+        about: "targeted mismatch: move a query toward a random item (cosine reached)",
+        make: |_| Ok(Box::new(tma::Tma)),
+    },
+    Entry {
+        names: &["ES"],
+        about: "embedding shift: move a query away from itself (ES:D distance, ES:R Recall@1)",
+        make: |_| Ok(Box::new(es::Es)),
+    },
+    Entry {
+        names: &["LTM"],
+        about: "label-targeted mismatch: other classes ahead of the query's own (Recall@1)",
+        make: |_| Ok(Box::new(label::Label::Ltm)),
+    },
+    Entry {
+        names: &["GTM"],
+        about: "toward the nearest item of a class other than the query's top-1's (Recall@1)",
+        make: |_| Ok(Box::new(label::Label::Gtm)),
+    },
+    Entry {
+        names: &["GTT"],
+        about: "push the query's top-1 out of its top 4 (rate it stays)",
+        make: |_| Ok(Box::new(label::Label::Gtt)),
+    },
+    Entry {
+        names: &["NN"],
+        about: "nearest-neighbour attack (positive-perturbation paper, Algorithm 1)",
+        make: |_| Ok(Box::new(nn::Nn::Plain)),
+    },
+    Entry {
+        names: &["NN-CW"],
+        about: "NN by Carlini and Wagner's L∞ algorithm on their margin loss, NN-CW[:κ] (--eps the first τ, --step Adam's rate, --steps per round, 10 rounds)",
+        make: nn::cw_from_spec,
+    },
+    Entry {
+        names: &["NN-CW-PGD"],
+        about: "C&W's margin loss by PGD, NN-CW-PGD[:κ]",
+        make: nn::cw_from_spec,
+    },
+    Entry {
+        names: &["STAX", "MTAX", "UX"],
+        about: "MDProp's feature-space examples: STAX, MTAX[:T], UX[:T] (T targets, default 5)",
+        make: feature::from_spec,
+    },
+];
+
+/// How the images are moved.
+pub const METHODS: &[Entry<dyn Method>] = &[Entry {
+    names: &["white-box"],
+    about: "the attacked model's gradients, with the attack's own optimiser (default)",
+    make: |_| Ok(Box::new(WhiteBox)),
+}];
+
+/// Budget keys of a robrank spec: `eps`, `alpha` (the step) and `pgditer` (the steps).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecBudget {
+    pub eps: Option<f32>,
+    pub step: Option<f32>,
+    pub steps: Option<usize>,
+}
+
+/// A parsed spec: the name as written (upper-cased), an unnamed value, and `KEY=VALUE` pairs
+/// that a unit takes as it reads them; any left over is an error.
+#[derive(Debug)]
+pub struct Params {
+    spec: String,
+    name: String,
+    value: Option<String>,
+    keys: Vec<(String, String, bool)>,
+}
+
+impl Params {
+    pub fn parse(spec: &str) -> Result<Self> {
+        let mut parts = spec.trim().split(':');
+        let name = parts.next().unwrap_or("").trim().to_string();
+        ensure!(!name.is_empty(), "empty spec '{spec}'");
+        let (mut value, mut keys) = (None, vec![]);
+        for part in parts {
+            match part.split_once('=') {
+                Some((k, v)) => {
+                    let k = k.trim().to_ascii_lowercase();
+                    ensure!(!keys.iter().any(|(kk, _, _)| *kk == k), "'{spec}': {k} is given twice");
+                    keys.push((k, v.trim().to_string(), false));
+                }
+                None if value.is_none() && keys.is_empty() => value = Some(part.trim().to_string()),
+                None => bail!("'{spec}': expected KEY=VALUE after ':', got '{part}'"),
+            }
+        }
+        Ok(Self {
+            spec: spec.to_string(),
+            name: name.to_ascii_uppercase(),
+            value,
+            keys,
+        })
+    }
+
+    /// The name, upper-cased.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// The unnamed value (`NN-CW:0.05`), or the value of `key`; at most one of the two.
+    pub fn value_or(&mut self, key: &str) -> Result<Option<String>> {
+        let named = self.take(key);
+        match (self.value.take(), named) {
+            (Some(_), Some(_)) => bail!("'{}': give {key} once", self.spec),
+            (v, n) => Ok(v.or(n)),
+        }
+    }
+
+    /// The value of `key`, marked as read.
+    pub fn take(&mut self, key: &str) -> Option<String> {
+        self.keys.iter_mut().find(|(k, _, _)| k == key).map(|(_, v, used)| {
+            *used = true;
+            v.clone()
+        })
+    }
+
+    /// `key` (or the unnamed value) read as a `T` that `ok` accepts, `what` saying what is expected.
+    pub fn number<T: FromStr>(&mut self, key: &str, what: &str, ok: impl Fn(&T) -> bool) -> Result<Option<T>> {
+        let spec = self.spec.clone();
+        match self.value_or(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<T>()
+                .ok()
+                .filter(|x| ok(x))
+                .map(Some)
+                .with_context(|| format!("'{spec}': {key} = '{v}': expected {what}")),
+        }
+    }
+
+    /// A named-only number (robrank's keys), or `None`.
+    fn key_number<T: FromStr>(&mut self, key: &str, what: &str, ok: impl Fn(&T) -> bool) -> Result<Option<T>> {
+        let spec = self.spec.clone();
+        match self.take(key) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<T>()
+                .ok()
+                .filter(|x| ok(x))
+                .map(Some)
+                .with_context(|| format!("'{spec}': {key} = '{v}': expected {what}")),
+        }
+    }
+
+    /// Whether the attack raises (`+`): from the name's sign (`CA+`) or robrank's `pm=±`.
+    pub fn raise(&mut self) -> Result<bool> {
+        let from_name = match self.name.chars().last() {
+            Some('+') => Some(true),
+            Some('-') => Some(false),
+            _ => None,
+        };
+        let pm = self.take("pm");
+        let from_pm = match pm.as_deref() {
+            None => None,
+            Some("+") => Some(true),
+            Some("-") => Some(false),
+            Some(o) => bail!("'{}': pm = '{o}': expected + or -", self.spec),
+        };
+        match (from_name, from_pm) {
+            (Some(a), Some(b)) if a != b => bail!("'{}': the name's sign and pm disagree", self.spec),
+            (Some(a), _) | (None, Some(a)) => Ok(a),
+            (None, None) => bail!("'{}': say + or − (e.g. {}+, or pm=+)", self.spec, self.name),
+        }
+    }
+
+    /// robrank's W (CA) or M (QA): rdml implements the ERS setting, 1.
+    pub fn only_one(&mut self, key: &str) -> Result<()> {
+        let spec = self.spec.clone();
+        match self.take(&key.to_ascii_lowercase()) {
+            None => Ok(()),
+            Some(v) if v.trim() == "1" => Ok(()),
+            Some(v) => bail!("'{spec}': {key} = {v}: rdml implements {key} = 1 (robrank's ERS setting) only"),
+        }
+    }
+
+    /// Fails on keys no one read.
+    fn finish(&self, expected: &str) -> Result<()> {
+        if let Some(v) = &self.value {
+            bail!("'{}': {} takes no value after ':' (got '{v}')", self.spec, self.name);
+        }
+        let unread: Vec<&str> = self.keys.iter().filter(|k| !k.2).map(|k| k.0.as_str()).collect();
+        ensure!(
+            unread.is_empty(),
+            "'{}': unknown key(s) {} for {}{expected}",
+            self.spec,
+            unread.join(", "),
+            self.name
+        );
+        Ok(())
+    }
+}
+
+fn find<'a, T: ?Sized>(table: &'a [Entry<T>], name: &str) -> Option<&'a Entry<T>> {
+    table
+        .iter()
+        .find(|e| e.names.iter().any(|n| n.eq_ignore_ascii_case(name)))
+}
+
+/// The attack a spec names, and the budget its robrank keys set.
+pub fn attack_with_budget(spec: &str) -> Result<(Box<dyn Attack>, SpecBudget)> {
+    let mut p = Params::parse(spec)?;
+    let entry = find(ATTACKS, p.name()).with_context(|| {
+        format!(
+            "unknown attack '{spec}': expected one of {}",
+            ATTACKS
+                .iter()
+                .flat_map(|e| e.names.iter().copied())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let budget = SpecBudget {
+        eps: p.key_number("eps", "a number ≥ 0", |e: &f32| e.is_finite() && *e >= 0.0)?,
+        step: p.key_number("alpha", "a number ≥ 0", |e: &f32| e.is_finite() && *e >= 0.0)?,
+        steps: p.key_number("pgditer", "an integer ≥ 1", |s: &usize| *s >= 1)?,
+    };
+    let attack = (entry.make)(&mut p)?;
+    p.finish(" (robrank's eps, alpha and pgditer are read for every attack)")?;
+    Ok((attack, budget))
+}
+
+/// The attack a spec names; a spec with robrank budget keys is refused here (they would be lost).
+pub fn attack(spec: &str) -> Result<Box<dyn Attack>> {
+    let (a, budget) = attack_with_budget(spec)?;
+    ensure!(
+        budget == SpecBudget::default(),
+        "'{spec}': eps, alpha and pgditer are read where a budget is set (`rdml attack --attack`)"
+    );
+    Ok(a)
+}
+
+/// The method a spec names.
+pub fn method(spec: &str) -> Result<Box<dyn Method>> {
+    let mut p = Params::parse(spec)?;
+    let entry = find(METHODS, p.name()).with_context(|| {
+        format!(
+            "unknown method '{spec}': expected one of {}",
+            METHODS.iter().map(|e| e.names[0]).collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    let m = (entry.make)(&mut p)?;
+    p.finish("")?;
+    Ok(m)
+}
+
+/// One line per entry, for `--help`.
+pub fn help<T: ?Sized>(table: &[Entry<T>]) -> String {
+    table
+        .iter()
+        .map(|e| format!("{}: {}", e.names.join(" | "), e.about))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

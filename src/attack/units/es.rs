@@ -1,0 +1,77 @@
+//! Embedding shift (ES, robrank): each query is pushed as far as the budget allows from its own
+//! clean embedding; reported as the distance moved (ES:D) and Recall@1 after it (ES:R).
+
+use super::attacked_recall;
+use crate::attack::column::{Column, Tally};
+use crate::attack::context::{Context, euclid};
+use crate::attack::engine::Objective;
+use crate::attack::objective::shift::EmbeddingShift;
+use crate::attack::score::AttackResult;
+use crate::attack::unit::{Attack, Plan};
+use crate::eval::knn::Embeddings;
+use anyhow::Result;
+use rand_chacha::ChaCha8Rng;
+
+pub struct Es;
+
+impl Attack for Es {
+    fn spec(&self) -> String {
+        "ES".into()
+    }
+
+    fn plan(&self, ctx: &Context, items: &[usize], _rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
+        Ok(Box::new(EsPlan {
+            items: items.to_vec(),
+            objective: EmbeddingShift { clean: ctx.rows(items) },
+        }))
+    }
+
+    fn ers_columns(&self) -> Vec<Column> {
+        vec![Column::EsD, Column::EsR]
+    }
+
+    /// robrank's `pjswipe.py`: ES:D over the maximal chord 2 of the unit sphere, inverted; ES:R
+    /// as it is.
+    fn ers_term(&self, column: Column, raw: f64) -> Option<f64> {
+        match column {
+            Column::EsD => Some(100.0 * (2.0 - raw) / 2.0),
+            Column::EsR => Some(raw),
+            _ => None,
+        }
+    }
+
+    /// CA-TRIDE, Appendix B: ES:R relative to the clean Recall@1; ES:D has no ARS term.
+    fn ars_term(&self, column: Column, result: &AttackResult) -> Option<f64> {
+        (column == Column::EsR)
+            .then(|| relative_recall(result, Column::EsR))
+            .flatten()
+    }
+}
+
+/// `100 · attacked / clean` Recall@1 of a result (0 when the clean recall is 0).
+pub(crate) fn relative_recall(result: &AttackResult, column: Column) -> Option<f64> {
+    let raw = result.get(column)?;
+    let clean = result.get(Column::RecallClean)?;
+    Some(if clean > 0.0 { 100.0 * raw / clean } else { 0.0 })
+}
+
+struct EsPlan {
+    items: Vec<usize>,
+    objective: EmbeddingShift,
+}
+
+impl Plan for EsPlan {
+    fn objective(&self) -> &dyn Objective {
+        &self.objective
+    }
+
+    fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
+        let (_, r1) = attacked_recall(target, &self.items, adv, tally)?;
+        let shift: f64 = (0..self.items.len())
+            .map(|r| euclid(target.clean.row(self.items[r]), adv.row(r)) as f64)
+            .sum();
+        tally.add(Column::EsD, shift);
+        tally.add(Column::EsR, r1);
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! robrank's label attacks on a query: LTM (label-targeted mismatch: every item of another class
+//! ahead of every item of its own), GTM (toward the nearest item of a class other than its
+//! current top-1's) and GTT (push its current top-1 out of its top 4). LTM and GTM report
+//! Recall@1 after the attack, GTT the rate at which the top-1 stays in the top 4.
+
+use super::attacked_recall;
+use super::es::relative_recall;
+use crate::attack::column::{Column, Tally};
+use crate::attack::context::Context;
+use crate::attack::engine::Objective;
+use crate::attack::objective::rank::{Direction, QueryAttack};
+use crate::attack::objective::targets::{LabelMislead, TowardPoint};
+use crate::attack::score::AttackResult;
+use crate::attack::unit::{Attack, Plan};
+use crate::eval::knn::{Embeddings, top_k};
+use anyhow::Result;
+use burn::tensor::{Bool, Tensor, TensorData};
+use rand_chacha::ChaCha8Rng;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label {
+    Ltm,
+    Gtm,
+    Gtt,
+}
+
+impl Label {
+    fn column(self) -> Column {
+        match self {
+            Self::Ltm => Column::Ltm,
+            Self::Gtm => Column::Gtm,
+            Self::Gtt => Column::Gtt,
+        }
+    }
+}
+
+impl Attack for Label {
+    fn spec(&self) -> String {
+        self.column().name()
+    }
+
+    fn plan(&self, ctx: &Context, items: &[usize], _rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
+        let (b, n, labels) = (items.len(), ctx.n(), &ctx.set.labels);
+        let objective: Box<dyn Objective> = match self {
+            Self::Ltm => {
+                let mut same = vec![false; b * n];
+                let mut diff = vec![false; b * n];
+                for (r, &qi) in items.iter().enumerate() {
+                    for j in 0..n {
+                        let s = labels[j] == labels[qi];
+                        same[r * n + j] = s && (j != qi || ctx.robrank_compat);
+                        diff[r * n + j] = !s;
+                    }
+                }
+                let m = |v: Vec<bool>| Tensor::<2, Bool>::from_data(TensorData::new(v, [b, n]), &ctx.device);
+                Box::new(LabelMislead {
+                    candidates: ctx.cand.clone(),
+                    cand_sq: ctx.cand_sq.clone(),
+                    same: m(same),
+                    diff: m(diff),
+                })
+            }
+            Self::Gtm => {
+                let targets: Vec<usize> = items.iter().map(|&qi| gtm_target(ctx, qi)).collect();
+                Box::new(TowardPoint {
+                    target: ctx.rows(&targets),
+                })
+            }
+            Self::Gtt => {
+                let top1: Vec<usize> = items.iter().map(|&qi| ctx.neighbours(qi, 1)[0].1 as usize).collect();
+                let objective = QueryAttack {
+                    candidate: ctx.rows(&top1),
+                    all: ctx.cand.clone(),
+                    all_sq: ctx.cand_sq.clone(),
+                    direction: Direction::Lower,
+                };
+                return Ok(Box::new(GttPlan {
+                    items: items.to_vec(),
+                    top1,
+                    objective,
+                }));
+            }
+        };
+        Ok(Box::new(RecallPlan {
+            column: self.column(),
+            items: items.to_vec(),
+            objective,
+        }))
+    }
+
+    fn ers_columns(&self) -> Vec<Column> {
+        vec![self.column()]
+    }
+
+    fn ers_term(&self, column: Column, raw: f64) -> Option<f64> {
+        (column == self.column()).then_some(raw)
+    }
+
+    /// CA-TRIDE, Appendix B: LTM and GTM relative to the clean Recall@1, GTT as it is.
+    fn ars_term(&self, column: Column, result: &AttackResult) -> Option<f64> {
+        match (self, column == self.column()) {
+            (_, false) => None,
+            (Self::Gtt, true) => result.get(column),
+            (_, true) => relative_recall(result, column),
+        }
+    }
+}
+
+/// GTM's target: the nearest item of a class other than the query's current top-1's. robrank's
+/// `_sel_gtm` uses that item's position in the subset as an index (`--robrank-compat`).
+fn gtm_target(ctx: &Context, qi: usize) -> usize {
+    let labels = &ctx.set.labels;
+    let top1_label = labels[ctx.neighbours(qi, 1)[0].1 as usize];
+    let d = ctx.host_dists(ctx.clean.row(qi));
+    let subset: Vec<usize> = (0..ctx.n()).filter(|&j| j != qi && labels[j] != top1_label).collect();
+    let best = (0..subset.len())
+        .min_by(|&a, &b| d[subset[a]].total_cmp(&d[subset[b]]))
+        .unwrap_or(0);
+    if ctx.robrank_compat {
+        best.min(ctx.n() - 1)
+    } else {
+        subset.get(best).copied().unwrap_or(qi)
+    }
+}
+
+struct RecallPlan {
+    column: Column,
+    items: Vec<usize>,
+    objective: Box<dyn Objective>,
+}
+
+impl Plan for RecallPlan {
+    fn objective(&self) -> &dyn Objective {
+        self.objective.as_ref()
+    }
+
+    fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
+        let (_, r1) = attacked_recall(target, &self.items, adv, tally)?;
+        tally.add(self.column, r1);
+        Ok(())
+    }
+}
+
+struct GttPlan {
+    items: Vec<usize>,
+    top1: Vec<usize>,
+    objective: QueryAttack,
+}
+
+impl Plan for GttPlan {
+    fn objective(&self) -> &dyn Objective {
+        &self.objective
+    }
+
+    fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
+        for (r, (&qi, &ci)) in self.items.iter().zip(&self.top1).enumerate() {
+            let top4 = top_k(&target.host_dists(adv.row(r)), 4, Some(qi));
+            tally.add(
+                Column::Gtt,
+                100.0 * f64::from(u8::from(top4.iter().any(|t| t.1 as usize == ci))),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,35 @@
+//! The attacks, one file per family; [`crate::attack::registry`] maps their names to them.
+
+pub mod es;
+pub mod feature;
+pub mod label;
+pub mod nn;
+pub mod ranking;
+pub mod tma;
+
+use super::column::{Column, Tally};
+use super::context::Context;
+use crate::eval::knn::Embeddings;
+use crate::eval::metrics::Retrieval;
+use anyhow::Result;
+
+/// Recall@1 of the attacked queries `adv` of `items` against the clean test set, each query's
+/// own clean copy left out: adds the clean Recall@1 of the same queries to `tally`, and returns
+/// the attacked metrics with their Recall@1 summed over the batch (in percent).
+pub(crate) fn attacked_recall(
+    target: &Context,
+    items: &[usize],
+    adv: &Embeddings,
+    tally: &mut Tally,
+) -> Result<(Retrieval, f64)> {
+    let b = items.len();
+    let m = target.retrieval(items, adv, &[1])?;
+    let scored = (m.queries - m.lone_queries) as f64;
+    let r1 = 100.0 * m.recall_at(1).unwrap_or(0.0) * scored / b as f64;
+    let c = target.retrieval(items, &target.clean_of(items)?, &[1])?;
+    tally.add(
+        Column::RecallClean,
+        100.0 * c.recall_at(1).unwrap_or(0.0) * (c.queries - c.lone_queries) as f64,
+    );
+    Ok((m, r1 * b as f64))
+}

@@ -1,0 +1,186 @@
+//! The ranking attacks of Zhou et al. (ECCV'20) with robrank's W = 1 / M = 1 selections: CA+ and
+//! CA− perturb a candidate to raise or lower it in the list of a query (drawn at random, or from
+//! the candidate's own top 1 %); QA+ and QA− perturb a query to raise or lower a candidate
+//! (drawn the same way). Each reports the candidate's percentile rank after the attack, and its
+//! ARS term from the rank before it.
+
+use crate::attack::column::{Column, Tally};
+use crate::attack::context::{Context, euclid, from_top, random_other};
+use crate::attack::engine::Objective;
+use crate::attack::objective::dist_to_all;
+use crate::attack::objective::rank::{CandidateAttack, Direction, QueryAttack};
+use crate::attack::score::{AttackResult, ars_rank_term};
+use crate::attack::unit::{Attack, Plan};
+use crate::eval::knn::Embeddings;
+use crate::loss::to_host;
+use anyhow::Result;
+use rand_chacha::ChaCha8Rng;
+
+/// CA± (`candidate`) or QA± (not), raising (+) or lowering (−) the candidate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranking {
+    pub candidate: bool,
+    pub raise: bool,
+}
+
+impl Ranking {
+    fn column(self) -> Column {
+        match (self.candidate, self.raise) {
+            (true, true) => Column::CaPlus,
+            (true, false) => Column::CaMinus,
+            (false, true) => Column::QaPlus,
+            (false, false) => Column::QaMinus,
+        }
+    }
+
+    fn direction(self) -> Direction {
+        if self.raise { Direction::Raise } else { Direction::Lower }
+    }
+
+    /// Each item's partner: a random other item for "+", one of its top 1 % for "−".
+    pub(crate) fn partners(self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Vec<usize> {
+        let (n, topmost) = (ctx.n(), ctx.topmost());
+        items
+            .iter()
+            .map(|&i| {
+                if self.raise {
+                    random_other(rng, n, i)
+                } else {
+                    from_top(rng, &ctx.neighbours(i, topmost.max(8)), topmost, i)
+                }
+            })
+            .collect()
+    }
+}
+
+impl Attack for Ranking {
+    fn spec(&self) -> String {
+        self.column().name()
+    }
+
+    fn plan(&self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
+        let partners = self.partners(ctx, items, rng);
+        Ok(if self.candidate {
+            let query = ctx.rows(&partners);
+            let dxq = dist_to_all(query.clone(), &ctx.cand, &ctx.cand_sq);
+            Box::new(CandidatePlan {
+                attack: *self,
+                items: items.to_vec(),
+                queries: partners,
+                objective: CandidateAttack {
+                    query,
+                    dxq,
+                    direction: self.direction(),
+                },
+            })
+        } else {
+            Box::new(QueryPlan {
+                attack: *self,
+                items: items.to_vec(),
+                candidates: partners.clone(),
+                objective: QueryAttack {
+                    candidate: ctx.rows(&partners),
+                    all: ctx.cand.clone(),
+                    all_sq: ctx.cand_sq.clone(),
+                    direction: self.direction(),
+                },
+            })
+        })
+    }
+
+    fn ers_columns(&self) -> Vec<Column> {
+        vec![self.column()]
+    }
+
+    /// robrank's `pjswipe.py`: the "+" ranks doubled, the "−" ranks inverted.
+    fn ers_term(&self, column: Column, raw: f64) -> Option<f64> {
+        (column == self.column()).then_some(if self.raise { 2.0 * raw } else { 100.0 - raw })
+    }
+
+    fn ars_term(&self, column: Column, result: &AttackResult) -> Option<f64> {
+        (column == self.column()).then(|| result.get(Column::Ars)).flatten()
+    }
+}
+
+struct CandidatePlan {
+    attack: Ranking,
+    items: Vec<usize>,
+    queries: Vec<usize>,
+    objective: CandidateAttack,
+}
+
+impl Plan for CandidatePlan {
+    fn objective(&self) -> &dyn Objective {
+        &self.objective
+    }
+
+    fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
+        let n = target.n();
+        let dxq = to_host(&dist_to_all(target.rows(&self.queries), &target.cand, &target.cand_sq));
+        for (r, (&qi, &c)) in self.queries.iter().zip(&self.items).enumerate() {
+            // The candidate's percentile rank in the query's list.
+            let prank = |e: &[f32]| {
+                let dcq: f32 = euclid(target.clean.row(qi), e);
+                100.0 * dxq[r * n..(r + 1) * n].iter().filter(|&&d| d < dcq).count() as f64 / n as f64
+            };
+            let (adv, init) = (prank(adv.row(r)), prank(target.clean.row(c)));
+            tally.add(self.attack.column(), adv);
+            tally.add(Column::Ars, ars_rank_term(self.attack.raise, init, adv));
+        }
+        Ok(())
+    }
+}
+
+struct QueryPlan {
+    attack: Ranking,
+    items: Vec<usize>,
+    candidates: Vec<usize>,
+    objective: QueryAttack,
+}
+
+impl Plan for QueryPlan {
+    fn objective(&self) -> &dyn Objective {
+        &self.objective
+    }
+
+    fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
+        for (r, (&qi, &ci)) in self.items.iter().zip(&self.candidates).enumerate() {
+            let d = target.host_dists(adv.row(r));
+            let (rank, init) = (
+                percentile_rank(&d, ci),
+                percentile_rank(&target.host_dists(target.clean.row(qi)), ci),
+            );
+            tally.add(self.attack.column(), rank);
+            tally.add(Column::Ars, ars_rank_term(self.attack.raise, init, rank));
+        }
+        Ok(())
+    }
+}
+
+/// Rank of item `c` among all N distances `d` (the query's own clean copy included), in percent;
+/// ties go to the lower index.
+pub(crate) fn percentile_rank(d: &[f32], c: usize) -> f64 {
+    100.0
+        * d.iter()
+            .enumerate()
+            .filter(|&(j, &v)| v < d[c] || (v == d[c] && j < c))
+            .count() as f64
+        / d.len() as f64
+}
+
+/// `CA+`, `CA-`, or robrank's `CA:pm=±[:W=1]`.
+pub fn candidate_from_spec(p: &mut crate::attack::registry::Params) -> Result<Box<dyn Attack>> {
+    let raise = p.raise()?;
+    p.only_one("W")?;
+    Ok(Box::new(Ranking { candidate: true, raise }))
+}
+
+/// `QA+`, `QA-`, or robrank's `QA:pm=±[:M=1]`.
+pub fn query_from_spec(p: &mut crate::attack::registry::Params) -> Result<Box<dyn Attack>> {
+    let raise = p.raise()?;
+    p.only_one("M")?;
+    Ok(Box::new(Ranking {
+        candidate: false,
+        raise,
+    }))
+}

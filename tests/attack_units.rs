@@ -1,0 +1,123 @@
+//! The attack units behind the registry: robrank's spec strings read as the flags do, and the
+//! black-box, transfer, semantics-preserving and universal attacks each do what they claim.
+
+use burn::tensor::Device;
+use rdml::attack::engine::{Norm, Pgd};
+use rdml::attack::registry::{SpecBudget, attack, attack_with_budget, method};
+use rdml::attack::suite::{Context, Setup, run, run_with};
+use rdml::config::Experiment;
+use rdml::model::EmbeddingNet;
+
+fn small() -> (EmbeddingNet, rdml::data::ImageSet) {
+    let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
+    let splits = exp.data.load(0).unwrap();
+    let dev = Device::default();
+    let net = rdml::seeded(&dev, 1, || EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap());
+    let test = splits.test.query.subset("small", &(0..300).collect::<Vec<_>>());
+    (net, test)
+}
+
+fn pgd(eps: f32, step: f32, steps: usize) -> Pgd {
+    Pgd {
+        eps,
+        step,
+        steps,
+        norm: Norm::Linf,
+        random_start: false,
+    }
+}
+
+#[test]
+fn robrank_spec_strings_read_as_the_flags() {
+    let (a, b) = attack_with_budget("CA:pm=+:W=1:eps=0.03137:alpha=0.011764:pgditer=32").unwrap();
+    assert_eq!(a.spec(), "CA+");
+    assert_eq!(
+        b,
+        SpecBudget {
+            eps: Some(0.03137),
+            step: Some(0.011764),
+            steps: Some(32)
+        }
+    );
+    assert_eq!(attack("QA:pm=-:M=1").unwrap().spec(), "QA-");
+    assert_eq!(attack("qa-").unwrap().spec(), "QA-");
+    assert_eq!(attack("MTAX:targets=3").unwrap().spec(), "MTAX:3");
+    assert_eq!(attack("NN-CW:kappa=0.5").unwrap().spec(), "NN-CW:0.5");
+    // Every canonical spec reads back to itself.
+    for s in [
+        "CA+",
+        "CA-",
+        "QA+",
+        "QA-",
+        "TMA",
+        "ES",
+        "LTM",
+        "GTM",
+        "GTT",
+        "NN",
+        "NN-CW:0.5",
+        "NN-CW-PGD",
+        "STAX",
+        "MTAX:5",
+        "UX:3",
+    ] {
+        assert_eq!(attack(s).unwrap().spec(), s);
+    }
+    for bad in [
+        "CA",            // no sign
+        "CA+:pm=-",      // the name's sign and pm disagree
+        "CA:pm=+:W=2",   // W > 1 is not implemented
+        "QA:pm=+:M=5",   // nor M > 1
+        "QA:pm=*",       // not a sign
+        "TMA:foo=1",     // unknown key
+        "ES:3",          // no value taken
+        "CA+:eps=x",     // not a number
+        "CA+:pgditer=0", // not ≥ 1
+        "CA+:W=1:W=1",   // twice
+        "NOPE",          // unknown attack
+    ] {
+        assert!(attack_with_budget(bad).is_err(), "{bad} was accepted");
+    }
+    // A budget in the spec is refused where no budget is read.
+    assert!(attack("CA:pm=+:eps=0.1").is_err());
+    assert!(method("white-box").is_ok() && method("grey-box").is_err());
+
+    // The spec string runs the same attack as the name.
+    let (net, set) = small();
+    let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
+    let p = pgd(0.1, 0.02, 5);
+    let a = run(&ctx, attack("CA:pm=-:W=1").unwrap().as_ref(), &p, 32, 16, 2).unwrap();
+    let b = run(&ctx, attack("CA-").unwrap().as_ref(), &p, 32, 16, 2).unwrap();
+    assert_eq!(a.score("CA-"), b.score("CA-"));
+    assert!(a.score("CA-").is_some());
+}
+
+#[test]
+fn transfer_from_a_model_to_itself_is_the_white_box_attack() {
+    let (net, set) = small();
+    let dev = Device::default();
+    let target = Context::new(&net, &set, &dev, false).unwrap();
+    // A second, separately loaded copy of the same model as the surrogate.
+    let surrogate = Context::new(&net.clone(), &set, &dev, false).unwrap();
+    let p = pgd(0.1, 0.02, 5);
+    for name in ["QA+", "ES", "NN"] {
+        let a = attack(name).unwrap();
+        let white = run(&target, a.as_ref(), &p, 32, 16, 4).unwrap();
+        let setup = Setup {
+            attacker: &surrogate,
+            ..Setup::white_box(&target, &p, 32, 16, 4)
+        };
+        let transfer = run_with(&setup, a.as_ref()).unwrap();
+        assert_eq!(white.scores.len(), transfer.scores.len());
+        for (w, t) in white.scores.iter().zip(&transfer.scores) {
+            assert_eq!((w.name, w.value), (t.name, t.value), "{name}");
+        }
+    }
+    // A surrogate on another test set is refused.
+    let other = Context::new(&net, &set.subset("fewer", &(0..200).collect::<Vec<_>>()), &dev, false).unwrap();
+    let setup = Setup {
+        attacker: &other,
+        ..Setup::white_box(&target, &p, 32, 16, 4)
+    };
+    assert!(run_with(&setup, attack("ES").unwrap().as_ref()).is_err());
+}
