@@ -16,71 +16,27 @@ pub struct Entry<T: ?Sized> {
     pub make: fn(&mut Params) -> Result<Box<T>>,
 }
 
-/// Every attack rdml runs.
+/// Every attack rdml runs, one line each.
+#[rustfmt::skip]
 pub const ATTACKS: &[Entry<dyn Attack>] = &[
-    Entry {
-        names: &["CA+", "CA-", "CA"],
-        about: "candidate attack: raise (+) or lower (−) a candidate in a query's ranking (robrank's pm=±, W=1)",
-        make: ranking::candidate_from_spec,
-    },
-    Entry {
-        names: &["QA+", "QA-", "QA"],
-        about: "query attack: perturb a query to raise (+) or lower (−) a candidate (robrank's pm=±, M=1)",
-        make: ranking::query_from_spec,
-    },
-    Entry {
-        names: &["TMA"],
-        about: "targeted mismatch: move a query toward a random item (cosine reached)",
-        make: |_| Ok(Box::new(tma::Tma)),
-    },
-    Entry {
-        names: &["ES"],
-        about: "embedding shift: move a query away from itself (ES:D distance, ES:R Recall@1)",
-        make: |_| Ok(Box::new(es::Es)),
-    },
-    Entry {
-        names: &["LTM"],
-        about: "label-targeted mismatch: other classes ahead of the query's own (Recall@1)",
-        make: |_| Ok(Box::new(label::Label::Ltm)),
-    },
-    Entry {
-        names: &["GTM"],
-        about: "toward the nearest item of a class other than the query's top-1's (Recall@1)",
-        make: |_| Ok(Box::new(label::Label::Gtm)),
-    },
-    Entry {
-        names: &["GTT"],
-        about: "push the query's top-1 out of its top 4 (rate it stays)",
-        make: |_| Ok(Box::new(label::Label::Gtt)),
-    },
-    Entry {
-        names: &["NN"],
-        about: "nearest-neighbour attack (positive-perturbation paper, Algorithm 1)",
-        make: |_| Ok(Box::new(nn::Nn::Plain)),
-    },
-    Entry {
-        names: &["NN-CW"],
-        about: "NN by Carlini and Wagner's L∞ algorithm on their margin loss, NN-CW[:κ] (--eps the first τ, --step Adam's rate, --steps per round, 10 rounds)",
-        make: nn::cw_from_spec,
-    },
-    Entry {
-        names: &["NN-CW-PGD"],
-        about: "C&W's margin loss by PGD, NN-CW-PGD[:κ]",
-        make: nn::cw_from_spec,
-    },
-    Entry {
-        names: &["STAX", "MTAX", "UX"],
-        about: "MDProp's feature-space examples: STAX, MTAX[:T], UX[:T] (T targets, default 5)",
-        make: feature::from_spec,
-    },
+    Entry { names: &["CA+", "CA-", "CA"], about: "candidate attack: raise (+) or lower (−) a candidate in a query's ranking (robrank's pm=±, W=1)", make: ranking::candidate_from_spec },
+    Entry { names: &["QA+", "QA-", "QA"], about: "query attack: perturb a query to raise (+) or lower (−) a candidate (robrank's pm=±, M=1)", make: ranking::query_from_spec },
+    Entry { names: &["TMA"], about: "targeted mismatch: move a query toward a random item (cosine reached)", make: |_| Ok(Box::new(tma::Tma)) },
+    Entry { names: &["ES"], about: "embedding shift: move a query away from itself (ES:D distance, ES:R Recall@1)", make: |_| Ok(Box::new(es::Es)) },
+    Entry { names: &["LTM"], about: "label-targeted mismatch: other classes ahead of the query's own (Recall@1)", make: |_| Ok(Box::new(label::Label::Ltm)) },
+    Entry { names: &["GTM"], about: "toward the nearest item of a class other than the query's top-1's (Recall@1)", make: |_| Ok(Box::new(label::Label::Gtm)) },
+    Entry { names: &["GTT"], about: "push the query's top-1 out of its top 4 (rate it stays)", make: |_| Ok(Box::new(label::Label::Gtt)) },
+    Entry { names: &["NN"], about: "nearest-neighbour attack (positive-perturbation paper, Algorithm 1)", make: |_| Ok(Box::new(nn::Nn::Plain)) },
+    Entry { names: &["NN-CW"], about: "NN by Carlini and Wagner's L∞ algorithm on their margin loss, NN-CW[:κ] (--eps the first τ, --step Adam's rate, --steps per round, 10 rounds)", make: nn::cw_from_spec },
+    Entry { names: &["NN-CW-PGD"], about: "C&W's margin loss by PGD, NN-CW-PGD[:κ]", make: nn::cw_from_spec },
+    Entry { names: &["STAX", "MTAX", "UX"], about: "MDProp's feature-space examples: STAX, MTAX[:T], UX[:T] (T targets, default 5)", make: feature::from_spec },
 ];
 
-/// How the images are moved.
-pub const METHODS: &[Entry<dyn Method>] = &[Entry {
-    names: &["white-box"],
-    about: "the attacked model's gradients, with the attack's own optimiser (default)",
-    make: |_| Ok(Box::new(WhiteBox)),
-}];
+/// How the images are moved, one line each.
+#[rustfmt::skip]
+pub const METHODS: &[Entry<dyn Method>] = &[
+    Entry { names: &["white-box"], about: "the attacked model's gradients, with the attack's own optimiser (default)", make: |_| Ok(Box::new(WhiteBox)) },
+];
 
 /// Budget keys of a robrank spec: `eps`, `alpha` (the step) and `pgditer` (the steps).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
