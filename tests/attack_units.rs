@@ -121,3 +121,58 @@ fn transfer_from_a_model_to_itself_is_the_white_box_attack() {
     };
     assert!(run_with(&setup, attack("ES").unwrap().as_ref()).is_err());
 }
+
+#[test]
+fn nes_estimates_the_gradient_and_moves_the_objective_like_pgd() {
+    use burn::tensor::Tensor;
+    use rand::SeedableRng;
+    use rdml::attack::method::nes::estimate_gradient;
+    let (net, set) = small();
+    let dev = Device::default();
+    let ctx = Context::new(&net, &set, &dev, false).unwrap();
+    let items: Vec<usize> = (0..4).collect();
+    let qa = attack("QA+").unwrap();
+    let plan = qa
+        .plan(&ctx, &items, &mut rand_chacha::ChaCha8Rng::seed_from_u64(3))
+        .unwrap();
+    let x = rdml::eval::batch_tensor(&rdml::data::loader::load_batch(&set, &items, None).unwrap(), &dev);
+    // The true gradient of the objective, by autodiff.
+    let xi = x.clone().autodiff().require_grad();
+    let grads = plan.objective().loss(ctx.model.forward(xi.clone()), 0).backward();
+    let truth = xi.grad(&grads).unwrap().without_autodiff();
+    let nes = estimate_gradient(&ctx.model, &x, plan.objective(), 400, 0.01, 7).unwrap();
+    let rows = |t: Tensor<4>| -> Vec<Vec<f32>> {
+        let v = t.into_data().try_to_vec::<f32>().unwrap();
+        v.chunks(28 * 28).map(|c| c.to_vec()).collect()
+    };
+    for (t, e) in rows(truth).iter().zip(rows(nes)) {
+        let dot: f32 = t.iter().zip(&e).map(|(a, b)| a * b).sum();
+        let cos = dot / (t.iter().map(|a| a * a).sum::<f32>().sqrt() * e.iter().map(|a| a * a).sum::<f32>().sqrt());
+        assert!(cos > 0.2, "cosine of NES's estimate with the true gradient: {cos}");
+    }
+    // As an attack: QA+ raises the candidate by NES as by white-box PGD, and counts its queries.
+    let zero = run(&ctx, qa.as_ref(), &pgd(0.0, 0.0, 1), 16, 16, 1).unwrap();
+    let p = pgd(0.2, 0.02, 10);
+    let white = run(&ctx, qa.as_ref(), &p, 16, 16, 1).unwrap();
+    let m = method("nes:pop=50:sigma=0.01").unwrap();
+    let setup = Setup {
+        method: m.as_ref(),
+        ..Setup::white_box(&ctx, &p, 16, 16, 1)
+    };
+    let black = run_with(&setup, qa.as_ref()).unwrap();
+    let (r0, rw, rb) = (
+        zero.score("QA+").unwrap(),
+        white.score("QA+").unwrap(),
+        black.score("QA+").unwrap(),
+    );
+    assert!(
+        rb < r0 * 0.8 && rw < r0 * 0.8,
+        "QA+ rank: clean {r0}, white-box {rw}, NES {rb}"
+    );
+    assert_eq!(black.score("model_queries"), Some(10.0 * 50.0));
+    assert_eq!(black.method, "nes:pop=50:sigma=0.01");
+    // C&W's optimiser has no NES form; an odd population is refused.
+    let cw = attack("NN-CW").unwrap();
+    assert!(run_with(&setup, cw.as_ref()).is_err());
+    assert!(method("nes:pop=5").is_err() && method("nes:sigma=-1").is_err());
+}

@@ -3,6 +3,8 @@
 //! methods ([`super::registry::METHODS`]) estimate that gradient from queries, or fit one
 //! perturbation to every batch.
 
+pub mod nes;
+
 use super::context::Context;
 use super::cw::{CwLinf, cw_linf};
 use super::engine::{Pgd, attack};
