@@ -117,6 +117,10 @@ enum Cmd {
         model: PathBuf,
         #[arg(long, long_help = attack_help())]
         attack: String,
+        /// A transfer attack: make the adversarial examples on this run's model, score them on
+        /// --model's (same test images).
+        #[arg(long, value_name = "DIR")]
+        surrogate: Option<PathBuf>,
         #[arg(long, default_value = "rob28", long_help = profile_help())]
         profile: String,
         #[command(flatten)]
@@ -133,6 +137,10 @@ enum Cmd {
         profile: String,
         #[command(flatten)]
         budget: Budget,
+        /// A transfer attack: make every attack's examples on this run's model, score them on
+        /// --model's (same test images).
+        #[arg(long, value_name = "DIR")]
+        surrogate: Option<PathBuf>,
         /// Write the table as JSON here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -162,6 +170,18 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+}
+
+/// The attacking context of a transfer attack: `dir`'s model on the attacked run's test images.
+fn surrogate_context(
+    dir: Option<&std::path::Path>,
+    set: &rdml::data::ImageSet,
+    device: &burn::tensor::Device,
+    robrank_compat: bool,
+) -> Result<Option<Context>> {
+    let Some(dir) = dir else { return Ok(None) };
+    let (_, net) = rdml::train::load_model(dir, set.item_shape(), device).context("--surrogate")?;
+    Ok(Some(Context::new(&net, set, device, robrank_compat)?))
 }
 
 fn attack_help() -> String {
@@ -484,6 +504,7 @@ fn run(cli: Cli) -> Result<Outcome> {
         Cmd::Attack {
             model,
             attack,
+            surrogate,
             profile,
             budget,
             json,
@@ -494,18 +515,26 @@ fn run(cli: Cli) -> Result<Outcome> {
             let device = open_device(flag, &[], json)?;
             let run_ = load_run(&model, None, &device)?;
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
-            let r = run_with(&budget.setup(&ctx, &ctx, method.as_ref(), pgd), unit.as_ref())?;
+            let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
+            let r = run_with(
+                &budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd),
+                unit.as_ref(),
+            )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps, {:.1} s):",
+                    "{}{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps, {:.1} s):",
                     r.attack,
                     if r.method == "white-box" {
                         String::new()
                     } else {
                         format!(" by {}", r.method)
                     },
+                    surrogate
+                        .as_ref()
+                        .map(|s| format!(" made on {}", s.display()))
+                        .unwrap_or_default(),
                     model.display(),
                     r.queries,
                     pgd.eps,
@@ -520,6 +549,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             model,
             profile,
             budget,
+            surrogate,
             out,
         } => {
             let pgd = budget.pgd(&profile, Default::default())?;
@@ -535,7 +565,11 @@ fn run(cli: Cli) -> Result<Outcome> {
                     "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
                 );
             }
-            let r = robustness(&budget.setup(&ctx, &ctx, method.as_ref(), pgd), true)?;
+            let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
+            let r = robustness(
+                &budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd),
+                true,
+            )?;
             print!("{}", rdml::report::robustness_table(&r));
             println!(
                 "ERS {:.1}   ARS {:.1}   ({} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
@@ -544,7 +578,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             if let Some(o) = out {
                 write_json(
                     &o,
-                    &serde_json::json!({"model": model, "profile": profile, "method": budget.method, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
+                    &serde_json::json!({"model": model, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
                 )?;
             }
         }

@@ -408,6 +408,31 @@ pub struct LoadedRun {
 /// its test split, from `data` instead of the config's folder when given. Refuses an unfinished
 /// run, a damaged weights file and non-finite weights. Only the test split is read.
 pub fn load_run(dir: &Path, data: Option<&Path>, device: &Device) -> Result<LoadedRun> {
+    let mut exp = finished_config(dir)?;
+    if let Some(d) = data {
+        exp.data.root = Some(d.to_path_buf());
+        if exp.data.dataset == crate::data::DatasetKind::FashionMnistEmbedded {
+            exp.data.dataset = crate::data::DatasetKind::FashionMnist;
+        }
+    }
+    let test = exp
+        .data
+        .load_test(exp.seed)
+        .with_context(|| format!("{}: cannot load the run's test split", dir.display()))?;
+    let net = load_net(dir, &exp, test.query.item_shape(), device)?;
+    Ok(LoadedRun { exp, net, test })
+}
+
+/// Loads only the model of a finished run, for images of `item_shape` (a transfer attack's
+/// surrogate, made on another run's test images); its own data need not be present.
+pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result<(Experiment, EmbeddingNet)> {
+    let exp = finished_config(dir)?;
+    let net = load_net(dir, &exp, item_shape, device)?;
+    Ok((exp, net))
+}
+
+/// The config of a finished run folder.
+fn finished_config(dir: &Path) -> Result<Experiment> {
     let cfg = dir.join("config.toml");
     ensure!(
         cfg.is_file(),
@@ -423,21 +448,13 @@ pub fn load_run(dir: &Path, data: Option<&Path>, device: &Device) -> Result<Load
             dir.display()
         );
     }
-    let mut exp = Experiment::load(&cfg.display().to_string(), &[])?;
-    if let Some(d) = data {
-        exp.data.root = Some(d.to_path_buf());
-        if exp.data.dataset == crate::data::DatasetKind::FashionMnistEmbedded {
-            exp.data.dataset = crate::data::DatasetKind::FashionMnist;
-        }
-    }
-    let test = exp
-        .data
-        .load_test(exp.seed)
-        .with_context(|| format!("{}: cannot load the run's test split", dir.display()))?;
+    Experiment::load(&cfg.display().to_string(), &[])
+}
+
+fn load_net(dir: &Path, exp: &Experiment, item_shape: [usize; 3], device: &Device) -> Result<EmbeddingNet> {
     let mut model_cfg = exp.model.clone();
     model_cfg.pretrained = None;
-    let net = EmbeddingNet::new(&model_cfg, test.query.item_shape(), device)?.load(&dir.join("model.safetensors"))?;
-    Ok(LoadedRun { exp, net, test })
+    EmbeddingNet::new(&model_cfg, item_shape, device)?.load(&dir.join("model.safetensors"))
 }
 
 /// The epoch's collapse diagnostics on one line (the run log has them as JSON).
