@@ -176,3 +176,40 @@ fn nes_estimates_the_gradient_and_moves_the_objective_like_pgd() {
     assert!(run_with(&setup, cw.as_ref()).is_err());
     assert!(method("nes:pop=5").is_err() && method("nes:sigma=-1").is_err());
 }
+
+#[test]
+fn spqa_keeps_its_semantic_term() {
+    let (net, set) = small();
+    let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
+    let p = pgd(0.2, 0.02, 10);
+    let zero = pgd(0.0, 0.0, 1);
+    assert_eq!(attack("SPQA:pm=+:M=1").unwrap().spec(), "SPQA+");
+    assert_eq!(attack("spqa-:sp=0").unwrap().spec(), "SPQA-:sp=0");
+    assert!(attack("SPQA+:sp=2").is_err() && attack("SPQA:pm=+:M=3").is_err());
+    for sign in ["+", "-"] {
+        let sp = |spec: &str, p: &Pgd| run(&ctx, attack(spec).unwrap().as_ref(), p, 32, 16, 9).unwrap();
+        let clean = sp(&format!("SPQA{sign}"), &zero);
+        let kept = sp(&format!("SPQA{sign}"), &p);
+        let plain = sp(&format!("SPQA{sign}:sp=0"), &p);
+        let col = format!("SPQA{sign}");
+        let (c0, c1, c2) = (
+            clean.score(&col).unwrap(),
+            kept.score(&col).unwrap(),
+            plain.score(&col).unwrap(),
+        );
+        let (g0, g1, g2) = (
+            clean.score("SP:GT").unwrap(),
+            kept.score("SP:GT").unwrap(),
+            plain.score("SP:GT").unwrap(),
+        );
+        // Both move the candidate the attack's way; with the semantic term the kept items stay
+        // nearer the top than without it.
+        if sign == "+" {
+            assert!(c1 < c0 && c2 < c0, "SPQA+ rank {c0} → {c1} (plain QA+ {c2})");
+        } else {
+            assert!(c1 > c0 && c2 > c0, "SPQA- rank {c0} → {c1} (plain QA- {c2})");
+        }
+        assert!(g0 < 3.0, "the kept items start at the top: {g0}");
+        assert!(g1 < g2, "SPQA{sign}: kept items' rank {g1} with the term, {g2} without");
+    }
+}

@@ -5,7 +5,7 @@
 
 use super::method::{Method, WhiteBox};
 use super::unit::Attack;
-use super::units::{es, feature, label, nn, ranking, tma};
+use super::units::{es, feature, label, nn, ranking, spqa, tma};
 use anyhow::{Context as _, Result, bail, ensure};
 use std::str::FromStr;
 
@@ -21,6 +21,7 @@ pub struct Entry<T: ?Sized> {
 pub const ATTACKS: &[Entry<dyn Attack>] = &[
     Entry { names: &["CA+", "CA-", "CA"], about: "candidate attack: raise (+) or lower (−) a candidate in a query's ranking (robrank's pm=±, W=1)", make: ranking::candidate_from_spec },
     Entry { names: &["QA+", "QA-", "QA"], about: "query attack: perturb a query to raise (+) or lower (−) a candidate (robrank's pm=±, M=1)", make: ranking::query_from_spec },
+    Entry { names: &["SPQA+", "SPQA-", "SPQA"], about: "semantics-preserving QA±: QA plus a term keeping the query's 5 nearest items near its top (robrank's SPQA:pm=±:M=1; :sp=0 drops the term); SP:GT their mean rank after it", make: spqa::Spqa::from_spec },
     Entry { names: &["TMA"], about: "targeted mismatch: move a query toward a random item (cosine reached)", make: |_| Ok(Box::new(tma::Tma)) },
     Entry { names: &["ES"], about: "embedding shift: move a query away from itself (ES:D distance, ES:R Recall@1)", make: |_| Ok(Box::new(es::Es)) },
     Entry { names: &["LTM"], about: "label-targeted mismatch: other classes ahead of the query's own (Recall@1)", make: |_| Ok(Box::new(label::Label::Ltm)) },

@@ -5,6 +5,7 @@ pub mod feature;
 pub mod label;
 pub mod nn;
 pub mod ranking;
+pub mod spqa;
 pub mod tma;
 
 use super::column::{Column, Tally};
