@@ -213,3 +213,53 @@ fn spqa_keeps_its_semantic_term() {
         assert!(g1 < g2, "SPQA{sign}: kept items' rank {g1} with the term, {g2} without");
     }
 }
+
+#[test]
+fn a_universal_perturbation_is_one_pattern_for_all_items() {
+    use rand::SeedableRng;
+    use rdml::attack::method::Batch;
+    let (net, set) = small();
+    let dev = Device::default();
+    let ctx = Context::new(&net, &set, &dev, false).unwrap();
+    let p = pgd(0.15, 0.02, 8);
+    let uni = method("universal").unwrap();
+    let es = attack("ES").unwrap();
+    // Two batches, one δ: each image moves by the same pattern wherever it stays inside [0, 1].
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let batches: Vec<(Vec<usize>, Batch)> = [(0..8).collect::<Vec<_>>(), (8..16).collect()]
+        .into_iter()
+        .map(|items| {
+            let images = rdml::eval::batch_tensor(&rdml::data::loader::load_batch(&set, &items, None).unwrap(), &dev);
+            let plan = es.plan(&ctx, &items, &mut rng).unwrap();
+            (items, Batch { images, plan })
+        })
+        .collect();
+    let only: Vec<Batch> = batches.into_iter().map(|(_, b)| b).collect();
+    let delta = uni.fit(&ctx, &only, &p, 0).unwrap().unwrap();
+    let d = delta.clone().into_data().try_to_vec::<f32>().unwrap();
+    assert!(d.iter().all(|v| v.abs() <= 0.15 + 1e-6) && d.iter().any(|v| v.abs() > 0.01));
+    for b in &only {
+        let moved = uni
+            .perturb(&ctx, &b.images, b.plan.as_ref(), es.optimiser(), &p, 0, Some(&delta))
+            .unwrap()
+            .images;
+        let x = b.images.clone().into_data().try_to_vec::<f32>().unwrap();
+        let m = moved.into_data().try_to_vec::<f32>().unwrap();
+        for (i, (xv, mv)) in x.iter().zip(&m).enumerate() {
+            let dv = d[i % (28 * 28)];
+            if (0.0..=1.0).contains(&(xv + dv)) {
+                assert!((mv - xv - dv).abs() < 1e-5, "pixel {i}: {xv} → {mv}, δ {dv}");
+            }
+        }
+    }
+    // As an attack: it moves every query, less than a perturbation per query does.
+    let setup = Setup {
+        method: uni.as_ref(),
+        ..Setup::white_box(&ctx, &p, 32, 16, 0)
+    };
+    let u = run_with(&setup, es.as_ref()).unwrap();
+    let w = run(&ctx, es.as_ref(), &p, 32, 16, 0).unwrap();
+    let (du, dw) = (u.score("ES:D").unwrap(), w.score("ES:D").unwrap());
+    assert!(du > 0.05 && du < dw, "ES:D universal {du}, per query {dw}");
+    assert_eq!(u.method, "universal");
+}

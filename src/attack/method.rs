@@ -4,6 +4,7 @@
 //! perturbation to every batch.
 
 pub mod nes;
+pub mod universal;
 
 use super::context::Context;
 use super::cw::{CwLinf, cw_linf};

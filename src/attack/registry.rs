@@ -38,6 +38,7 @@ pub const ATTACKS: &[Entry<dyn Attack>] = &[
 pub const METHODS: &[Entry<dyn Method>] = &[
     Entry { names: &["white-box"], about: "the attacked model's gradients, with the attack's own optimiser (default)", make: |_| Ok(Box::new(WhiteBox)) },
     Entry { names: &["nes"], about: "black-box: PGD on gradients estimated by NES from the model's embeddings alone, nes[:pop=P][:sigma=σ] (robrank's --nes: P 100, σ ε/0.5); reports model_queries", make: super::method::nes::Nes::from_spec },
+    Entry { names: &["universal"], about: "one perturbation for all attacked items, fitted by PGD on the attack's loss over all of them, then added to each", make: super::method::universal::Universal::from_spec },
 ];
 
 /// Budget keys of a robrank spec: `eps`, `alpha` (the step) and `pgditer` (the steps).
