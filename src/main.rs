@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
-use rdml::attack::suite::{Context, robustness, run_with};
+use rdml::attack::suite::{Context, robustness};
 use rdml::config::{Experiment, PRESETS};
 use rdml::report::{metrics_table, write_json};
 use rdml::train::{TrainOptions, load_run, train};
@@ -121,6 +121,10 @@ enum Cmd {
         /// --model's (same test images).
         #[arg(long, value_name = "DIR")]
         surrogate: Option<PathBuf>,
+        /// Write each adversarial image here as PNG (ATTACK-INDEX.png, INDEX = the item's place
+        /// in the test split), with ATTACK-index.json listing index, label, file and L∞ size.
+        #[arg(long, value_name = "DIR")]
+        save_examples: Option<PathBuf>,
         #[arg(long, default_value = "rob28", long_help = profile_help())]
         profile: String,
         #[command(flatten)]
@@ -505,6 +509,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             model,
             attack,
             surrogate,
+            save_examples,
             profile,
             budget,
             json,
@@ -512,14 +517,23 @@ fn run(cli: Cli) -> Result<Outcome> {
             let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(&attack)?;
             let pgd = budget.pgd(&profile, spec_budget)?;
             let method = rdml::attack::registry::method(&budget.method)?;
+            let mut writer = save_examples
+                .as_deref()
+                .map(|d| rdml::attack::examples::ExampleWriter::new(d, &unit.spec()))
+                .transpose()?;
             let device = open_device(flag, &[], json)?;
             let run_ = load_run(&model, None, &device)?;
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-            let r = run_with(
+            let r = rdml::attack::suite::run_saving(
                 &budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd),
                 unit.as_ref(),
+                writer.as_mut(),
             )?;
+            if let (Some(w), Some(d)) = (writer, &save_examples) {
+                let n = w.finish()?;
+                eprintln!("wrote {n} adversarial images to {}", d.display());
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

@@ -263,3 +263,30 @@ fn a_universal_perturbation_is_one_pattern_for_all_items() {
     assert!(du > 0.05 && du < dw, "ES:D universal {du}, per query {dw}");
     assert_eq!(u.method, "universal");
 }
+
+#[test]
+fn save_examples_writes_each_adversarial_image_as_png() {
+    use rdml::attack::examples::ExampleWriter;
+    let (net, set) = small();
+    let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
+    let dir = std::env::temp_dir().join(format!("rdml-examples-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut w = ExampleWriter::new(&dir, "NN-CW-PGD:0.5").unwrap();
+    let p = pgd(0.1, 0.02, 4);
+    let setup = Setup::white_box(&ctx, &p, 10, 4, 0);
+    rdml::attack::suite::run_saving(&setup, attack("ES").unwrap().as_ref(), Some(&mut w)).unwrap();
+    assert_eq!(w.finish().unwrap(), 10);
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("NN-CW-PGD_0.5-index.json")).unwrap()).unwrap();
+    let list = index.as_array().unwrap();
+    assert_eq!(list.len(), 10);
+    for (i, e) in list.iter().enumerate() {
+        assert_eq!(e["index"].as_u64(), Some(i as u64));
+        assert_eq!(e["label"].as_u64(), Some(u64::from(set.labels[i])));
+        let linf = e["linf"].as_f64().unwrap();
+        assert!(linf > 0.0 && linf <= 0.1 + 1e-6, "{linf}");
+        let img = image::open(dir.join(e["file"].as_str().unwrap())).unwrap();
+        assert_eq!((img.width(), img.height()), (28, 28));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

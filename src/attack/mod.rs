@@ -8,6 +8,7 @@ pub mod column;
 pub mod context;
 pub mod cw;
 pub mod engine;
+pub mod examples;
 pub mod method;
 pub mod objective;
 pub mod profile;

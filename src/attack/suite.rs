@@ -4,6 +4,7 @@
 use super::column::{Score, Tally};
 use super::context::embed_tensor;
 use super::engine::Pgd;
+use super::examples::ExampleWriter;
 use super::method::{Batch, Method, WhiteBox};
 use super::registry;
 use super::unit::Attack;
@@ -72,6 +73,15 @@ pub fn run(
 
 /// Runs one attack as `setup` says. Scores are averaged over the items attacked.
 pub fn run_with(setup: &Setup, attack: &dyn Attack) -> Result<AttackResult> {
+    run_saving(setup, attack, None)
+}
+
+/// [`run_with`], also writing every adversarial image to `examples` when given.
+pub fn run_saving(
+    setup: &Setup,
+    attack: &dyn Attack,
+    mut examples: Option<&mut ExampleWriter>,
+) -> Result<AttackResult> {
     let t0 = Instant::now();
     let (target, attacker, method, pgd) = (setup.target, setup.attacker, setup.method, &setup.pgd);
     pgd.validate()?;
@@ -110,6 +120,9 @@ pub fn run_with(setup: &Setup, attack: &dyn Attack) -> Result<AttackResult> {
         )?;
         if let Some(m) = p.model_queries {
             *model_queries.get_or_insert(0) += m;
+        }
+        if let Some(w) = examples.as_deref_mut() {
+            w.add(chunk, &target.set.labels, &batch.images, &p.images)?;
         }
         let adv = Embeddings::new(embed_tensor(&target.model, p.images)?, chunk.len(), target.clean.dim)?;
         batch.plan.score(target, &adv, &mut tally)?;

@@ -1,0 +1,97 @@
+//! `--save-examples DIR`: the adversarial images of an attack run as PNG files, one per attacked
+//! item, named by the attack and the item's index in the test split, with `index.json` listing
+//! them in `ATTACK-index.json` (index, label, file, and the L∞ size of the perturbation applied).
+
+use crate::report::{write_atomic, write_json};
+use anyhow::{Context as _, Result, ensure};
+use burn::tensor::Tensor;
+use serde::Serialize;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+/// One saved image.
+#[derive(Debug, Clone, Serialize)]
+pub struct Example {
+    pub index: usize,
+    pub label: u32,
+    pub file: String,
+    pub linf: f32,
+}
+
+/// Where a run's examples go.
+pub struct ExampleWriter {
+    dir: PathBuf,
+    stem: String,
+    saved: Vec<Example>,
+}
+
+impl ExampleWriter {
+    /// Checks that `dir` can be written (making it) before any work.
+    pub fn new(dir: &Path, attack_spec: &str) -> Result<Self> {
+        crate::report::check_writable(&dir.join("index.json")).context("--save-examples")?;
+        let stem = attack_spec.replace(':', "_").replace('=', "-").replace('/', "_");
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            stem,
+            saved: vec![],
+        })
+    }
+
+    /// Writes the adversarial images `adv` of `items` (clean images `clean`, both `[b, c, h, w]`
+    /// in [0, 1], c = 1 or 3).
+    pub fn add(&mut self, items: &[usize], labels: &[u32], clean: &Tensor<4>, adv: &Tensor<4>) -> Result<()> {
+        let [b, c, h, w] = adv.dims();
+        ensure!(
+            c == 1 || c == 3,
+            "--save-examples: images with {c} channels cannot be written as PNG"
+        );
+        let read = |t: &Tensor<4>| -> Result<Vec<f32>> {
+            t.clone()
+                .without_autodiff()
+                .into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .map_err(|e| anyhow::anyhow!("{e:?}"))
+                .context("reading the adversarial images back from the device")
+        };
+        let (x, a) = (read(clean)?, read(adv)?);
+        let per = c * h * w;
+        for (r, &index) in items.iter().enumerate().take(b) {
+            let img = &a[r * per..(r + 1) * per];
+            let linf = img
+                .iter()
+                .zip(&x[r * per..(r + 1) * per])
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0f32, f32::max);
+            // Channel-major to interleaved 8-bit pixels.
+            let px: Vec<u8> = (0..h * w)
+                .flat_map(|i| (0..c).map(move |ch| (ch, i)))
+                .map(|(ch, i)| (img[ch * h * w + i].clamp(0.0, 1.0) * 255.0).round() as u8)
+                .collect();
+            let color = if c == 1 {
+                image::ExtendedColorType::L8
+            } else {
+                image::ExtendedColorType::Rgb8
+            };
+            let mut png = Cursor::new(vec![]);
+            image::write_buffer_with_format(&mut png, &px, w as u32, h as u32, color, image::ImageFormat::Png)
+                .context("encoding a PNG")?;
+            let file = format!("{}-{index:06}.png", self.stem);
+            write_atomic(&self.dir.join(&file), png.get_ref())?;
+            self.saved.push(Example {
+                index,
+                label: labels[index],
+                file,
+                linf,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes `ATTACK-index.json` and returns the number of images written.
+    pub fn finish(self) -> Result<usize> {
+        let path = self.dir.join(format!("{}-index.json", self.stem));
+        write_json(&path, &self.saved)?;
+        Ok(self.saved.len())
+    }
+}
