@@ -60,7 +60,7 @@ fn main() -> Result<()> {
             for r in 0..reps + 1 {
                 let x = Tensor::<2>::from_data(TensorData::new(e.clone(), [b, dim]), &device).require_grad();
                 let t = Instant::now();
-                let l = compute(&cfg, x.clone(), &labels, &params, &mut rng).loss;
+                let l = compute(&cfg, x.clone(), &labels, &params, &mut rng)?.loss;
                 let g = l.backward();
                 let _ = x.grad(&g).map(|t| t.into_data());
                 let s = t.elapsed().as_secs_f64();

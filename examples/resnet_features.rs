@@ -38,7 +38,7 @@ fn main() -> Result<()> {
             Backbone::Resnet50(m) => m.features(x.clone(), set),
             Backbone::C2f2(_) => unreachable!(),
         };
-        out.push(rdml::loss::to_host(&f));
+        out.push(rdml::host::read(&f)?);
     }
     anyhow::ensure!(out[0] == out[1], "BN set 1 was not copied from set 0");
     std::fs::write(

@@ -10,6 +10,7 @@ pub mod data;
 pub mod defense;
 pub mod device;
 pub mod eval;
+pub mod host;
 pub mod kernel;
 pub mod loss;
 pub mod model;

@@ -114,14 +114,14 @@ impl Trainer {
             }
             None => {
                 let emb = self.net.forward(images);
-                let host = loss::to_host(&emb);
+                let host = crate::host::read(&emb)?;
                 let dim = emb.dims()[1];
-                let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng);
+                let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng)?;
                 let tr = match &out.triplets {
                     Some(t) => t.clone(),
                     None => diagnostics::spc2_random_triplets(labels),
                 };
-                let diag = diagnostics::batch(&host, dim, &tr, exp.loss.distance(), None);
+                let diag = diagnostics::batch(&host, dim, &tr, exp.loss.distance(), None)?;
                 (out.loss, diag)
             }
         };

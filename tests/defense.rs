@@ -10,8 +10,12 @@ use rdml::defense::{DefenseConfig, DefenseState, Destination, HmObjective, Pertu
 use rdml::eval::batch_tensor;
 use rdml::loss::distance::Distance;
 use rdml::loss::miner::Miner;
-use rdml::loss::to_host;
 use rdml::model::EmbeddingNet;
+
+/// A tensor's values on the host (the test fails if the read does).
+fn read(t: &burn::tensor::Tensor<2>) -> Vec<f32> {
+    rdml::host::read(t).unwrap()
+}
 
 const EPS: f32 = 0.1;
 
@@ -61,7 +65,7 @@ fn pgd_cfg(kind: &str) -> DefenseConfig {
 fn row_change(a: &Tensor<4>, b: &Tensor<4>) -> Vec<f32> {
     let n = a.dims()[0];
     let d = (a.clone() - b.clone()).abs().reshape([n as i32, -1]).max_dim(1);
-    to_host(&d)
+    read(&d)
 }
 
 fn thirds(v: &[f32]) -> [&[f32]; 3] {
@@ -160,8 +164,8 @@ fn hm_stops_at_the_destination_hardness() {
     let d = Distance::NormalizedEuclidean;
     let (a0, p0, n0) = embed3(net, &p.original);
     let (a1, p1, n1) = embed3(net, &p.adversarial);
-    let h0 = to_host(&rdml::defense::hardness(a0, p0, n0, d).unsqueeze_dim(1));
-    let h1 = to_host(&rdml::defense::hardness(a1, p1, n1, d).unsqueeze_dim(1));
+    let h0 = read(&rdml::defense::hardness(a0, p0, n0, d).unsqueeze_dim(1));
+    let h1 = read(&rdml::defense::hardness(a1, p1, n1, d).unsqueeze_dim(1));
     let ch = row_change(&p.adversarial, &p.original);
     let t = h0.len();
     let (mut easy, mut reached) = (0, 0);
@@ -394,7 +398,7 @@ fn mdprop_trains_separate_batch_norm_sets_and_infers_with_the_clean_one() {
     use burn::module::Module;
     let net = trainer.net.valid();
     let xt = batch_tensor(&b, &dev);
-    let per_set: Vec<Vec<f32>> = (0..3).map(|s| to_host(&net.forward_set(xt.clone(), s))).collect();
+    let per_set: Vec<Vec<f32>> = (0..3).map(|s| read(&net.forward_set(xt.clone(), s))).collect();
     // Each set saw its own distribution, so their running statistics (and outputs) now differ.
     assert_ne!(per_set[0], per_set[1]);
     assert_ne!(per_set[1], per_set[2]);

@@ -6,7 +6,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rdml::config::Experiment;
 use rdml::loss::dro::{Dro, DroVariant, PairLoss};
-use rdml::loss::{multisim, to_host};
+use rdml::loss::multisim;
+
+/// A tensor's values on the host (the test fails if the read does).
+fn read(t: &burn::tensor::Tensor<2>) -> Vec<f32> {
+    rdml::host::read(t).unwrap()
+}
 
 /// Cosine similarities of `n` random unit vectors in 16-d, and labels of `classes` classes.
 fn batch(n: usize, classes: u32, seed: u64) -> (Vec<f32>, Vec<u32>) {
@@ -54,7 +59,7 @@ fn value_and_grad(s: &[f32], n: usize, f: impl FnOnce(Tensor<2>) -> Tensor<1>) -
     let l = f(x.clone());
     let v = l.clone().into_scalar::<f32>();
     let g = l.backward();
-    let grad = x.grad(&g).map(|t| to_host(&t)).unwrap_or_default();
+    let grad = x.grad(&g).map(|t| read(&t)).unwrap_or_default();
     (v, grad)
 }
 
@@ -98,7 +103,7 @@ fn kl_g_at_gamma_one_has_the_lifted_structure_gradient() {
         margin: 2.0,
         ..dro(DroVariant::KlG)
     };
-    let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     // The lifted-structure loss in its similarity form (Eq. 3), summed over anchors as Eq. 6 sums
     // the per-anchor distributions.
     let (pm, nm) = rdml::loss::dro::sign_masks(&labels);
@@ -122,7 +127,7 @@ fn ls_is_eq_3_summed_over_anchors() {
         lambda,
         ..dro(DroVariant::Ls)
     };
-    let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     // Eq. 3 by hand on the host: per anchor, both log-sum-exps, hinge, sum.
     let mut want = 0.0f64;
     for i in 0..n {
@@ -145,7 +150,7 @@ fn ls_is_eq_3_summed_over_anchors() {
         margin: 2.0,
         ..dro(DroVariant::KlG)
     };
-    let (_, g_kl) = value_and_grad(&s, n, |x| kl_g.loss(x, &labels, &mut rng()));
+    let (_, g_kl) = value_and_grad(&s, n, |x| kl_g.loss(x, &labels, &mut rng()).unwrap());
     assert_close(&g, &g_kl, 1e-5, "LS vs DRO-KL-G(γ=1)");
 }
 
@@ -163,7 +168,7 @@ fn ms_recovery_has_the_multi_similarity_gradient() {
         epsilon: eps,
         ..dro(DroVariant::Ms)
     };
-    let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     let (pm, nm) = multisim::ms_masks(&s, &labels, eps);
     assert!(pm.iter().sum::<f32>() > 0.0 && nm.iter().sum::<f32>() > 0.0);
     let (_, g_ms) = value_and_grad(&s, n, |x| multisim::multisim_loss(x, pm, nm, alpha, beta, lambda));
@@ -180,12 +185,12 @@ fn hap2s_e_is_kl_g_with_the_same_gamma() {
         gamma_neg: 0.3,
         ..dro(DroVariant::KlG)
     };
-    let (_, g_kl) = value_and_grad(&s, n, |x| base.loss(x, &labels, &mut rng()));
+    let (_, g_kl) = value_and_grad(&s, n, |x| base.loss(x, &labels, &mut rng()).unwrap());
     let h = Dro {
         variant: DroVariant::Hap2sE,
         ..base
     };
-    let (_, g_h) = value_and_grad(&s, n, |x| h.loss(x, &labels, &mut rng()));
+    let (_, g_h) = value_and_grad(&s, n, |x| h.loss(x, &labels, &mut rng()).unwrap());
     // HAP2S averages over anchors where Eq. 6 sums: the same gradient up to the factor n.
     let g_h: Vec<f32> = g_h.iter().map(|g| g * n as f32).collect();
     assert_close(&g_kl, &g_h, 1e-5, "HAP2S_E vs DRO-KL-G");
@@ -208,7 +213,7 @@ fn top_k_is_the_mean_with_all_pairs_and_the_max_with_one() {
             k,
             ..dro(DroVariant::TopK)
         };
-        value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng())).0
+        value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap()).0
     };
     assert!((value(all) - mean).abs() < 1e-6, "{} vs {mean}", value(all));
     assert!((value(1) - max).abs() < 1e-6, "{} vs {max}", value(1));
@@ -234,7 +239,7 @@ fn top_k_pn_takes_half_from_each_sign() {
         k,
         ..dro(DroVariant::TopKPn)
     };
-    let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     let want = (top(true, 12) + top(false, 12)) / k as f32;
     assert!((v - want).abs() < 1e-6, "{v} vs {want}");
     // Exactly 12 positive and 12 negative entries carry a gradient of ∓1/K.
@@ -255,7 +260,7 @@ fn top_k_pn_takes_half_from_each_sign() {
         k,
         ..dro(DroVariant::TopKPn)
     };
-    let (v, _) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()));
+    let (v, _) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     let active = |pos: bool| pairs.iter().filter(|p| p.1 == pos && p.0 > 0.0).count().min(k / 2);
     let chosen = active(true) + active(false);
     assert!(chosen < k, "{chosen}");
@@ -279,7 +284,7 @@ fn kl_weights_are_the_softmax_of_losses_and_sampling_estimates_them() {
         gamma_pos: gamma as f32,
         ..dro(DroVariant::Kl)
     };
-    let exact = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng())).0;
+    let exact = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap()).0;
     assert!((exact as f64 - want).abs() < 1e-5, "{exact} vs {want}");
     // p-sampling: the mean loss of pairs drawn from p* is an unbiased estimate of Σ p* l.
     let sampled = Dro {
@@ -288,7 +293,7 @@ fn kl_weights_are_the_softmax_of_losses_and_sampling_estimates_them() {
     };
     let mut r = rng();
     let est: f64 = (0..400)
-        .map(|_| value_and_grad(&s, n, |x| sampled.loss(x, &labels, &mut r)).0 as f64)
+        .map(|_| value_and_grad(&s, n, |x| sampled.loss(x, &labels, &mut r).unwrap()).0 as f64)
         .sum::<f64>()
         / 400.0;
     assert!((est - want).abs() < 0.01 * want, "{est} vs {want}");
@@ -318,7 +323,7 @@ fn binomial_base_loss_values() {
         k: all,
         ..dro(DroVariant::TopK)
     };
-    let v = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng())).0 as f64;
+    let v = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap()).0 as f64;
     assert!((v - sum / all as f64).abs() < 1e-5, "{v}");
 }
 

@@ -72,9 +72,15 @@ pub fn triplet_distances(e: &[f32], dim: usize, t: &Triplets, d: Distance) -> Ve
 
 /// Diagnostics of clean host embeddings `e` `[n, dim]` on triplets `t`; `adv` are the
 /// `(d(ã,p̃), d(ã,ñ))` of the same triplets after perturbation, with the loss margin.
-pub fn batch(e: &[f32], dim: usize, t: &Triplets, d: Distance, adv: Option<(&[(f64, f64)], f32)>) -> BatchDiagnostics {
+pub fn batch(
+    e: &[f32],
+    dim: usize,
+    t: &Triplets,
+    d: Distance,
+    adv: Option<(&[(f64, f64)], f32)>,
+) -> anyhow::Result<BatchDiagnostics> {
     let n = e.len() / dim.max(1);
-    let dm = d.host_matrix(e, n, dim);
+    let dm = d.host_matrix(e, n, dim)?;
     let pairs = (n * n.saturating_sub(1)).max(1) as f64;
     let mean_distance = dm.iter().map(|&x| x as f64).sum::<f64>() / pairs;
     let clean = triplet_distances(e, dim, t, d);
@@ -96,14 +102,14 @@ pub fn batch(e: &[f32], dim: usize, t: &Triplets, d: Distance, adv: Option<(&[(f
             (hit as f64 / k, a.iter().map(|(p, n)| p - n).sum::<f64>() / k)
         })
         .unzip();
-    BatchDiagnostics {
+    Ok(BatchDiagnostics {
         mean_distance,
         separability,
         hardness,
         collapseness,
         made_hard,
         adversarial_hardness,
-    }
+    })
 }
 
 /// Per-epoch means of the batch diagnostics and the collapse verdict.
@@ -200,7 +206,7 @@ mod tests {
             positive: vec![1],
             negative: vec![2],
         };
-        let b = batch(&e, 2, &t, Distance::Euclidean, Some((&[(2.0, 1.0)], 0.2)));
+        let b = batch(&e, 2, &t, Distance::Euclidean, Some((&[(2.0, 1.0)], 0.2))).unwrap();
         let r2 = 2f64.sqrt();
         assert!((b.mean_distance - (2.0 * r2 + 2.0) / 3.0).abs() < 1e-6);
         assert!((b.hardness - (r2 - 2.0)).abs() < 1e-6);
@@ -212,9 +218,9 @@ mod tests {
         acc.add(&b, Some(0.2));
         assert!(!acc.finish().unwrap().collapsed);
         // Batches without a perturbation leave the perturbation means alone; others average.
-        acc.add(&batch(&e, 2, &t, Distance::Euclidean, None), Some(0.2));
+        acc.add(&batch(&e, 2, &t, Distance::Euclidean, None).unwrap(), Some(0.2));
         acc.add(
-            &batch(&e, 2, &t, Distance::Euclidean, Some((&[(1.0, 2.0)], 0.2))),
+            &batch(&e, 2, &t, Distance::Euclidean, Some((&[(1.0, 2.0)], 0.2))).unwrap(),
             Some(0.2),
         );
         let f = acc.finish().unwrap();

@@ -28,10 +28,10 @@ pub fn outer(
     pert: Perturbed,
     labels: &[u32],
     rng: &mut ChaCha8Rng,
-) -> DefendedLoss {
+) -> Result<DefendedLoss> {
     let emb = net.forward(pert.adversarial.autodiff());
-    let adv_host = loss::to_host(&emb);
-    let out = loss::compute(loss_cfg, emb, labels, params, rng);
+    let adv_host = crate::host::read(&emb)?;
+    let out = loss::compute(loss_cfg, emb, labels, params, rng)?;
     let adv_loss = out.loss.clone().into_scalar::<f32>();
     // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs with
     // random negatives, from the diagnostics' own generator).
@@ -40,10 +40,10 @@ pub fn outer(
         .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels));
     let (distance, margin) = super::triplet_params(loss_cfg);
     let adv_d = diagnostics::triplet_distances(&adv_host, pert.dim, &tr, distance);
-    let diag = diagnostics::batch(&pert.clean, pert.dim, &tr, distance, Some((&adv_d, margin)));
-    DefendedLoss {
+    let diag = diagnostics::batch(&pert.clean, pert.dim, &tr, distance, Some((&adv_d, margin)))?;
+    Ok(DefendedLoss {
         loss: out.loss,
         adv_loss,
         diag,
-    }
+    })
 }

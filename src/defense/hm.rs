@@ -90,9 +90,9 @@ pub fn source_and_destination(
     (distance, margin): (Distance, f32),
     prev_loss: f32,
     rng: &mut ChaCha8Rng,
-) -> (Triplets, Vec<f32>) {
+) -> Result<(Triplets, Vec<f32>)> {
     let n = labels.len();
-    let dist = distance.host_matrix(clean, n, dim);
+    let dist = distance.host_matrix(clean, n, dim)?;
     let pairs = miner::anchor_pairs(labels, Anchors::Pairs, rng);
     let opt = MineOptions {
         margin,
@@ -110,7 +110,7 @@ pub fn source_and_destination(
                 .collect()
         }
     };
-    (src, hd)
+    Ok((src, hd))
 }
 
 /// Whether HM trains on the clean source triplets (robrank: source and destination are the same
@@ -149,7 +149,7 @@ pub fn plan(
         (distance, margin),
         state.prev_loss,
         rng,
-    );
+    )?;
     let dest = Tensor::<1>::from_data(TensorData::new(hd, [tr.len()]), device);
     let obj = Manipulate::new(TripletLayout { t: tr.len() }, distance, dest, objective);
     Ok((tr, Box::new(obj)))
@@ -162,7 +162,7 @@ pub fn outer_with_ics(
     x: &Tensor<4>,
     pert: Perturbed,
     lambda: f32,
-) -> DefendedLoss {
+) -> Result<DefendedLoss> {
     let (distance, _) = super::triplet_params(loss_cfg);
     let t = pert.triplets.as_ref().map_or(0, |tr| tr.len());
     let idx: Vec<usize> = pert

@@ -102,19 +102,19 @@ pub fn loss(
     labels: &[u32],
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
-    let (clean, dim) = super::clean_host(net, &x);
+    let (clean, dim) = super::clean_host(net, &x)?;
     let generated = generate(cfg, distributions, net, &x, (&clean, dim), labels, rng)?;
     let emb = net.forward_set(x, 0);
-    let host = loss::to_host(&emb);
-    let mut total = loss::compute(loss_cfg, emb, labels, params, rng).loss;
+    let host = crate::host::read(&emb)?;
+    let mut total = loss::compute(loss_cfg, emb, labels, params, rng)?.loss;
     let mut adv_total = 0.0;
     for (k, xk) in generated.into_iter().enumerate() {
-        let l = loss::compute(loss_cfg, net.forward_set(xk.autodiff(), k + 1), labels, params, rng).loss;
+        let l = loss::compute(loss_cfg, net.forward_set(xk.autodiff(), k + 1), labels, params, rng)?.loss;
         adv_total += l.clone().into_scalar::<f32>();
         total = total + l;
     }
     let tr = diagnostics::spc2_random_triplets(labels);
-    let diag = diagnostics::batch(&host, dim, &tr, loss_cfg.distance(), None);
+    let diag = diagnostics::batch(&host, dim, &tr, loss_cfg.distance(), None)?;
     Ok(DefendedLoss {
         loss: total,
         adv_loss: adv_total / distributions.len().max(1) as f32,

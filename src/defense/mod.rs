@@ -68,7 +68,7 @@ pub fn hardness(a: Tensor<2>, p: Tensor<2>, n: Tensor<2>, d: Distance) -> Tensor
 }
 
 pub(crate) fn select_rows(x: &Tensor<4>, idx: &[usize]) -> Tensor<4> {
-    let i: Tensor<1, Int> = loss::index_tensor(idx, &x.device());
+    let i: Tensor<1, Int> = crate::host::index_tensor(idx, &x.device());
     x.clone().select(0, i)
 }
 
@@ -100,7 +100,7 @@ pub fn perturb(
     state: &DefenseState,
     rng: &mut ChaCha8Rng,
 ) -> Result<Perturbed> {
-    let (clean, dim) = clean_host(net, x);
+    let (clean, dim) = clean_host(net, x)?;
     let x = x.clone().without_autodiff();
     let (distance, _) = triplet_params(loss_cfg);
     let (tr, objective, movable): (Triplets, Box<dyn Objective>, Vec<bool>) = match cfg {
@@ -121,13 +121,13 @@ pub fn perturb(
             });
         }
         DefenseConfig::Madry { .. } => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng);
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = layout.movable(true, true, true);
             (tr, Box::new(madry::MaxHardness { layout, distance }), movable)
         }
         DefenseConfig::Act { .. } => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng);
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = layout.movable(false, true, true);
             (tr, Box::new(act::Collapse { layout, distance }), movable)
@@ -152,9 +152,9 @@ pub fn perturb(
                     cutoff: 0.0,
                     nonzero_loss_cutoff: None,
                 };
-                loss::mine_triplets(&semihard, &clean, dim, labels, rng)
+                loss::mine_triplets(&semihard, &clean, dim, labels, rng)?
             } else {
-                loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)
+                loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?
             };
             let layout = TripletLayout { t: tr.len() };
             let cap = ca_tride::is_cap(*mode, state);
@@ -175,7 +175,7 @@ pub fn perturb(
             (tr, Box::new(obj), movable)
         }
         DefenseConfig::PositivePerturbation { rate, target, .. } => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng);
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = positive_perturbation::plan(&layout, *target, *rate, rng);
             let obj = positive_perturbation::Rho {
@@ -229,8 +229,8 @@ pub fn defended_loss(
     }
     let pert = perturb(cfg, loss_cfg, net, &x, labels, state, rng)?;
     match cfg {
-        DefenseConfig::Est { .. } => Ok(est::outer(loss_cfg, net, params, pert, labels, rng)),
-        DefenseConfig::Hm { ics: Some(lambda), .. } => Ok(hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda)),
+        DefenseConfig::Est { .. } => est::outer(loss_cfg, net, params, pert, labels, rng),
+        DefenseConfig::Hm { ics: Some(lambda), .. } => hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda),
         DefenseConfig::PositivePerturbation { regularizer, .. } => {
             positive_perturbation::outer(cfg, loss_cfg, net, &x, pert, *regularizer)
         }
@@ -245,22 +245,22 @@ pub fn defended_loss(
             let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
             let d = triplet_params(loss_cfg).0;
             let l_tr = ca_tride::top_rank_triplet(a, p, n, d, *gamma_tr, *beta_tr, *tr_hinge);
-            Ok(triplet_outcome(loss_cfg, &pert, emb, Some(l_tr)))
+            triplet_outcome(loss_cfg, &pert, emb, Some(l_tr))
         }
         _ => {
             let emb = net.forward(pert.adversarial.clone().autodiff());
-            Ok(triplet_outcome(loss_cfg, &pert, emb, None))
+            triplet_outcome(loss_cfg, &pert, emb, None)
         }
     }
 }
 
 /// The clean embeddings in evaluation mode (host), for mining: robrank mines on the model's
 /// current embeddings before perturbing.
-pub(crate) fn clean_host(net: &EmbeddingNet, x: &Tensor<4>) -> (Vec<f32>, usize) {
+pub(crate) fn clean_host(net: &EmbeddingNet, x: &Tensor<4>) -> Result<(Vec<f32>, usize)> {
     use burn::module::Module;
     let e = net.valid().forward(x.clone().without_autodiff());
     let [_, d] = e.dims();
-    (loss::to_host(&e), d)
+    Ok((crate::host::read(&e)?, d))
 }
 
 /// The triplet loss's distance and margin (validated: triplet-based defenses need that loss).
@@ -285,14 +285,14 @@ pub(crate) fn triplet_outcome(
     pert: &Perturbed,
     emb: Tensor<2>,
     extra: Option<Tensor<1>>,
-) -> DefendedLoss {
+) -> Result<DefendedLoss> {
     let (distance, margin) = triplet_params(loss_cfg);
     let empty = Triplets::default();
     let tr = pert.triplets.as_ref().unwrap_or(&empty);
     let stacked = TripletLayout { t: tr.len() }.stacked();
-    let adv_host = loss::to_host(&emb);
+    let adv_host = crate::host::read(&emb)?;
     let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
-    let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)));
+    let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)))?;
     let main = match loss_cfg {
         LossConfig::Contrastive {
             pos_margin, neg_margin, ..
@@ -304,5 +304,5 @@ pub(crate) fn triplet_outcome(
         Some(e) => main + e,
         None => main,
     };
-    DefendedLoss { loss, adv_loss, diag }
+    Ok(DefendedLoss { loss, adv_loss, diag })
 }

@@ -107,5 +107,5 @@ pub fn outer(
         }
         None => (net.forward(pert.adversarial.clone().autodiff()), None),
     };
-    Ok(super::triplet_outcome(loss_cfg, &pert, emb, reg))
+    super::triplet_outcome(loss_cfg, &pert, emb, reg)
 }

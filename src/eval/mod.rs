@@ -112,7 +112,7 @@ pub fn embed(model: &EmbeddingNet, set: &ImageSet, batch: usize, device: &Device
         let b = b?;
         let e = model.forward(batch_tensor(&b, &plain));
         dim = e.dims()[1];
-        data.extend(crate::loss::to_host(&e));
+        data.extend(crate::host::read(&e)?);
     }
     Embeddings::new(data, set.len(), dim)
 }

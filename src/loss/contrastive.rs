@@ -4,7 +4,7 @@
 
 use super::distance::Distance;
 use super::miner::Triplets;
-use super::{gather, index_tensor};
+use crate::host::{gather, index_tensor};
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
 

@@ -30,10 +30,10 @@ impl Distance {
     /// The `n × n` distance matrix of host embeddings (row-major), by one matrix multiply on the
     /// default device (a scalar loop costs tens of milliseconds per training batch). Euclidean
     /// entries come from `‖a‖² + ‖b‖² − 2a·b`; the diagonal is 0.
-    pub fn host_matrix(self, e: &[f32], n: usize, dim: usize) -> Vec<f32> {
+    pub fn host_matrix(self, e: &[f32], n: usize, dim: usize) -> anyhow::Result<Vec<f32>> {
         use burn::tensor::TensorData;
         let t = Tensor::<2>::from_data(TensorData::new(e.to_vec(), [n, dim]), &crate::default_device());
-        let mut m = super::to_host(&self.matrix(t));
+        let mut m = crate::host::read(&self.matrix(t))?;
         for i in 0..n {
             m[i * n + i] = 0.0;
         }
@@ -45,7 +45,7 @@ impl Distance {
                 }
             });
         }
-        m
+        Ok(m)
     }
 
     /// Row-wise distance of two `[t, d]` tensors → `[t]`. The Euclidean form adds 1e-12 under the

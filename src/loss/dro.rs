@@ -96,12 +96,12 @@ impl Dro {
 
     /// The DRO loss of a similarity matrix `sim` `[n, n]` (cosine similarities of unit embeddings)
     /// with batch labels. `rng` is used only by DRO-KL's pair sampling.
-    pub fn loss(&self, sim: Tensor<2>, labels: &[u32], rng: &mut ChaCha8Rng) -> Tensor<1> {
+    pub fn loss(&self, sim: Tensor<2>, labels: &[u32], rng: &mut ChaCha8Rng) -> anyhow::Result<Tensor<1>> {
         let n = labels.len();
         let device = sim.device();
-        let host: Vec<f64> = super::to_host(&sim).into_iter().map(f64::from).collect();
+        let host: Vec<f64> = crate::host::read(&sim)?.into_iter().map(f64::from).collect();
         let t = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [n, n]), &device);
-        match self.variant {
+        Ok(match self.variant {
             DroVariant::Hap2sE => hap2s_e(self, sim, &host, labels),
             DroVariant::Ms => self.ms(sim, &host, labels),
             DroVariant::Ls => lifted_similarity(sim, labels, self.lambda),
@@ -110,7 +110,7 @@ impl Dro {
                 let (yp, yn) = sign_masks(labels);
                 (self.loss_matrix(sim, t(yp), t(yn)) * t(w)).sum()
             }
-        }
+        })
     }
 
     /// `p*` of the TopK, TopK-PN, KL and KL-G variants, row-major `n × n`.

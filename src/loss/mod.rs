@@ -13,7 +13,7 @@ pub mod triplet;
 
 use anyhow::{Result, ensure};
 use burn::module::{Module, Param};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use distance::Distance;
 use dro::{Dro, DroVariant, PairLoss};
 use miner::{Anchors, MineOptions, Miner, Triplets};
@@ -359,30 +359,14 @@ pub struct LossOutput {
     pub triplets: Option<Triplets>,
 }
 
-pub(crate) fn index_tensor(idx: &[usize], device: &Device) -> Tensor<1, Int> {
-    Tensor::<1, Int>::from_data(
-        TensorData::new(idx.iter().map(|&i| i as i64).collect::<Vec<_>>(), [idx.len()]),
-        device,
-    )
-}
-
-pub(crate) fn gather(emb: &Tensor<2>, idx: &Tensor<1, Int>) -> Tensor<2> {
-    emb.clone().select(0, idx.clone())
-}
-
-/// Host copy of a `[n, d]` tensor.
-pub fn to_host(e: &Tensor<2>) -> Vec<f32> {
-    e.clone()
-        .detach()
-        .without_autodiff()
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap_or_default()
-}
-
 /// Mines triplets on detached embeddings with the loss's miner.
-pub fn mine_triplets(cfg: &LossConfig, host: &[f32], dim: usize, labels: &[u32], rng: &mut ChaCha8Rng) -> Triplets {
+pub fn mine_triplets(
+    cfg: &LossConfig,
+    host: &[f32],
+    dim: usize,
+    labels: &[u32],
+    rng: &mut ChaCha8Rng,
+) -> Result<Triplets> {
     let (miner, anchors, margin, cutoff, nlc) = match cfg {
         LossConfig::Triplet {
             miner,
@@ -415,7 +399,7 @@ pub fn mine_triplets(cfg: &LossConfig, host: &[f32], dim: usize, labels: &[u32],
     let dist = if miner == Miner::Random {
         vec![]
     } else {
-        cfg.distance().host_matrix(host, n, dim)
+        cfg.distance().host_matrix(host, n, dim)?
     };
     let pairs = miner::anchor_pairs(labels, anchors, rng);
     let opt = MineOptions {
@@ -424,7 +408,7 @@ pub fn mine_triplets(cfg: &LossConfig, host: &[f32], dim: usize, labels: &[u32],
         cutoff,
         nonzero_loss_cutoff: nlc,
     };
-    miner::mine(miner, &dist, labels, &pairs, &opt, rng)
+    Ok(miner::mine(miner, &dist, labels, &pairs, &opt, rng))
 }
 
 /// Evaluates the configured loss on a batch of embeddings `[n, d]` with labels.
@@ -434,13 +418,13 @@ pub fn compute(
     labels: &[u32],
     params: &LossParams,
     rng: &mut ChaCha8Rng,
-) -> LossOutput {
+) -> Result<LossOutput> {
     let [n, dim] = emb.dims();
     debug_assert_eq!(n, labels.len());
-    let host = || to_host(&emb);
-    match cfg {
+    let host = || crate::host::read(&emb);
+    Ok(match cfg {
         LossConfig::Triplet { distance, margin, .. } => {
-            let t = mine_triplets(cfg, &host(), dim, labels, rng);
+            let t = mine_triplets(cfg, &host()?, dim, labels, rng)?;
             LossOutput {
                 loss: triplet::triplet_loss(&emb, &t, *distance, *margin),
                 triplets: Some(t),
@@ -452,14 +436,14 @@ pub fn compute(
             neg_margin,
             ..
         } => {
-            let t = mine_triplets(cfg, &host(), dim, labels, rng);
+            let t = mine_triplets(cfg, &host()?, dim, labels, rng)?;
             LossOutput {
                 loss: contrastive::contrastive_loss(&emb, &t, *distance, *pos_margin, *neg_margin),
                 triplets: Some(t),
             }
         }
         LossConfig::Margin { margin, nu, beta, .. } => {
-            let t = mine_triplets(cfg, &host(), dim, labels, rng);
+            let t = mine_triplets(cfg, &host()?, dim, labels, rng)?;
             let b = match &params.beta {
                 Some(p) => p.val(),
                 None => Tensor::<1>::from_floats([*beta], &emb.device()),
@@ -476,7 +460,7 @@ pub fn compute(
             epsilon,
         } => {
             let s = emb.clone().matmul(emb.clone().transpose());
-            let (pm, nm) = multisim::ms_masks(&to_host(&s), labels, *epsilon);
+            let (pm, nm) = multisim::ms_masks(&crate::host::read(&s)?, labels, *epsilon);
             LossOutput {
                 loss: multisim::multisim_loss(s, pm, nm, *alpha, *beta, *base),
                 triplets: None,
@@ -495,11 +479,8 @@ pub fn compute(
         }
         LossConfig::Dro { .. } => {
             // Validated with the config; a bad one here is a programming error reported as NaN.
-            let loss = match cfg.dro() {
-                Ok(d) => d.loss(emb.clone().matmul(emb.transpose()), labels, rng),
-                Err(_) => Tensor::<1>::from_floats([f32::NAN], &emb.device()),
-            };
+            let loss = cfg.dro()?.loss(emb.clone().matmul(emb.transpose()), labels, rng)?;
             LossOutput { loss, triplets: None }
         }
-    }
+    })
 }

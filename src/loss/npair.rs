@@ -2,7 +2,7 @@
 //! `a_i · p_j` over j with target i, plus `λ (‖a‖² + ‖p‖²)/2` averaged. Positives of another pair
 //! with the anchor's class are masked out (robrank's SPC-2 batches can repeat a class).
 
-use super::{gather, index_tensor};
+use crate::host::{gather, index_tensor};
 use burn::tensor::{Tensor, TensorData};
 
 pub fn npair_loss(emb: &Tensor<2>, pairs: &[(usize, usize)], labels: &[u32], l2_reg: f32) -> Tensor<1> {

@@ -12,7 +12,7 @@ use crate::attack::objective::rank::{CandidateAttack, Direction, QueryAttack};
 use crate::attack::score::{AttackResult, ars_rank_term};
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
-use crate::loss::to_host;
+use crate::host::read;
 use anyhow::Result;
 use rand_chacha::ChaCha8Rng;
 
@@ -116,7 +116,7 @@ impl Plan for CandidatePlan {
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
         let n = target.n();
-        let dxq = to_host(&dist_to_all(target.rows(&self.queries), &target.cand, &target.cand_sq));
+        let dxq = read(&dist_to_all(target.rows(&self.queries), &target.cand, &target.cand_sq))?;
         for (r, (&qi, &c)) in self.queries.iter().zip(&self.items).enumerate() {
             // The candidate's percentile rank in the query's list.
             let prank = |e: &[f32]| {
