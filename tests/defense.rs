@@ -140,7 +140,7 @@ fn est_shifts_every_image_and_the_shift_grows_with_eps() {
 }
 
 fn hm(destination: Destination, source: Miner) -> DefenseConfig {
-    DefenseConfig::Hm {
+    DefenseConfig::Hm(rdml::defense::hm::HmConfig {
         eps: EPS,
         step: 0.005,
         steps: 24,
@@ -148,7 +148,7 @@ fn hm(destination: Destination, source: Miner) -> DefenseConfig {
         destination,
         objective: HmObjective::Et,
         ics: None,
-    }
+    })
 }
 
 #[test]

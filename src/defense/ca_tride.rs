@@ -11,6 +11,88 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
 use serde::{Deserialize, Serialize};
 
+/// CA-TRIDE's parameters (`[defense] kind = "ca-tride"`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CaTrideConfig {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+    /// Attention factor λ of collapseness (CUB 10, CARS 9.5, SOP 2).
+    #[serde(default = "ten")]
+    pub lambda: f32,
+    /// γ and β_TR of the top-rank triplet L_TR.
+    #[serde(default = "half")]
+    pub gamma_tr: f32,
+    #[serde(default = "f0_04")]
+    pub beta_tr: f32,
+    #[serde(default)]
+    pub mode: TrideMode,
+    #[serde(default)]
+    pub adversary: Adversary,
+    /// PGD step `α·epoch/epochs` (the reference code's progressive step; zero in epoch 1).
+    #[serde(default = "yes")]
+    pub progressive: bool,
+    /// Semihard mining with an epoch-wise margin instead of the loss's miner: `paper` (or
+    /// `true`) is Eq. 32's `η₀(1 − (e/2E)²)`, `reference` the reference code's
+    /// `η₀(1 − e/2E)²`, `off` (or `false`) the loss's own miner.
+    #[serde(default)]
+    pub margin_schedule: MarginSchedule,
+    /// Weight *farther* pairs more, as the reference code does (`exp(λ(d − max d))`), instead
+    /// of the paper's anchor-proximity weights (Eq. 6).
+    #[serde(default)]
+    pub code_weighting: bool,
+    /// ANP's loss as the reference code writes it, `[w̄_ap − w̄_an]_+ + γ·[d̄(Ã, N_υ) −
+    /// d̄(Ã, A₀)]_+` with `γ = e^{−[w̄_an − w̄_ap]_+}` (collapse held back, the anchor pushed at
+    /// least as far as its closest negatives), instead of the paper's Eq. 11–12.
+    #[serde(default)]
+    pub code_anp: bool,
+    /// `L_TR` with the reference code's hinge `γ·[·]_+` instead of Eq. 13 as written.
+    #[serde(default)]
+    pub tr_hinge: bool,
+}
+
+fn ten() -> f32 {
+    10.0
+}
+fn half() -> f32 {
+    0.5
+}
+fn f0_04() -> f32 {
+    0.04
+}
+fn yes() -> bool {
+    true
+}
+
+impl super::config::DefenseParams for CaTrideConfig {
+    fn budget(&self) -> (f32, f32, usize) {
+        (self.eps, self.step, self.steps)
+    }
+    fn validate(&self, _loss: &crate::loss::LossConfig) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.lambda.is_finite() && self.lambda > 0.0,
+            "defense.lambda must be > 0"
+        );
+        anyhow::ensure!(
+            self.gamma_tr >= 0.0 && self.beta_tr >= 0.0,
+            "defense.gamma_tr and beta_tr must be ≥ 0"
+        );
+        Ok(())
+    }
+}
+
+impl CaTrideConfig {
+    /// The PGD step of this epoch: the progressive step when on.
+    pub fn step_at(&self, state: &DefenseState) -> f32 {
+        if self.progressive {
+            progressive_step(self.step, state.epoch, state.epochs)
+        } else {
+            self.step
+        }
+    }
+}
+
 /// Which perturbations a CA-TRIDE run uses (the paper's Table 3 ablations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -181,6 +263,69 @@ pub fn top_rank_triplet(
     let dan = d.rows(a, n);
     let v = top_half_mean(dap) - top_half_mean(dan) + beta;
     if hinge { relu(v) } else { v }.mul_scalar(gamma)
+}
+
+/// CA-TRIDE's inner maximisation for one batch: triplets mined on the clean embeddings (by the
+/// semihard margin schedule of Eq. 32 when on), and CAP (p, n move) or ANP (the anchor moves)
+/// by the mode's alternation.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    c: &CaTrideConfig,
+    loss_cfg: &crate::loss::LossConfig,
+    (clean, dim): (&[f32], usize),
+    labels: &[u32],
+    state: &DefenseState,
+    device: &burn::tensor::Device,
+    rng: &mut rand_chacha::ChaCha8Rng,
+) -> anyhow::Result<(crate::loss::miner::Triplets, Box<dyn Objective>, Vec<bool>)> {
+    use crate::loss::{self, LossConfig, miner::Miner};
+    let (distance, base_margin) = super::triplet_params(loss_cfg);
+    let tr = match margin_schedule(c.margin_schedule, base_margin, state.epoch, state.epochs) {
+        Some(m) => {
+            let semihard = LossConfig::Triplet {
+                distance,
+                miner: Miner::Semihard,
+                margin: m,
+                anchors: Default::default(),
+                cutoff: 0.0,
+                nonzero_loss_cutoff: None,
+            };
+            loss::mine_triplets(&semihard, clean, dim, labels, rng)?
+        }
+        None => loss::mine_triplets(loss_cfg, clean, dim, labels, rng)?,
+    };
+    let layout = TripletLayout { t: tr.len() };
+    let cap = is_cap(c.mode, state);
+    let movable = if cap {
+        layout.movable(false, true, true)
+    } else {
+        layout.movable(true, false, false)
+    };
+    let obj = TrideObjective {
+        layout,
+        distance,
+        cap,
+        adversary: c.adversary,
+        lambda: if c.code_weighting { -c.lambda } else { c.lambda },
+        code_anp: c.code_anp,
+        clean_anchor: super::host_rows(clean, &tr.anchor, dim, device),
+    };
+    Ok((tr, Box::new(obj), movable))
+}
+
+/// The outer loss after ANP: the triplet loss on the perturbed triplets plus the top-rank
+/// triplet term `L_TR` (Eq. 13).
+pub fn anp_outer(
+    c: &CaTrideConfig,
+    loss_cfg: &crate::loss::LossConfig,
+    net: &crate::model::EmbeddingNet,
+    pert: &super::Perturbed,
+) -> anyhow::Result<super::DefendedLoss> {
+    let emb = net.forward(pert.adversarial.clone().autodiff());
+    let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
+    let d = super::triplet_params(loss_cfg).0;
+    let l_tr = top_rank_triplet(a, p, n, d, c.gamma_tr, c.beta_tr, c.tr_hinge);
+    super::triplet_outcome(loss_cfg, pert, emb, Some(l_tr))
 }
 
 #[cfg(test)]

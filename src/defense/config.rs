@@ -1,11 +1,10 @@
 //! The `[defense]` table: which defense, its PGD budget and its parameters, their validation, and
 //! the state a defense carries between training steps.
 
-use super::{ca_tride, mdprop, positive_perturbation};
+use super::{ca_tride, hm, mdprop, positive_perturbation};
 use crate::attack::engine::{self, Pgd};
 use crate::loss::LossConfig;
-use crate::loss::miner::Miner;
-use anyhow::{Result, bail, ensure};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// Destination hardness of Hardness Manipulation: another miner's triplets, or LGA.
@@ -46,130 +45,81 @@ pub const KINDS: &[&str] = &[
     "advprop",
 ];
 
-/// The `[defense]` table. Every defense gets its own PGD budget (in pixel units).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum DefenseConfig {
-    /// Madry adversarial training on the triplet loss: (a, p, n) perturbed to maximise it.
-    Madry { eps: f32, step: f32, steps: usize },
-    /// Embedding-shifted triplet (EST): every image shifted as far as possible in embedding space,
-    /// then the configured loss on the shifted embeddings.
-    Est { eps: f32, step: f32, steps: usize },
-    /// Anti-collapse triplet (ACT): p and n pushed toward each other, the anchor clean.
-    Act { eps: f32, step: f32, steps: usize },
-    /// Hardness manipulation HM[source, destination] with optional ICS term weight `ics`.
-    Hm {
-        eps: f32,
-        step: f32,
-        steps: usize,
-        source: Miner,
-        destination: Destination,
-        #[serde(default)]
-        objective: HmObjective,
-        #[serde(default)]
-        ics: Option<f32>,
-    },
-    /// Positive-perturbation robust DML: the positive of each tuple, with probability `rate`,
-    /// pushed away from its anchor; for the triplet and contrastive losses.
-    PositivePerturbation {
-        eps: f32,
-        step: f32,
-        steps: usize,
-        /// Attack rate P(γ = 1).
-        rate: f32,
-        #[serde(default)]
-        target: positive_perturbation::PerturbTarget,
-        /// λ of formulation 3 (Eq. 13): adds `λ·max_z d(f(z), f(x))` over the anchors.
-        #[serde(default)]
-        regularizer: Option<f32>,
-    },
-    /// MDProp: extra generated distributions (STAX, MTAX, UX), each with its own BN set.
-    Mdprop {
-        eps: f32,
-        step: f32,
-        steps: usize,
-        distributions: Vec<mdprop::Generated>,
-    },
-    /// AdvProp-D: MDProp with one extra BN set and STAX.
-    Advprop { eps: f32, step: f32, steps: usize },
-    /// CA-TRIDE: CAP and ANP alternating per mini-batch under collapse awareness.
-    CaTride {
-        eps: f32,
-        step: f32,
-        steps: usize,
-        /// Attention factor λ of collapseness (CUB 10, CARS 9.5, SOP 2).
-        #[serde(default = "ten")]
-        lambda: f32,
-        /// γ and β_TR of the top-rank triplet L_TR.
-        #[serde(default = "half")]
-        gamma_tr: f32,
-        #[serde(default = "f0_04")]
-        beta_tr: f32,
-        #[serde(default)]
-        mode: ca_tride::TrideMode,
-        #[serde(default)]
-        adversary: ca_tride::Adversary,
-        /// PGD step `α·epoch/epochs` (the reference code's progressive step; zero in epoch 1).
-        #[serde(default = "yes")]
-        progressive: bool,
-        /// Semihard mining with an epoch-wise margin instead of the loss's miner: `paper` (or
-        /// `true`) is Eq. 32's `η₀(1 − (e/2E)²)`, `reference` the reference code's
-        /// `η₀(1 − e/2E)²`, `off` (or `false`) the loss's own miner.
-        #[serde(default)]
-        margin_schedule: ca_tride::MarginSchedule,
-        /// Weight *farther* pairs more, as the reference code does (`exp(λ(d − max d))`), instead
-        /// of the paper's anchor-proximity weights (Eq. 6).
-        #[serde(default)]
-        code_weighting: bool,
-        /// ANP's loss as the reference code writes it, `[w̄_ap − w̄_an]_+ + γ·[d̄(Ã, N_υ) −
-        /// d̄(Ã, A₀)]_+` with `γ = e^{−[w̄_an − w̄_ap]_+}` (collapse held back, the anchor pushed at
-        /// least as far as its closest negatives), instead of the paper's Eq. 11–12.
-        #[serde(default)]
-        code_anp: bool,
-        /// `L_TR` with the reference code's hinge `γ·[·]_+` instead of Eq. 13 as written.
-        #[serde(default)]
-        tr_hinge: bool,
-    },
+/// The PGD budget alone: the parameters of Madry, EST, ACT and AdvProp-D.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PgdOnly {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
 }
 
-fn ten() -> f32 {
-    10.0
+/// A defense's own parameters: its PGD budget (in pixel units) and their checks.
+pub trait DefenseParams {
+    /// `(eps, step, steps)` of the inner maximisation.
+    fn budget(&self) -> (f32, f32, usize);
+    /// Checks the parameters beyond the budget, against the loss they train with.
+    fn validate(&self, _loss: &LossConfig) -> Result<()> {
+        Ok(())
+    }
 }
-fn half() -> f32 {
-    0.5
+
+impl DefenseParams for PgdOnly {
+    fn budget(&self) -> (f32, f32, usize) {
+        (self.eps, self.step, self.steps)
+    }
 }
-fn f0_04() -> f32 {
-    0.04
-}
-fn yes() -> bool {
-    true
+
+/// The `[defense]` table: `kind` and that defense's own parameters, read by its own file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum DefenseConfig {
+    /// Madry adversarial training on the triplet loss: (a, p, n) perturbed to maximise it.
+    Madry(PgdOnly),
+    /// Embedding-shifted triplet (EST): every image shifted as far as possible in embedding space,
+    /// then the configured loss on the shifted embeddings.
+    Est(PgdOnly),
+    /// Anti-collapse triplet (ACT): p and n pushed toward each other, the anchor clean.
+    Act(PgdOnly),
+    /// Hardness manipulation HM[source, destination] with optional ICS term.
+    Hm(hm::HmConfig),
+    /// Positive-perturbation robust DML.
+    PositivePerturbation(positive_perturbation::PositivePerturbationConfig),
+    /// MDProp: extra generated distributions (STAX, MTAX, UX), each with its own BN set.
+    Mdprop(mdprop::MdpropConfig),
+    /// AdvProp-D: MDProp with one extra BN set and STAX.
+    Advprop(PgdOnly),
+    /// CA-TRIDE: CAP and ANP alternating per mini-batch under collapse awareness.
+    CaTride(ca_tride::CaTrideConfig),
 }
 
 impl DefenseConfig {
     pub fn name(&self) -> &'static str {
         match self {
-            DefenseConfig::Madry { .. } => "madry",
-            DefenseConfig::Est { .. } => "est",
-            DefenseConfig::Act { .. } => "act",
-            DefenseConfig::Hm { .. } => "hm",
-            DefenseConfig::CaTride { .. } => "ca-tride",
-            DefenseConfig::PositivePerturbation { .. } => "positive-perturbation",
-            DefenseConfig::Mdprop { .. } => "mdprop",
-            DefenseConfig::Advprop { .. } => "advprop",
+            DefenseConfig::Madry(_) => "madry",
+            DefenseConfig::Est(_) => "est",
+            DefenseConfig::Act(_) => "act",
+            DefenseConfig::Hm(_) => "hm",
+            DefenseConfig::CaTride(_) => "ca-tride",
+            DefenseConfig::PositivePerturbation(_) => "positive-perturbation",
+            DefenseConfig::Mdprop(_) => "mdprop",
+            DefenseConfig::Advprop(_) => "advprop",
+        }
+    }
+
+    /// The defense's own parameters.
+    pub fn params(&self) -> &dyn DefenseParams {
+        match self {
+            DefenseConfig::Madry(c) | DefenseConfig::Est(c) | DefenseConfig::Act(c) | DefenseConfig::Advprop(c) => c,
+            DefenseConfig::Hm(c) => c,
+            DefenseConfig::CaTride(c) => c,
+            DefenseConfig::PositivePerturbation(c) => c,
+            DefenseConfig::Mdprop(c) => c,
         }
     }
 
     pub fn pgd(&self) -> Pgd {
-        let (eps, step, steps) = match *self {
-            DefenseConfig::Madry { eps, step, steps }
-            | DefenseConfig::Est { eps, step, steps }
-            | DefenseConfig::Act { eps, step, steps }
-            | DefenseConfig::Hm { eps, step, steps, .. }
-            | DefenseConfig::CaTride { eps, step, steps, .. }
-            | DefenseConfig::PositivePerturbation { eps, step, steps, .. }
-            | DefenseConfig::Mdprop { eps, step, steps, .. }
-            | DefenseConfig::Advprop { eps, step, steps } => (eps, step, steps),
-        };
+        let (eps, step, steps) = self.params().budget();
         Pgd {
             eps,
             step,
@@ -182,8 +132,8 @@ impl DefenseConfig {
     /// The generated distributions of MDProp / AdvProp-D (empty for the other defenses).
     pub fn distributions(&self) -> Vec<mdprop::Generated> {
         match self {
-            DefenseConfig::Mdprop { distributions, .. } => distributions.clone(),
-            DefenseConfig::Advprop { .. } => vec![mdprop::Generated::Stax],
+            DefenseConfig::Mdprop(c) => c.distributions.clone(),
+            DefenseConfig::Advprop(_) => vec![mdprop::Generated::Stax],
             _ => vec![],
         }
     }
@@ -195,55 +145,19 @@ impl DefenseConfig {
 
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {
         self.pgd().validate_as("defense.")?;
-        if matches!(self, DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. }) {
-            let d = self.distributions();
-            ensure!(
-                !d.is_empty(),
-                "defense.distributions must list at least one of stax, mtax, ux"
-            );
-            for g in &d {
-                ensure!(g.targets().0 >= 1, "defense.distributions: targets must be ≥ 1");
-            }
-            return Ok(());
-        }
-        if let DefenseConfig::PositivePerturbation { rate, regularizer, .. } = self {
-            ensure!(
-                (0.0..=1.0).contains(rate),
-                "defense.rate (P(γ = 1)) must be in [0, 1], got {rate}"
-            );
-            if let Some(l) = regularizer {
-                ensure!(l.is_finite() && *l >= 0.0, "defense.regularizer must be ≥ 0, got {l}");
-            }
-            ensure!(
-                matches!(loss, LossConfig::Triplet { .. } | LossConfig::Contrastive { .. }),
-                "defense positive-perturbation is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
-                loss.name()
-            );
-            return Ok(());
-        }
-        let triplet_based = !matches!(self, DefenseConfig::Est { .. });
+        self.params().validate(loss)?;
+        // The defenses that perturb mined triplets train on the triplet loss; EST, MDProp and
+        // AdvProp-D train on the configured loss, positive perturbation checks its own.
+        let triplet_based = matches!(
+            self,
+            DefenseConfig::Madry(_) | DefenseConfig::Act(_) | DefenseConfig::Hm(_) | DefenseConfig::CaTride(_)
+        );
         if triplet_based && !matches!(loss, LossConfig::Triplet { .. }) {
             bail!(
                 "defense {} trains on triplets: it needs loss.kind = \"triplet\" (got \"{}\")",
                 self.name(),
                 loss.name()
             );
-        }
-        if let DefenseConfig::CaTride {
-            lambda,
-            gamma_tr,
-            beta_tr,
-            ..
-        } = self
-        {
-            ensure!(lambda.is_finite() && *lambda > 0.0, "defense.lambda must be > 0");
-            ensure!(
-                *gamma_tr >= 0.0 && *beta_tr >= 0.0,
-                "defense.gamma_tr and beta_tr must be ≥ 0"
-            );
-        }
-        if let DefenseConfig::Hm { ics: Some(l), .. } = self {
-            ensure!(l.is_finite() && *l >= 0.0, "defense.ics must be ≥ 0, got {l}");
         }
         Ok(())
     }

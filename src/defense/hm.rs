@@ -5,7 +5,7 @@
 //! `‖max(0, H_D − H̃_S)‖²` (ET), then trained with `L_T(ã, p̃, ñ)` plus the intra-class structure
 //! term `L_ICS = λ·L_T(a, ã, p; 0)`.
 
-use super::{DefendedLoss, DefenseConfig, DefenseState, Destination, HmObjective, Perturbed, TripletLayout};
+use super::{DefendedLoss, DefenseState, Destination, HmObjective, Perturbed, TripletLayout};
 use crate::attack::engine::Objective;
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
@@ -16,7 +16,38 @@ use burn::tensor::Device;
 use burn::tensor::activation::relu;
 use burn::tensor::{Tensor, TensorData};
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
+
+/// HM's parameters (`[defense] kind = "hm"`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HmConfig {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+    /// The miner whose triplets are perturbed.
+    pub source: Miner,
+    /// Their destination hardness: another miner's triplets, or LGA.
+    pub destination: Destination,
+    #[serde(default)]
+    pub objective: HmObjective,
+    /// Weight λ of the intra-class structure term (ICS); none without it.
+    #[serde(default)]
+    pub ics: Option<f32>,
+}
+
+impl super::config::DefenseParams for HmConfig {
+    fn budget(&self) -> (f32, f32, usize) {
+        (self.eps, self.step, self.steps)
+    }
+    fn validate(&self, _loss: &LossConfig) -> Result<()> {
+        if let Some(l) = self.ics {
+            anyhow::ensure!(l.is_finite() && l >= 0.0, "defense.ics must be ≥ 0, got {l}");
+        }
+        Ok(())
+    }
+}
 
 /// LGA's destination hardness from the previous step's adversarial loss, `γ` = the triplet margin.
 pub fn lga_destination(prev_loss: f32, gamma: f32) -> f32 {
@@ -115,14 +146,14 @@ pub fn source_and_destination(
 
 /// Whether HM trains on the clean source triplets (robrank: source and destination are the same
 /// miner, so there is nothing to manipulate).
-pub fn skips_attack(cfg: &DefenseConfig) -> bool {
-    matches!(cfg, DefenseConfig::Hm { source, destination, .. } if as_miner(*destination) == Some(*source))
+pub fn skips_attack(cfg: &HmConfig) -> bool {
+    as_miner(cfg.destination) == Some(cfg.source)
 }
 
 /// Source triplets and the HM objective toward their destination hardness.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
-    cfg: &DefenseConfig,
+    cfg: &HmConfig,
     loss_cfg: &LossConfig,
     clean: &[f32],
     dim: usize,
@@ -131,15 +162,12 @@ pub fn plan(
     device: &Device,
     rng: &mut ChaCha8Rng,
 ) -> Result<(Triplets, Box<dyn Objective>)> {
-    let DefenseConfig::Hm {
+    let HmConfig {
         source,
         destination,
         objective,
         ..
-    } = *cfg
-    else {
-        anyhow::bail!("hm::plan called with defense {}", cfg.name());
-    };
+    } = *cfg;
     let (distance, margin) = super::triplet_params(loss_cfg);
     let (tr, hd) = source_and_destination(
         clean,

@@ -16,6 +16,33 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+/// MDProp's parameters (`[defense] kind = "mdprop"`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MdpropConfig {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+    /// The generated distributions, each trained through its own BN set.
+    pub distributions: Vec<Generated>,
+}
+
+impl super::config::DefenseParams for MdpropConfig {
+    fn budget(&self) -> (f32, f32, usize) {
+        (self.eps, self.step, self.steps)
+    }
+    fn validate(&self, _loss: &LossConfig) -> Result<()> {
+        anyhow::ensure!(
+            !self.distributions.is_empty(),
+            "defense.distributions must list at least one of stax, mtax, ux"
+        );
+        for g in &self.distributions {
+            anyhow::ensure!(g.targets().0 >= 1, "defense.distributions: targets must be ≥ 1");
+        }
+        Ok(())
+    }
+}
+
 /// One generated distribution of MDProp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]

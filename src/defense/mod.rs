@@ -15,7 +15,7 @@ pub mod positive_perturbation;
 
 use crate::attack::engine::{self, Objective};
 use crate::loss::distance::Distance;
-use crate::loss::miner::{Miner, Triplets};
+use crate::loss::miner::Triplets;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
@@ -104,8 +104,8 @@ pub fn perturb(
     let x = x.clone().without_autodiff();
     let (distance, _) = triplet_params(loss_cfg);
     let (tr, objective, movable): (Triplets, Box<dyn Objective>, Vec<bool>) = match cfg {
-        DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. } | DefenseConfig::Est { .. } => {
-            let adversarial = if let DefenseConfig::Est { .. } = cfg {
+        DefenseConfig::Mdprop(_) | DefenseConfig::Advprop(_) | DefenseConfig::Est(_) => {
+            let adversarial = if let DefenseConfig::Est(_) = cfg {
                 est::perturb(cfg, net, &x, &clean, dim)?
             } else {
                 // The first generated distribution (the others differ only in their objective).
@@ -120,83 +120,43 @@ pub fn perturb(
                 adversarial,
             });
         }
-        DefenseConfig::Madry { .. } => {
+        DefenseConfig::Madry(_) => {
             let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = layout.movable(true, true, true);
             (tr, Box::new(madry::MaxHardness { layout, distance }), movable)
         }
-        DefenseConfig::Act { .. } => {
+        DefenseConfig::Act(_) => {
             let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = layout.movable(false, true, true);
             (tr, Box::new(act::Collapse { layout, distance }), movable)
         }
-        DefenseConfig::CaTride {
-            lambda,
-            mode,
-            adversary,
-            margin_schedule,
-            code_weighting,
-            code_anp,
-            ..
-        } => {
-            let scheduled =
-                ca_tride::margin_schedule(*margin_schedule, triplet_params(loss_cfg).1, state.epoch, state.epochs);
-            let tr = if let Some(m) = scheduled {
-                let semihard = LossConfig::Triplet {
-                    distance,
-                    miner: Miner::Semihard,
-                    margin: m,
-                    anchors: Default::default(),
-                    cutoff: 0.0,
-                    nonzero_loss_cutoff: None,
-                };
-                loss::mine_triplets(&semihard, &clean, dim, labels, rng)?
-            } else {
-                loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?
-            };
-            let layout = TripletLayout { t: tr.len() };
-            let cap = ca_tride::is_cap(*mode, state);
-            let movable = if cap {
-                layout.movable(false, true, true)
-            } else {
-                layout.movable(true, false, false)
-            };
-            let obj = ca_tride::TrideObjective {
-                layout,
-                distance,
-                cap,
-                adversary: *adversary,
-                lambda: if *code_weighting { -lambda } else { *lambda },
-                code_anp: *code_anp,
-                clean_anchor: host_rows(&clean, &tr.anchor, dim, &x.device()),
-            };
-            (tr, Box::new(obj), movable)
-        }
-        DefenseConfig::PositivePerturbation { rate, target, .. } => {
+        DefenseConfig::CaTride(c) => ca_tride::plan(c, loss_cfg, (&clean, dim), labels, state, &x.device(), rng)?,
+        DefenseConfig::PositivePerturbation(c) => {
             let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
-            let movable = positive_perturbation::plan(&layout, *target, *rate, rng);
+            let movable = positive_perturbation::plan(&layout, c.target, c.rate, rng);
             let obj = positive_perturbation::Rho {
                 layout,
                 distance,
-                target: *target,
+                target: c.target,
             };
             (tr, Box::new(obj), movable)
         }
-        DefenseConfig::Hm { .. } => {
-            let (tr, obj) = hm::plan(cfg, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
+        DefenseConfig::Hm(c) => {
+            let (tr, obj) = hm::plan(c, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
             let movable = TripletLayout { t: tr.len() }.movable(true, true, true);
             (tr, obj, movable)
         }
     };
     let original = select_rows(&x, &TripletLayout::gather_index(&tr));
     let mut pgd = cfg.pgd();
-    if let DefenseConfig::CaTride { progressive: true, .. } = cfg {
-        pgd.step = ca_tride::progressive_step(pgd.step, state.epoch, state.epochs);
+    if let DefenseConfig::CaTride(c) = cfg {
+        pgd.step = c.step_at(state);
     }
-    let skip = hm::skips_attack(cfg) || pgd.step == 0.0 || !movable.iter().any(|&m| m);
+    let skip =
+        matches!(cfg, DefenseConfig::Hm(c) if hm::skips_attack(c)) || pgd.step == 0.0 || !movable.iter().any(|&m| m);
     let adversarial = if skip {
         original.clone()
     } else {
@@ -224,29 +184,19 @@ pub fn defended_loss(
     state: &DefenseState,
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
-    if matches!(cfg, DefenseConfig::Mdprop { .. } | DefenseConfig::Advprop { .. }) {
+    if matches!(cfg, DefenseConfig::Mdprop(_) | DefenseConfig::Advprop(_)) {
         return mdprop::loss(cfg, &cfg.distributions(), loss_cfg, net, params, x, labels, rng);
     }
     let pert = perturb(cfg, loss_cfg, net, &x, labels, state, rng)?;
     match cfg {
-        DefenseConfig::Est { .. } => est::outer(loss_cfg, net, params, pert, labels, rng),
-        DefenseConfig::Hm { ics: Some(lambda), .. } => hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda),
-        DefenseConfig::PositivePerturbation { regularizer, .. } => {
-            positive_perturbation::outer(cfg, loss_cfg, net, &x, pert, *regularizer)
+        DefenseConfig::Est(_) => est::outer(loss_cfg, net, params, pert, labels, rng),
+        DefenseConfig::Hm(hm::HmConfig { ics: Some(lambda), .. }) => {
+            hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda)
         }
-        DefenseConfig::CaTride {
-            mode,
-            gamma_tr,
-            beta_tr,
-            tr_hinge,
-            ..
-        } if !ca_tride::is_cap(*mode, state) => {
-            let emb = net.forward(pert.adversarial.clone().autodiff());
-            let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
-            let d = triplet_params(loss_cfg).0;
-            let l_tr = ca_tride::top_rank_triplet(a, p, n, d, *gamma_tr, *beta_tr, *tr_hinge);
-            triplet_outcome(loss_cfg, &pert, emb, Some(l_tr))
+        DefenseConfig::PositivePerturbation(c) => {
+            positive_perturbation::outer(cfg, loss_cfg, net, &x, pert, c.regularizer)
         }
+        DefenseConfig::CaTride(c) if !ca_tride::is_cap(c.mode, state) => ca_tride::anp_outer(c, loss_cfg, net, &pert),
         _ => {
             let emb = net.forward(pert.adversarial.clone().autodiff());
             triplet_outcome(loss_cfg, &pert, emb, None)

@@ -17,6 +17,46 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+/// Positive perturbation's parameters (`[defense] kind = "positive-perturbation"`): the
+/// positive of each tuple, with probability `rate`, pushed away from its anchor; for the triplet
+/// and contrastive losses.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PositivePerturbationConfig {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+    /// Attack rate P(γ = 1).
+    pub rate: f32,
+    #[serde(default)]
+    pub target: PerturbTarget,
+    /// λ of formulation 3 (Eq. 13): adds `λ·max_z d(f(z), f(x))` over the anchors.
+    #[serde(default)]
+    pub regularizer: Option<f32>,
+}
+
+impl super::config::DefenseParams for PositivePerturbationConfig {
+    fn budget(&self) -> (f32, f32, usize) {
+        (self.eps, self.step, self.steps)
+    }
+    fn validate(&self, loss: &LossConfig) -> Result<()> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.rate),
+            "defense.rate (P(γ = 1)) must be in [0, 1], got {}",
+            self.rate
+        );
+        if let Some(l) = self.regularizer {
+            anyhow::ensure!(l.is_finite() && l >= 0.0, "defense.regularizer must be ≥ 0, got {l}");
+        }
+        anyhow::ensure!(
+            matches!(loss, LossConfig::Triplet { .. } | LossConfig::Contrastive { .. }),
+            "defense positive-perturbation is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
+            loss.name()
+        );
+        Ok(())
+    }
+}
+
 /// Which item of a tuple `ρ` perturbs (the paper's choice and its Appendix F alternatives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
