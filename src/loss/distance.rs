@@ -1,4 +1,5 @@
-//! Distances between embeddings, on the host (for miners) and on tensors (for losses).
+//! Distances between embeddings, on the host (for miners, attack selections and scores) and on
+//! tensors (for losses and attack objectives): one type for the whole library.
 //! robrank's suffixes: `N` = Euclidean on L2-normalised embeddings, `E` = Euclidean on raw
 //! embeddings, `C` = cosine distance `1 − cos` on normalised embeddings.
 
@@ -59,6 +60,22 @@ impl Distance {
                 .sqrt()
                 .squeeze_dim(1),
             Distance::Cosine => (a * b).sum_dim(1).squeeze_dim(1).neg().add_scalar(1.0),
+        }
+    }
+
+    /// Distances of every row of `e` `[b, d]` to every row of `x` `[n, d]` → `[b, n]`, with
+    /// `x_sq` the squared norms of `x` as `[1, n]` (precomputed: `x` is a fixed candidate set).
+    pub fn cross(self, e: Tensor<2>, x: &Tensor<2>, x_sq: &Tensor<2>) -> Tensor<2> {
+        match self {
+            Distance::NormalizedEuclidean | Distance::Euclidean => {
+                let e_sq = e.clone().powi_scalar(2).sum_dim(1);
+                let dots = e.matmul(x.clone().transpose());
+                (e_sq + x_sq.clone() - dots.mul_scalar(2.0))
+                    .clamp_min(0.0)
+                    .add_scalar(1e-12)
+                    .sqrt()
+            }
+            Distance::Cosine => e.matmul(x.clone().transpose()).neg().add_scalar(1.0),
         }
     }
 
