@@ -108,7 +108,7 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
             .clone()
             .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
         let run = load_run(&dir, None, device)?;
-        let ctx = Context::new(&run.net, &run.test.query, device, false)?;
+        let ctx = Context::new(&run.net, &run.test.query, device, false)?.with_distance(run.exp.loss.distance());
         let setup = Setup {
             method: method.as_ref(),
             ..Setup::white_box(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed)

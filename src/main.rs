@@ -523,7 +523,8 @@ fn run(cli: Cli) -> Result<Outcome> {
                 .transpose()?;
             let device = open_device(flag, &[], json)?;
             let run_ = load_run(&model, None, &device)?;
-            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
+            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
+                .with_distance(run_.exp.loss.distance());
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
             let r = rdml::attack::suite::run_saving(
                 &budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd),
@@ -573,7 +574,8 @@ fn run(cli: Cli) -> Result<Outcome> {
             }
             let device = open_device(flag, &[], false)?;
             let run_ = load_run(&model, None, &device)?;
-            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?;
+            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
+                .with_distance(run_.exp.loss.distance());
             if !ctx.clean.is_normalized() {
                 eprintln!(
                     "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"

@@ -290,3 +290,63 @@ fn save_examples_writes_each_adversarial_image_as_png() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn attack_scores_leave_lone_queries_out_as_eval_does() {
+    let (net, mut set) = small();
+    // Items 0 and 1 get classes of their own: as queries they have nothing to retrieve.
+    set.labels[0] = 1000;
+    set.labels[1] = 1001;
+    let dev = Device::default();
+    let ctx = Context::new(&net, &set, &dev, false).unwrap();
+    let items: Vec<usize> = (0..32).collect();
+    let rows: Vec<f32> = items.iter().flat_map(|&i| ctx.clean.row(i).to_vec()).collect();
+    let q = rdml::eval::knn::Embeddings::new(rows, 32, ctx.clean.dim).unwrap();
+    let ql: Vec<u32> = items.iter().map(|&i| set.labels[i]).collect();
+    let m =
+        rdml::eval::metrics::retrieval_skipping(&q, &ql, &ctx.clean, &set.labels, Some(&items), &[1], &dev).unwrap();
+    assert_eq!(m.lone_queries, 2);
+    let eval_r1 = 100.0 * m.recall_at(1).unwrap();
+    for name in ["NN", "ES", "LTM"] {
+        let r = run(&ctx, attack(name).unwrap().as_ref(), &pgd(0.0, 0.0, 1), 32, 16, 0).unwrap();
+        let clean = r.score("R@1:clean").unwrap();
+        assert!(
+            (clean - eval_r1).abs() < 1e-9,
+            "{name}: R@1:clean {clean}, eval {eval_r1}"
+        );
+        let attacked = r.score(if name == "NN" {
+            "R@1"
+        } else if name == "ES" {
+            "ES:R"
+        } else {
+            "LTM"
+        });
+        assert!(
+            (attacked.unwrap() - eval_r1).abs() < 1e-9,
+            "{name} at ε = 0: {attacked:?}"
+        );
+    }
+}
+
+#[test]
+fn es_d_is_reported_in_the_models_distance() {
+    use rdml::loss::distance::Distance;
+    let (net, set) = small();
+    let dev = Device::default();
+    let p = pgd(0.1, 0.02, 5);
+    let es = attack("ES").unwrap();
+    // One query: on unit vectors 1 − cos = ‖a − b‖² / 2.
+    let euclid = Context::new(&net, &set, &dev, false).unwrap();
+    assert!(euclid.clean.is_normalized());
+    let d = run(&euclid, es.as_ref(), &p, 1, 1, 0).unwrap().score("ES:D").unwrap();
+    let cosine = Context::new(&net, &set, &dev, false)
+        .unwrap()
+        .with_distance(Distance::Cosine);
+    let c = run(&cosine, es.as_ref(), &p, 1, 1, 0).unwrap().score("ES:D").unwrap();
+    assert!(d > 0.05, "ES:D {d}");
+    assert!(
+        (c - d * d / 2.0).abs() < 1e-4,
+        "1 − cos {c} against ‖Δ‖²/2 {}",
+        d * d / 2.0
+    );
+}

@@ -124,27 +124,40 @@ pub struct Score {
     pub value: f64,
 }
 
-/// Per-column sums over the items of a run, in the order columns first appear; a run divides
-/// them by its number of items.
+/// Per-column sums over the items of a run and how many items each covers, in the order
+/// columns first appear. Each column is averaged over its own items: the Recall@k and MAP@R
+/// columns leave out queries with no other item of their class, as `eval` does.
 #[derive(Debug, Default)]
 pub struct Tally {
-    sums: Vec<(Column, f64)>,
+    sums: Vec<(Column, f64, usize)>,
 }
 
 impl Tally {
+    /// One item's value.
     pub fn add(&mut self, column: Column, v: f64) {
+        self.add_sum(column, v, 1);
+    }
+
+    /// The sum of `items` items' values.
+    pub fn add_sum(&mut self, column: Column, sum: f64, items: usize) {
         match self.sums.iter_mut().find(|s| s.0 == column) {
-            Some(s) => s.1 += v,
-            None => self.sums.push((column, v)),
+            Some(s) => {
+                s.1 += sum;
+                s.2 += items;
+            }
+            None => self.sums.push((column, sum, items)),
         }
     }
 
-    pub fn means(self, items: usize) -> Vec<Score> {
+    /// Each column's mean over its items; a column that covered no item (every query lone) is
+    /// left out rather than reported as 0.
+    pub fn means(self) -> Vec<Score> {
         self.sums
             .into_iter()
-            .map(|(name, v)| Score {
+            .filter(|s| s.2 > 0)
+            .map(|(name, v, n)| Score {
                 name,
-                value: v / items.max(1) as f64,
+                value: v / n as f64,
             })
             .collect()
     }

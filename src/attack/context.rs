@@ -5,6 +5,7 @@ use crate::data::ImageSet;
 use crate::eval::embed;
 use crate::eval::knn::{Embeddings, top_k};
 use crate::eval::metrics::{self, Retrieval};
+use crate::loss::distance::Distance;
 use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result};
 use burn::module::Module;
@@ -20,6 +21,10 @@ pub struct Context {
     pub device: Device,
     /// Reproduce robrank's GTM target index and LTM self mask.
     pub robrank_compat: bool,
+    /// The model's own distance, in which ES:D is reported (robrank: `1 − cos` for its cosine
+    /// metric `C`, Euclidean for `N` and `E`). The selections and objectives rank in Euclidean
+    /// distance, which orders unit vectors as the cosine distance does.
+    pub distance: Distance,
 }
 
 impl Context {
@@ -37,7 +42,14 @@ impl Context {
             cand_sq,
             device,
             robrank_compat,
+            distance: Distance::Euclidean,
         })
+    }
+
+    /// The same context reporting ES:D in `distance` (the run's `loss.distance`).
+    pub fn with_distance(mut self, distance: Distance) -> Self {
+        self.distance = distance;
+        self
     }
 
     /// Items in the test set.
@@ -111,7 +123,7 @@ pub(crate) fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Result<Vec<f32
 
 /// Euclidean distance of two host embeddings.
 pub(crate) fn euclid(a: &[f32], b: &[f32]) -> f32 {
-    crate::loss::distance::Distance::Euclidean.host(a, b)
+    Distance::Euclidean.host(a, b)
 }
 
 /// A uniformly random index in `0..n` other than `i` (W = 1 / M = 1 selections).

@@ -154,7 +154,7 @@ pub fn run_saving(
             finish_batch(bi, chunk, &batch, None)?;
         }
     }
-    let mut scores = tally.means(q);
+    let mut scores = tally.means();
     if attack.keeps_attacked() {
         let adv = Embeddings::new(attacked, q, target.clean.dim)?;
         scores.extend(attack.finish(target, &items, &adv, setup.seed)?);

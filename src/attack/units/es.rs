@@ -1,9 +1,10 @@
 //! Embedding shift (ES, robrank): each query is pushed as far as the budget allows from its own
-//! clean embedding; reported as the distance moved (ES:D) and Recall@1 after it (ES:R).
+//! clean embedding; reported as the distance moved in the model's own distance (ES:D: Euclidean,
+//! or `1 − cos` for a cosine-distance model, as robrank) and Recall@1 after it (ES:R).
 
 use super::attacked_recall;
 use crate::attack::column::{Column, Tally};
-use crate::attack::context::{Context, euclid};
+use crate::attack::context::Context;
 use crate::attack::engine::Objective;
 use crate::attack::objective::shift::EmbeddingShift;
 use crate::attack::score::AttackResult;
@@ -66,12 +67,12 @@ impl Plan for EsPlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let (_, r1) = attacked_recall(target, &self.items, adv, tally)?;
+        let (_, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
         let shift: f64 = (0..self.items.len())
-            .map(|r| euclid(target.clean.row(self.items[r]), adv.row(r)) as f64)
+            .map(|r| target.distance.host(target.clean.row(self.items[r]), adv.row(r)) as f64)
             .sum();
-        tally.add(Column::EsD, shift);
-        tally.add(Column::EsR, r1);
+        tally.add_sum(Column::EsD, shift, self.items.len());
+        tally.add_sum(Column::EsR, r1, scored);
         Ok(())
     }
 }

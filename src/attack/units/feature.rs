@@ -97,14 +97,16 @@ impl Plan for FeaturePlan {
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
         let m = target.retrieval(&self.items, adv, &[1, 2, 4, 8])?;
-        let scored = (m.queries - m.lone_queries) as f64;
+        let scored = m.queries - m.lone_queries;
         for (k, v) in &m.recall {
-            tally.add(Column::Recall(*k), 100.0 * v * scored);
+            tally.add_sum(Column::Recall(*k), 100.0 * v * scored as f64, scored);
         }
         let c = target.retrieval(&self.items, &target.clean_of(&self.items)?, &[1])?;
-        tally.add(
+        let clean_scored = c.queries - c.lone_queries;
+        tally.add_sum(
             Column::RecallClean,
-            100.0 * c.recall_at(1).unwrap_or(0.0) * (c.queries - c.lone_queries) as f64,
+            100.0 * c.recall_at(1).unwrap_or(0.0) * clean_scored as f64,
+            clean_scored,
         );
         Ok(())
     }

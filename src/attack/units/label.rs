@@ -135,8 +135,8 @@ impl Plan for RecallPlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let (_, r1) = attacked_recall(target, &self.items, adv, tally)?;
-        tally.add(self.column, r1);
+        let (_, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
+        tally.add_sum(self.column, r1, scored);
         Ok(())
     }
 }

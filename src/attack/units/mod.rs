@@ -15,22 +15,24 @@ use crate::eval::metrics::Retrieval;
 use anyhow::Result;
 
 /// Recall@1 of the attacked queries `adv` of `items` against the clean test set, each query's
-/// own clean copy left out: adds the clean Recall@1 of the same queries to `tally`, and returns
-/// the attacked metrics with their Recall@1 summed over the batch (in percent).
+/// own clean copy left out and queries with no other item of their class not counted (as
+/// `eval`): adds the clean Recall@1 of the same queries to `tally`, and returns the attacked
+/// metrics with their Recall@1 summed over the scored queries (in percent) and their number.
 pub(crate) fn attacked_recall(
     target: &Context,
     items: &[usize],
     adv: &Embeddings,
     tally: &mut Tally,
-) -> Result<(Retrieval, f64)> {
-    let b = items.len();
+) -> Result<(Retrieval, f64, usize)> {
     let m = target.retrieval(items, adv, &[1])?;
-    let scored = (m.queries - m.lone_queries) as f64;
-    let r1 = 100.0 * m.recall_at(1).unwrap_or(0.0) * scored / b as f64;
+    let scored = m.queries - m.lone_queries;
+    let hits = 100.0 * m.recall_at(1).unwrap_or(0.0) * scored as f64;
     let c = target.retrieval(items, &target.clean_of(items)?, &[1])?;
-    tally.add(
+    let clean_scored = c.queries - c.lone_queries;
+    tally.add_sum(
         Column::RecallClean,
-        100.0 * c.recall_at(1).unwrap_or(0.0) * (c.queries - c.lone_queries) as f64,
+        100.0 * c.recall_at(1).unwrap_or(0.0) * clean_scored as f64,
+        clean_scored,
     );
-    Ok((m, r1 * b as f64))
+    Ok((m, hits, scored))
 }
