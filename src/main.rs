@@ -121,6 +121,10 @@ enum Cmd {
         /// --model's (same test images).
         #[arg(long, value_name = "DIR")]
         surrogate: Option<PathBuf>,
+        /// Run the attack N times with seeds --seed, --seed + 1000003, … (selections and random
+        /// starts differ) and print each score as mean ± sample std over the runs.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        repeats: usize,
         /// Write each adversarial image here as PNG (ATTACK-INDEX.png, INDEX = the item's place
         /// in the test split), with ATTACK-index.json listing index, label, file and L∞ size.
         #[arg(long, value_name = "DIR")]
@@ -145,6 +149,10 @@ enum Cmd {
         /// --model's (same test images).
         #[arg(long, value_name = "DIR")]
         surrogate: Option<PathBuf>,
+        /// Run the suite N times with seeds --seed, --seed + 1000003, … and print ERS, ARS and
+        /// each raw column as mean ± sample std over the runs.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        repeats: usize,
         /// Write the table as JSON here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -509,11 +517,17 @@ fn run(cli: Cli) -> Result<Outcome> {
             model,
             attack,
             surrogate,
+            repeats,
             save_examples,
             profile,
             budget,
             json,
         } => {
+            anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
+            anyhow::ensure!(
+                repeats == 1 || save_examples.is_none(),
+                "--save-examples writes the images of one run: use it with --repeats 1"
+            );
             let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(&attack)?;
             let pgd = budget.pgd(&profile, spec_budget)?;
             let method = rdml::attack::registry::method(&budget.method)?;
@@ -526,20 +540,31 @@ fn run(cli: Cli) -> Result<Outcome> {
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
                 .with_distance(run_.exp.loss.distance());
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-            let r = rdml::attack::suite::run_saving(
-                &budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd),
-                unit.as_ref(),
-                writer.as_mut(),
-            )?;
+            let setup = budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd);
+            let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), writer.as_mut())?;
+            let mut runs = vec![r.clone()];
+            for k in 1..repeats {
+                let s = rdml::attack::suite::Setup {
+                    seed: rdml::attack::score::repeat_seed(budget.seed, k),
+                    ..setup
+                };
+                runs.push(rdml::attack::suite::run_with(&s, unit.as_ref())?);
+            }
             if let (Some(w), Some(d)) = (writer, &save_examples) {
                 let n = w.finish()?;
                 eprintln!("wrote {n} adversarial images to {}", d.display());
             }
-            if json {
+            let spread = rdml::attack::score::spread(&runs);
+            if json && repeats > 1 {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"runs": runs, "mean_std": spread}))?
+                );
+            } else if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "{}{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps, {:.1} s):",
+                    "{}{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps{}, {:.1} s):",
                     r.attack,
                     if r.method == "white-box" {
                         String::new()
@@ -555,9 +580,18 @@ fn run(cli: Cli) -> Result<Outcome> {
                     pgd.eps,
                     pgd.step,
                     pgd.steps,
-                    r.seconds
+                    if repeats > 1 {
+                        format!(", {repeats} runs")
+                    } else {
+                        String::new()
+                    },
+                    runs.iter().map(|r| r.seconds).sum::<f64>()
                 );
-                print!("{}", rdml::report::attack_table(&r));
+                if repeats > 1 {
+                    print!("{}", rdml::report::spread_table(&spread));
+                } else {
+                    print!("{}", rdml::report::attack_table(&r));
+                }
             }
         }
         Cmd::Robustness {
@@ -565,8 +599,10 @@ fn run(cli: Cli) -> Result<Outcome> {
             profile,
             budget,
             surrogate,
+            repeats,
             out,
         } => {
+            anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
             let pgd = budget.pgd(&profile, Default::default())?;
             let method = rdml::attack::registry::method(&budget.method)?;
             if let Some(o) = &out {
@@ -582,20 +618,46 @@ fn run(cli: Cli) -> Result<Outcome> {
                 );
             }
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-            let r = robustness(
-                &budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd),
-                true,
-            )?;
-            print!("{}", rdml::report::robustness_table(&r));
-            println!(
-                "ERS {:.1}   ARS {:.1}   ({} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
-                r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
-            );
+            let setup = budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd);
+            let mut runs = vec![];
+            for k in 0..repeats {
+                if repeats > 1 {
+                    eprintln!("run {} of {repeats}", k + 1);
+                }
+                let s = rdml::attack::suite::Setup {
+                    seed: rdml::attack::score::repeat_seed(budget.seed, k),
+                    ..setup
+                };
+                runs.push(robustness(&s, true)?);
+            }
+            let r = &runs[0];
+            let spread = rdml::attack::score::robustness_spread(&runs);
+            if repeats > 1 {
+                print!("{}", rdml::report::robustness_spread_table(&spread));
+                println!(
+                    "ERS {:.1} ± {:.1}   ARS {:.1} ± {:.1}   ({repeats} runs, {} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
+                    spread.ers.mean,
+                    spread.ers.std,
+                    spread.ars.mean,
+                    spread.ars.std,
+                    budget.queries,
+                    pgd.eps,
+                    pgd.step,
+                    pgd.steps
+                );
+            } else {
+                print!("{}", rdml::report::robustness_table(r));
+                println!(
+                    "ERS {:.1}   ARS {:.1}   ({} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
+                    r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
+                );
+            }
             if let Some(o) = out {
-                write_json(
-                    &o,
-                    &serde_json::json!({"model": model, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r}),
-                )?;
+                let mut j = serde_json::json!({"model": model, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r});
+                if repeats > 1 {
+                    j["repeats"] = serde_json::json!({"runs": runs, "mean_std": spread});
+                }
+                write_json(&o, &j)?;
             }
         }
         Cmd::Compare {

@@ -124,3 +124,19 @@ pub fn robustness_table(r: &crate::attack::score::Robustness) -> String {
     }
     s
 }
+
+/// Each column's mean ± std over repeated runs of one attack, for the terminal.
+pub fn spread_table(rows: &[(crate::attack::column::Column, crate::attack::score::MeanStd)]) -> String {
+    rows.iter()
+        .map(|(c, m)| format!("  {:<13} {:>8.3} ± {:.3}\n", c.name(), m.mean, m.std))
+        .collect()
+}
+
+/// The raw ERS columns as mean ± std over repeated suite runs, for the terminal.
+pub fn robustness_spread_table(s: &crate::attack::score::RobustnessSpread) -> String {
+    let mut out = format!("{:<6} {:>9} {:>9}\n", "column", "raw mean", "std");
+    for (c, m) in &s.raw {
+        out.push_str(&format!("{:<6} {:>9.3} {:>9.3}\n", c.name(), m.mean, m.std));
+    }
+    out
+}

@@ -350,3 +350,30 @@ fn es_d_is_reported_in_the_models_distance() {
         d * d / 2.0
     );
 }
+
+#[test]
+fn repeats_give_mean_and_sample_std_over_attack_seeds() {
+    use rdml::attack::score::{MeanStd, repeat_seed, spread};
+    let m = MeanStd::of(&[1.0, 2.0, 4.0]);
+    assert!((m.mean - 7.0 / 3.0).abs() < 1e-12);
+    // Sample variance: ((4/3)² + (1/3)² + (5/3)²) / 2 = 7/3.
+    assert!((m.std - (7.0f64 / 3.0).sqrt()).abs() < 1e-12 && m.runs == 3);
+    assert_eq!(MeanStd::of(&[5.0]).std, 0.0);
+    // NN with a random start (the positive-perturbation paper's protocol): runs differ, and the
+    // spread is the mean and std of their scores.
+    let (net, set) = small();
+    let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
+    let p = Pgd {
+        random_start: true,
+        ..pgd(0.05, 0.02, 5)
+    };
+    let nn = attack("NN").unwrap();
+    let runs: Vec<_> = (0..3)
+        .map(|k| run(&ctx, nn.as_ref(), &p, 32, 16, repeat_seed(0, k)).unwrap())
+        .collect();
+    let r1: Vec<f64> = runs.iter().map(|r| r.score("R@1").unwrap()).collect();
+    assert!(r1[0] != r1[1] || r1[1] != r1[2], "three random starts gave {r1:?}");
+    let s = spread(&runs);
+    let (_, got) = s.iter().find(|(c, _)| c.name() == "R@1").unwrap();
+    assert_eq!(*got, MeanStd::of(&r1));
+}

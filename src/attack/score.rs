@@ -112,3 +112,80 @@ pub fn aggregate(results: Vec<AttackResult>) -> Result<Robustness> {
         results,
     })
 }
+
+/// A quantity over repeated runs: mean and sample standard deviation (0 for one run).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct MeanStd {
+    pub mean: f64,
+    pub std: f64,
+    pub runs: usize,
+}
+
+impl MeanStd {
+    pub fn of(values: &[f64]) -> Self {
+        let n = values.len();
+        let mean = values.iter().sum::<f64>() / n.max(1) as f64;
+        let var = if n > 1 {
+            values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        Self {
+            mean,
+            std: var.sqrt(),
+            runs: n,
+        }
+    }
+}
+
+/// Each column's mean ± std over repeated runs of one attack (the papers' "average of five
+/// random seeds"), in the first run's column order.
+pub fn spread(results: &[AttackResult]) -> Vec<(Column, MeanStd)> {
+    let Some(first) = results.first() else {
+        return vec![];
+    };
+    first
+        .scores
+        .iter()
+        .map(|s| {
+            let v: Vec<f64> = results.iter().filter_map(|r| r.get(s.name)).collect();
+            (s.name, MeanStd::of(&v))
+        })
+        .collect()
+}
+
+/// ERS, ARS and each raw column as mean ± std over repeated suite runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RobustnessSpread {
+    pub ers: MeanStd,
+    pub ars: MeanStd,
+    pub raw: Vec<(Column, MeanStd)>,
+}
+
+pub fn robustness_spread(runs: &[Robustness]) -> RobustnessSpread {
+    let raw = runs
+        .first()
+        .map(|r| {
+            r.rows
+                .iter()
+                .map(|row| {
+                    let v: Vec<f64> = runs
+                        .iter()
+                        .filter_map(|x| x.rows.iter().find(|y| y.column == row.column).map(|y| y.raw))
+                        .collect();
+                    (row.column, MeanStd::of(&v))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    RobustnessSpread {
+        ers: MeanStd::of(&runs.iter().map(|r| r.ers).collect::<Vec<_>>()),
+        ars: MeanStd::of(&runs.iter().map(|r| r.ars).collect::<Vec<_>>()),
+        raw,
+    }
+}
+
+/// The seed of repeat `k` of a run seeded `seed` (far from the suite's per-attack offsets).
+pub fn repeat_seed(seed: u64, k: usize) -> u64 {
+    seed.wrapping_add(k as u64 * 1_000_003)
+}
