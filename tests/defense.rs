@@ -282,6 +282,8 @@ fn ca_tride_code_anp_moves_only_anchors_and_lowers_its_loss() {
         lambda: 10.0,
         code_anp: true,
         clean_anchor: clean.clone().narrow(0, 0, t),
+        top_rank: true,
+        collapse_aware: true,
     };
     let before = obj.loss(clean, 1).into_scalar::<f32>();
     let after = obj.loss(b.net.forward(anp.adversarial.clone()), 1).into_scalar::<f32>();

@@ -50,6 +50,15 @@ pub struct CaTrideConfig {
     /// `L_TR` with the reference code's hinge `γ·[·]_+` instead of Eq. 13 as written.
     #[serde(default)]
     pub tr_hinge: bool,
+    /// The top-rank preservation: Δ_TR in ANP's loss (Eq. 11–12) and L_TR in training (Eq. 14).
+    /// `false` is Table 4's "w/o TPR" (`gamma_tr = 0` alone is its "w/o L_TR").
+    #[serde(default = "yes")]
+    pub tpr: bool,
+    /// The collapse-aware adversaries of Eq. 8: losses clipped at 0 (C kept ≤ 0) and PGD stopped
+    /// once there. `false` gives §4.3's naive CAP / ANP / TRIDE, unclipped and run for every
+    /// step (they collapse training: R@1 4.4 / 7.8 / 0.8 on CUB in the paper).
+    #[serde(default = "yes")]
+    pub collapse_aware: bool,
 }
 
 fn ten() -> f32 {
@@ -211,6 +220,10 @@ pub struct TrideObjective {
     pub code_anp: bool,
     /// Clean anchor embeddings `A₀` (for Δ_TR).
     pub clean_anchor: Tensor<2>,
+    /// Δ_TR in ANP's loss ([`CaTrideConfig::tpr`]).
+    pub top_rank: bool,
+    /// Clip at 0 and stop there ([`CaTrideConfig::collapse_aware`]).
+    pub collapse_aware: bool,
 }
 
 impl TrideObjective {
@@ -228,23 +241,28 @@ impl Objective for TrideObjective {
         let dap = self.distance.rows(a.clone(), p);
         let dan = self.distance.rows(a.clone(), n);
         let c = self.c(dap, dan.clone());
-        if self.cap {
-            return relu(c.neg());
+        // The collapse-aware clip of Eq. 8; the naive adversaries go on past it.
+        let clip = |x: Tensor<1>| if self.collapse_aware { relu(x) } else { x };
+        if self.cap || (!self.top_rank && !self.code_anp) {
+            return clip(c.neg());
+        }
+        if self.code_anp && !self.top_rank {
+            return clip(c);
         }
         let shift = self.distance.rows(a, self.clean_anchor.clone()).mean();
         if self.code_anp {
             // The reference code: [C]_+ + γ·[d(Ã, N_υ) − d(Ã, A₀)]_+, γ = e^{−[−C]_+} a weight.
             let gamma = relu(c.clone().neg().detach()).neg().exp();
-            return relu(c) + gamma * relu(top_half_mean(dan) - shift);
+            return clip(c) + gamma * clip(top_half_mean(dan) - shift);
         }
         // Δ_TR = e^{max(C,0)} (d(Ã, N_υ) − d(Ã, A₀)), the exponential factor a constant weight.
         let factor = relu(c.clone().detach()).exp();
         let delta_tr = factor * (top_half_mean(dan) - shift);
-        relu(c.neg() + delta_tr)
+        clip(c.neg() + delta_tr)
     }
 
     fn done(&self, _emb: &Tensor<2>, prev_loss: Option<f32>, _step: usize) -> bool {
-        prev_loss.is_some_and(|l| l < 1e-5)
+        self.collapse_aware && prev_loss.is_some_and(|l| l < 1e-5)
     }
 }
 
@@ -309,12 +327,14 @@ pub fn plan(
         lambda: if c.code_weighting { -c.lambda } else { c.lambda },
         code_anp: c.code_anp,
         clean_anchor: super::host_rows(clean, &tr.anchor, dim, device),
+        top_rank: c.tpr,
+        collapse_aware: c.collapse_aware,
     };
     Ok((tr, Box::new(obj), movable))
 }
 
 /// The outer loss after ANP: the triplet loss on the perturbed triplets plus the top-rank
-/// triplet term `L_TR` (Eq. 13).
+/// triplet term `L_TR` (Eq. 13), which "w/o TPR" drops.
 pub fn anp_outer(
     c: &CaTrideConfig,
     loss_cfg: &crate::loss::LossConfig,
@@ -322,6 +342,9 @@ pub fn anp_outer(
     pert: &super::Perturbed,
 ) -> anyhow::Result<super::DefendedLoss> {
     let emb = net.forward(pert.adversarial.clone().autodiff());
+    if !c.tpr {
+        return super::triplet_outcome(loss_cfg, pert, emb, None);
+    }
     let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
     let d = super::triplet_params(loss_cfg).0;
     let l_tr = top_rank_triplet(a, p, n, d, c.gamma_tr, c.beta_tr, c.tr_hinge);
@@ -365,6 +388,41 @@ mod tests {
         };
         assert!((l(false) + 0.98).abs() < 1e-5, "{}", l(false));
         assert_eq!(l(true), 0.0);
+    }
+
+    /// The CAP/ANP objective on one triplet, ANP (anchor moving) unless `cap`.
+    fn tride(cap: bool, top_rank: bool, collapse_aware: bool) -> TrideObjective {
+        TrideObjective {
+            layout: TripletLayout { t: 1 },
+            distance: Distance::Euclidean,
+            cap,
+            adversary: Adversary::Hardness,
+            lambda: 10.0,
+            code_anp: false,
+            clean_anchor: Tensor::<2>::from_floats([[0.5, 0.0]], &dev()),
+            top_rank,
+            collapse_aware,
+        }
+    }
+
+    #[test]
+    fn without_tpr_anp_is_the_clipped_collapse_term_and_naive_adversaries_are_unclipped() {
+        // a = (0,0), p = (1,0), n = (3,0): C = d(a,p) − d(a,n) = −2, so −C = 2; A₀ = (0.5, 0).
+        let emb = || Tensor::<2>::from_floats([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0]], &dev());
+        let l = |o: TrideObjective| o.loss(emb(), 0).into_scalar::<f32>();
+        // Δ_TR = e^0 (d(Ã, N) − d(Ã, A₀)) = 3 − 0.5: with TPR the loss is [2 + 2.5]_+.
+        assert!((l(tride(false, true, true)) - 4.5).abs() < 1e-4);
+        // "w/o TPR": ANP's loss is [−C]_+ alone, as CAP's.
+        assert!((l(tride(false, false, true)) - 2.0).abs() < 1e-4);
+        assert!((l(tride(true, true, true)) - 2.0).abs() < 1e-4);
+        // Past the collapse point (C = d(a,p) − d(a,n) = 2 > 0): the collapse-aware CAP stops
+        // at 0, the naive one keeps going below it and never stops early.
+        let collapsed = || Tensor::<2>::from_floats([[0.0, 0.0], [3.0, 0.0], [1.0, 0.0]], &dev());
+        let aware = tride(true, true, true);
+        let naive = tride(true, true, false);
+        assert_eq!(aware.loss(collapsed(), 0).into_scalar::<f32>(), 0.0);
+        assert!((naive.loss(collapsed(), 0).into_scalar::<f32>() + 2.0).abs() < 1e-4);
+        assert!(aware.done(&collapsed(), Some(0.0), 1) && !naive.done(&collapsed(), Some(-2.0), 1));
     }
 
     #[test]
