@@ -1,25 +1,17 @@
 //! The attack engine and suite on a small model: each attack moves its objective the right way,
 //! ε = 0 leaves every score at its clean value, budgets hold; ERS/ARS aggregation by hand.
 
+mod common;
+use common::small;
+
 use burn::tensor::{Device, Tensor};
 use rdml::attack::cw::{CwLinf, cw_linf};
 use rdml::attack::engine::{Norm, Objective, Pgd, attack};
 use rdml::attack::objective::shift::EmbeddingShift;
 use rdml::attack::registry::attack as named;
 use rdml::attack::suite::{Context, aggregate, ars_rank_term, ers, run};
-use rdml::config::Experiment;
 use rdml::data::loader::load_batch;
 use rdml::eval::batch_tensor;
-use rdml::model::EmbeddingNet;
-
-fn small() -> (EmbeddingNet, rdml::data::ImageSet) {
-    let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
-    let splits = exp.data.load(0).unwrap();
-    let dev = Device::default();
-    let net = rdml::seeded(&dev, 1, || EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap());
-    let test = splits.test.query.subset("small", &(0..300).collect::<Vec<_>>());
-    (net, test)
-}
 
 #[test]
 fn engine_respects_budgets_and_frozen_rows() {

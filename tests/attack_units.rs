@@ -1,21 +1,13 @@
 //! The attack units behind the registry: robrank's spec strings read as the flags do, and the
 //! black-box, transfer, semantics-preserving and universal attacks each do what they claim.
 
+mod common;
+use common::small;
+
 use burn::tensor::Device;
 use rdml::attack::engine::{Norm, Pgd};
 use rdml::attack::registry::{SpecBudget, attack, attack_with_budget, method};
 use rdml::attack::suite::{Context, Setup, run, run_with};
-use rdml::config::Experiment;
-use rdml::model::EmbeddingNet;
-
-fn small() -> (EmbeddingNet, rdml::data::ImageSet) {
-    let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
-    let splits = exp.data.load(0).unwrap();
-    let dev = Device::default();
-    let net = rdml::seeded(&dev, 1, || EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap());
-    let test = splits.test.query.subset("small", &(0..300).collect::<Vec<_>>());
-    (net, test)
-}
 
 fn pgd(eps: f32, step: f32, steps: usize) -> Pgd {
     Pgd {

@@ -111,14 +111,7 @@ impl Context {
 
 /// The embeddings of images `x` by `model`, read back to the host.
 pub(crate) fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Result<Vec<f32>> {
-    model
-        .forward(x)
-        .without_autodiff()
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .map_err(|e| anyhow::anyhow!("{e:?}"))
-        .context("reading the attacked embeddings back from the device")
+    crate::host::read(&model.forward(x)).context("reading the attacked embeddings")
 }
 
 /// Euclidean distance of two host embeddings.

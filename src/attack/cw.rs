@@ -186,8 +186,8 @@ pub fn cw_linf(
         }
         let xc = wt.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
         let proj = (x0.clone() + (xc - x0.clone()).clamp(-cfg.eps, cfg.eps)).clamp(0.0, 1.0);
-        let margins = host1(margins_of(target.embed(proj.clone()))?)?;
-        let linf = host1((proj.clone() - x0.clone()).abs().max_dims(&[1, 2, 3]).reshape([b]))?;
+        let margins = crate::host::read1(&margins_of(target.embed(proj.clone()))?)?;
+        let linf = crate::host::read1(&(proj.clone() - x0.clone()).abs().max_dims(&[1, 2, 3]).reshape([b]))?;
         let mut success = vec![false; b];
         let mut restart = vec![false; b];
         for i in (0..b).filter(|&i| due[i]) {
@@ -230,8 +230,4 @@ pub fn cw_linf(
         }
     }
     Ok(best)
-}
-
-fn host1(t: Tensor<1>) -> Result<Vec<f32>> {
-    crate::host::read1(&t)
 }

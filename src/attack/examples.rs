@@ -45,15 +45,7 @@ impl ExampleWriter {
             c == 1 || c == 3,
             "--save-examples: images with {c} channels cannot be written as PNG"
         );
-        let read = |t: &Tensor<4>| -> Result<Vec<f32>> {
-            t.clone()
-                .without_autodiff()
-                .into_data()
-                .convert::<f32>()
-                .try_into_vec::<f32>()
-                .map_err(|e| anyhow::anyhow!("{e:?}"))
-                .context("reading the adversarial images back from the device")
-        };
+        let read = |t: &Tensor<4>| crate::host::read(&t.clone().reshape([b, c * h * w]));
         let (x, a) = (read(clean)?, read(adv)?);
         let per = c * h * w;
         for (r, &index) in items.iter().enumerate().take(b) {

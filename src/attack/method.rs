@@ -54,6 +54,15 @@ pub trait Method: Send + Sync {
     ) -> Result<Perturbed>;
 }
 
+/// `[b, 1, 1, 1]` on `device`: 1 for the rows `plan` moves, 0 for those it keeps clean.
+pub(crate) fn moving_rows(plan: &dyn Plan, b: usize, device: &burn::tensor::Device) -> Tensor<4> {
+    let m: Vec<f32> = match plan.movable() {
+        Some(m) => m.iter().map(|&t| f32::from(u8::from(t))).collect(),
+        None => vec![1.0; b],
+    };
+    Tensor::<4>::from_data(burn::tensor::TensorData::new(m, [b, 1, 1, 1]), device)
+}
+
 /// Gradients of the attacker's model, with the attack's own optimiser.
 pub struct WhiteBox;
 

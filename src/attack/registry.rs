@@ -112,30 +112,29 @@ impl Params {
 
     /// `key` (or the unnamed value) read as a `T` that `ok` accepts, `what` saying what is expected.
     pub fn number<T: FromStr>(&mut self, key: &str, what: &str, ok: impl Fn(&T) -> bool) -> Result<Option<T>> {
-        let spec = self.spec.clone();
-        match self.value_or(key)? {
-            None => Ok(None),
-            Some(v) => v
-                .parse::<T>()
-                .ok()
-                .filter(|x| ok(x))
-                .map(Some)
-                .with_context(|| format!("'{spec}': {key} = '{v}': expected {what}")),
-        }
+        let v = self.value_or(key)?;
+        self.parse_number(key, v, what, ok)
     }
 
     /// A named-only number (robrank's keys), or `None`.
     fn key_number<T: FromStr>(&mut self, key: &str, what: &str, ok: impl Fn(&T) -> bool) -> Result<Option<T>> {
-        let spec = self.spec.clone();
-        match self.take(key) {
-            None => Ok(None),
-            Some(v) => v
-                .parse::<T>()
-                .ok()
-                .filter(|x| ok(x))
-                .map(Some)
-                .with_context(|| format!("'{spec}': {key} = '{v}': expected {what}")),
-        }
+        let v = self.take(key);
+        self.parse_number(key, v, what, ok)
+    }
+
+    fn parse_number<T: FromStr>(
+        &self,
+        key: &str,
+        v: Option<String>,
+        what: &str,
+        ok: impl Fn(&T) -> bool,
+    ) -> Result<Option<T>> {
+        let Some(v) = v else { return Ok(None) };
+        v.parse::<T>()
+            .ok()
+            .filter(|x| ok(x))
+            .map(Some)
+            .with_context(|| format!("'{}': {key} = '{v}': expected {what}", self.spec))
     }
 
     /// Whether the attack raises (`+`): from the name's sign (`CA+`) or robrank's `pm=±`.

@@ -66,19 +66,16 @@ pub struct Robustness {
     pub results: Vec<AttackResult>,
 }
 
-/// The ERS term of a raw column, from the suite attack that reports it.
-pub fn ers_term(column: Column, raw: f64) -> Option<f64> {
-    super::suite::ers_suite()
-        .ok()?
-        .iter()
-        .find_map(|a| a.ers_term(column, raw))
-}
-
-/// ERS from raw columns named as robrank prints them; unknown names count for nothing.
+/// ERS from raw columns named as robrank prints them, each term from the suite attack that
+/// reports the column; unknown names count for nothing.
 pub fn ers(raw: &[(&str, f64)]) -> f64 {
+    let suite = super::suite::ers_suite().unwrap_or_default();
     let t: Vec<f64> = raw
         .iter()
-        .filter_map(|(c, v)| ers_term(Column::parse(c).ok()?, *v))
+        .filter_map(|(c, v)| {
+            let column = Column::parse(c).ok()?;
+            suite.iter().find_map(|a| a.ers_term(column, *v))
+        })
         .collect();
     t.iter().sum::<f64>() / t.len().max(1) as f64
 }

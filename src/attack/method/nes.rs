@@ -7,12 +7,12 @@
 
 use crate::attack::context::Context;
 use crate::attack::engine::{Objective, Pgd, descend, random_start};
-use crate::attack::method::{Method, Perturbed};
+use crate::attack::method::{Method, Perturbed, moving_rows};
 use crate::attack::registry::Params;
 use crate::attack::unit::{Optimiser, Plan};
 use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result, ensure};
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Nes {
@@ -60,12 +60,8 @@ impl Method for Nes {
         let sigma = self.sigma.unwrap_or(pgd.eps / 0.5);
         let x0 = x.clone().without_autodiff();
         let [b, _, _, _] = x0.dims();
-        let moving: Vec<f32> = match plan.movable() {
-            Some(m) => m.iter().map(|&t| f32::from(u8::from(t))).collect(),
-            None => vec![1.0; b],
-        };
-        let moving_rows = moving.iter().filter(|&&m| m > 0.0).count() as u64;
-        let mask = Tensor::<4>::from_data(TensorData::new(moving, [b, 1, 1, 1]), &x0.device());
+        let mask = moving_rows(plan, b, &x0.device());
+        let moved = plan.movable().map_or(b, |m| m.iter().filter(|&&t| t).count()) as u64;
         let mut xa = random_start(&x0, pgd, seed);
         for k in 0..pgd.steps {
             let g = estimate_gradient(
@@ -81,7 +77,7 @@ impl Method for Nes {
         }
         Ok(Perturbed {
             images: xa,
-            model_queries: Some(moving_rows * (pgd.steps * self.population) as u64),
+            model_queries: Some(moved * (pgd.steps * self.population) as u64),
         })
     }
 }

@@ -8,11 +8,11 @@
 
 use crate::attack::context::Context;
 use crate::attack::engine::{Norm, Pgd};
-use crate::attack::method::{Batch, Method, Perturbed};
+use crate::attack::method::{Batch, Method, Perturbed, moving_rows};
 use crate::attack::registry::Params;
 use crate::attack::unit::{Optimiser, Plan};
 use anyhow::{Context as _, Result, ensure};
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Universal;
@@ -22,15 +22,6 @@ impl Universal {
     pub fn from_spec(_p: &mut Params) -> Result<Box<dyn Method>> {
         Ok(Box::new(Universal))
     }
-}
-
-/// `[b, 1, 1, 1]`: 1 for the rows a plan moves, 0 for the others.
-fn row_mask(plan: &dyn Plan, b: usize, x: &Tensor<4>) -> Tensor<4> {
-    let m: Vec<f32> = match plan.movable() {
-        Some(m) => m.iter().map(|&t| f32::from(u8::from(t))).collect(),
-        None => vec![1.0; b],
-    };
-    Tensor::<4>::from_data(TensorData::new(m, [b, 1, 1, 1]), &x.device())
 }
 
 /// `x + δ` on the moved rows, in [0, 1].
@@ -79,7 +70,7 @@ impl Method for Universal {
             let mut g = Tensor::<4>::zeros([1, c, h, w], &device);
             for batch in batches {
                 let b = batch.images.dims()[0];
-                let mask = row_mask(batch.plan.as_ref(), b, &batch.images);
+                let mask = moving_rows(batch.plan.as_ref(), b, &batch.images.device());
                 let d = delta.clone().autodiff().require_grad();
                 let x = apply(&batch.images.clone().autodiff(), d.clone(), mask.autodiff());
                 let loss = batch
@@ -122,7 +113,7 @@ impl Method for Universal {
         let x = x.clone().without_autodiff();
         let b = x.dims()[0];
         Ok(Perturbed {
-            images: apply(&x, delta.clone(), row_mask(plan, b, &x)),
+            images: apply(&x, delta.clone(), moving_rows(plan, b, &x.device())),
             model_queries: None,
         })
     }

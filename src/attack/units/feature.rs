@@ -101,13 +101,7 @@ impl Plan for FeaturePlan {
         for (k, v) in &m.recall {
             tally.add_sum(Column::Recall(*k), 100.0 * v * scored as f64, scored);
         }
-        let c = target.retrieval(&self.items, &target.clean_of(&self.items)?, &[1])?;
-        let clean_scored = c.queries - c.lone_queries;
-        tally.add_sum(
-            Column::RecallClean,
-            100.0 * c.recall_at(1).unwrap_or(0.0) * clean_scored as f64,
-            clean_scored,
-        );
+        super::clean_recall(target, &self.items, tally)?;
         Ok(())
     }
 }

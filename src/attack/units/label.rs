@@ -110,8 +110,8 @@ impl Attack for Label {
 /// `_sel_gtm` uses that item's position in the subset as an index (`--robrank-compat`).
 fn gtm_target(ctx: &Context, qi: usize) -> usize {
     let labels = &ctx.set.labels;
-    let top1_label = labels[ctx.neighbours(qi, 1)[0].1 as usize];
     let d = ctx.host_dists(ctx.clean.row(qi));
+    let top1_label = labels[top_k(&d, 1, Some(qi))[0].1 as usize];
     let subset: Vec<usize> = (0..ctx.n()).filter(|&j| j != qi && labels[j] != top1_label).collect();
     let best = (0..subset.len())
         .min_by(|&a, &b| d[subset[a]].total_cmp(&d[subset[b]]))

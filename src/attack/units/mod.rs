@@ -27,12 +27,18 @@ pub(crate) fn attacked_recall(
     let m = target.retrieval(items, adv, &[1])?;
     let scored = m.queries - m.lone_queries;
     let hits = 100.0 * m.recall_at(1).unwrap_or(0.0) * scored as f64;
+    clean_recall(target, items, tally)?;
+    Ok((m, hits, scored))
+}
+
+/// Adds the clean Recall@1 of `items` (queries with no other item of their class not counted).
+pub(crate) fn clean_recall(target: &Context, items: &[usize], tally: &mut Tally) -> Result<()> {
     let c = target.retrieval(items, &target.clean_of(items)?, &[1])?;
-    let clean_scored = c.queries - c.lone_queries;
+    let scored = c.queries - c.lone_queries;
     tally.add_sum(
         Column::RecallClean,
-        100.0 * c.recall_at(1).unwrap_or(0.0) * clean_scored as f64,
-        clean_scored,
+        100.0 * c.recall_at(1).unwrap_or(0.0) * scored as f64,
+        scored,
     );
-    Ok((m, hits, scored))
+    Ok(())
 }
