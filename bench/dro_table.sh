@@ -79,9 +79,9 @@ for ds in ["fashion", "mnist"]:
         if not os.path.exists(p):
             continue
         r = json.load(open(p))
-        e = r["epochs"][-1]; x = e["metrics"]; rec = dict((k, v) for k, v in x["recall"])
+        e = r["epochs"][-1]; x = e["metrics"]; rec = {int(k[7:]): v for k, v in x.items() if k.startswith("recall@")}
         rows.append({"data": ds, "method": m, "R@1": rec[1], "R@2": rec[2], "R@4": rec[4], "R@8": rec[8],
-                     "MAP@R": round(x["map_at_r"], 4), "batches": sum(ep["batches"] for ep in r["epochs"]),
+                     "MAP@R": round(x["map@r"], 4), "batches": sum(ep["batches"] for ep in r["epochs"]),
                      "train_s": round(r["train_seconds"], 1)})
 json.dump(rows, open(os.path.join(out, "table.json"), "w"), indent=1)
 print("| data | method | R@1 | R@2 | R@4 | R@8 | MAP@R | batches | train s |")

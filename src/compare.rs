@@ -21,7 +21,9 @@ pub struct Row {
     pub name: String,
     pub defense: String,
     pub loss: String,
+    #[serde(rename = "recall@1", alias = "recall_at_1")]
     pub recall_at_1: f64,
+    #[serde(rename = "map@r", alias = "map_at_r")]
     pub map_at_r: f64,
     pub nmi: Option<f64>,
     pub ers: f64,
@@ -111,9 +113,15 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
         let ctx = Context::new(&run.net, &run.test.query, device, false)?.with_distance(run.exp.loss.distance());
         let setup = Setup {
             method: method.as_ref(),
+            progress: opts.progress,
             ..Setup::white_box(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed)
         };
-        let r = robustness(&setup, opts.progress)?;
+        let r = robustness(&setup)?;
+        // The run's own copy, as `rdml robustness` writes it: its report shows the terms.
+        crate::report::write_json(
+            &dir.join(crate::html::ROBUSTNESS_FILE),
+            &serde_json::json!({"model": dir, "method": opts.method, "pgd": opts.pgd, "queries": opts.queries, "seed": opts.seed, "table": r}),
+        )?;
         rows.push(Row {
             name: exp.name.clone(),
             defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),

@@ -21,6 +21,9 @@ struct Cli {
     /// the config, else cpu. GPU devices need a build with `--features vulkan`.
     #[arg(long, global = true, value_name = "DEVICE")]
     device: Option<String>,
+    /// Print only results and errors: no progress bars, no device line, no per-attack lines.
+    #[arg(long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -40,23 +43,32 @@ enum Cmd {
         /// when present, else the embedded test split).
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Training epochs (default: 4 on the embedded split, 1 of 200 batches on the full set).
         #[arg(long)]
         epochs: Option<usize>,
     },
-    /// Train a model from an experiment config (a TOML file or a preset name).
+    /// Train a model from an experiment config (a TOML file or a preset name); writes the run
+    /// folder and its report.html.
     Train {
+        /// A TOML experiment config, or a preset name (`rdml presets` lists them).
         #[arg(long)]
         config: String,
+        /// The run folder (new, empty, or an rdml run to --resume or --overwrite).
         #[arg(long)]
         out: PathBuf,
+        /// Read the data set from this folder (the config's `data.root`).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
         /// Continue the run in --out from its last completed epoch.
         #[arg(long)]
         resume: bool,
         /// Replace the finished or interrupted run in --out (only rdml's files are removed).
         #[arg(long)]
         overwrite: bool,
+        /// Train this many epochs (the config's `train.epochs`).
         #[arg(long)]
         epochs: Option<usize>,
+        /// Stop each epoch after this many batches (`train.max_batches`; for quick trials).
         #[arg(long)]
         max_batches: Option<usize>,
         /// Override any config key, e.g. --set loss.margin=0.1 (repeatable).
@@ -66,25 +78,30 @@ enum Cmd {
         /// or `none` to train the config without its defense.
         #[arg(long)]
         defense: Option<String>,
-        #[arg(long)]
-        quiet: bool,
     },
     /// Train (or load) each config under --out/<name>, run the robustness suite on each, and write
-    /// one table: clean R@1, MAP@R, NMI, ERS, ARS, training time (compare.md, compare.json).
+    /// one table: clean R@1, MAP@R, NMI, ERS, ARS, training time (compare.md, compare.json,
+    /// report.html).
     Compare {
         /// Experiment configs (TOML files or preset names).
         #[arg(long, num_args = 1.., required = true)]
         configs: Vec<String>,
+        /// The folder of the comparison; each experiment's run goes to a sub-folder named after it.
         #[arg(long)]
         out: PathBuf,
+        /// Read every experiment's data set from this folder (their `data.root`).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
         /// Overrides applied to every config (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Train this many epochs (every config's `train.epochs`).
         #[arg(long)]
         epochs: Option<usize>,
+        /// Stop each epoch after this many batches (`train.max_batches`).
         #[arg(long)]
         max_batches: Option<usize>,
-        #[arg(long, default_value = "rob28")]
+        #[arg(long, default_value = "rob28", long_help = profile_help())]
         profile: String,
         #[command(flatten)]
         budget: Budget,
@@ -92,8 +109,6 @@ enum Cmd {
         /// run is reused when its config equals the requested one, and refused otherwise).
         #[arg(long)]
         overwrite: bool,
-        #[arg(long)]
-        quiet: bool,
     },
     /// Embed a trained model's test split and print its metrics.
     Eval {
@@ -115,6 +130,10 @@ enum Cmd {
         /// A run folder written by `rdml train`.
         #[arg(long)]
         model: PathBuf,
+        /// The test data, when not where the run's config says (as for `eval`).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// The attack (--help lists them).
         #[arg(long, long_help = attack_help())]
         attack: String,
         /// A transfer attack: make the adversarial examples on this run's model, score them on
@@ -129,18 +148,25 @@ enum Cmd {
         /// in the test split), with ATTACK-index.json listing index, label, file and L∞ size.
         #[arg(long, value_name = "DIR")]
         save_examples: Option<PathBuf>,
+        /// The attack budget: rob28, rob224 or pp-pgd5 (--help says what each is).
         #[arg(long, default_value = "rob28", long_help = profile_help())]
         profile: String,
         #[command(flatten)]
         budget: Budget,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Run robrank's ERS suite (nine attacks, ten columns) and print ERS and ARS.
+    /// Run robrank's ERS suite (nine attacks, ten columns), print ERS and ARS, and add them to
+    /// the run folder (robustness.json, report.html).
     Robustness {
         /// A run folder written by `rdml train`.
         #[arg(long)]
         model: PathBuf,
+        /// The test data, when not where the run's config says (as for `eval`).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// The attack budget: rob28, rob224 or pp-pgd5 (--help says what each is).
         #[arg(long, default_value = "rob28", long_help = profile_help())]
         profile: String,
         #[command(flatten)]
@@ -153,17 +179,60 @@ enum Cmd {
         /// each raw column as mean ± sample std over the runs.
         #[arg(long, default_value_t = 1, value_name = "N")]
         repeats: usize,
-        /// Write the table as JSON here.
+        /// Also write the table as JSON here (it is always written to the run folder's
+        /// robustness.json).
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Write a trained model's embeddings, labels and item ids to a file (safetensors, NumPy
+    /// .npz, or .npy), ready for faiss or a vector database.
+    Embed {
+        /// A run folder written by `rdml train`.
+        #[arg(long)]
+        model: PathBuf,
+        /// The data, when not where the run's config says.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// Which items: train, test (queries, then the gallery where the data set has one) or all.
+        #[arg(long, default_value = "test", value_parser = ["train", "test", "all"])]
+        split: String,
+        /// The output file: NAME.safetensors, NAME.npz, or NAME.npy (then NAME.labels.npy,
+        /// NAME.ids.npy and NAME.split.npy beside it).
+        #[arg(long)]
+        out: PathBuf,
+        /// Embed the adversarial images of this attack on the first --queries test items instead
+        /// of the clean ones (the items an attack leaves unmoved keep their clean image).
+        #[arg(long, long_help = attack_help())]
+        attack: Option<String>,
+        /// The attack's budget (with --attack).
+        #[arg(long, default_value = "rob28", long_help = profile_help())]
+        profile: String,
+        #[command(flatten)]
+        budget: Budget,
+    },
+    /// Write report.html of a run folder or a `compare` folder: one self-contained page with the
+    /// training curves, the metrics, the robustness terms and a retrieval grid.
+    Report {
+        /// A run folder written by `rdml train`, or a folder written by `rdml compare`.
+        dir: PathBuf,
+        /// The test data, when not where the run's config says (for the retrieval grid).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// Queries in the retrieval grid (0: none).
+        #[arg(long, default_value_t = 4)]
+        grid: usize,
+    },
     /// List the presets, or print one.
-    Presets { name: Option<String> },
+    Presets {
+        /// The preset to print (its TOML).
+        name: Option<String>,
+    },
     /// List the devices this build and this machine offer for --device.
     Devices,
     /// Time training steps of a config (its defense included) on --device: the mean wall time
     /// of --steps steps after one warm-up step, on the config's first batch.
     BenchStep {
+        /// A TOML experiment config, or a preset name.
         #[arg(long)]
         config: String,
         /// Override any config key (repeatable).
@@ -172,6 +241,7 @@ enum Cmd {
         /// The defense as an inline TOML table, or `none`.
         #[arg(long)]
         defense: Option<String>,
+        /// Timed steps (after one warm-up step).
         #[arg(long, default_value_t = 5)]
         steps: usize,
         /// Random images of this shape (C,H,W, e.g. 3,224,224) in the sampler's class layout
@@ -236,6 +306,7 @@ struct Budget {
     /// Start each attack from a uniformly random point of the ball.
     #[arg(long)]
     random_start: bool,
+    /// How the adversarial images are made: white-box, nes or universal (--help says more).
     #[arg(long, default_value = "white-box", long_help = method_help())]
     method: String,
     /// Number of test items used as queries (candidates for CA), from the start of the test split.
@@ -301,6 +372,7 @@ impl Budget {
             queries: self.queries,
             batch: self.batch,
             seed: self.seed,
+            progress: false,
         }
     }
 }
@@ -417,8 +489,23 @@ fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) 
     v
 }
 
+/// Writes `dir`'s report.html after a command that changed what it shows. A failure is a
+/// warning: the command's own results are already written.
+fn refresh_report(dir: &std::path::Path, data: Option<&std::path::Path>, device: &burn::tensor::Device, quiet: bool) {
+    let opts = rdml::html::ReportOptions {
+        data: data.map(|d| d.to_path_buf()),
+        ..Default::default()
+    };
+    match rdml::html::write(dir, &opts, device) {
+        Ok(p) if !quiet => eprintln!("report: {}", p.display()),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: {}/report.html not written: {e:#}", dir.display()),
+    }
+}
+
 fn run(cli: Cli) -> Result<Outcome> {
     let flag = cli.device.as_deref();
+    let quiet = cli.quiet;
     if flag.is_some() && matches!(cli.cmd, Cmd::Presets { .. } | Cmd::Devices) {
         anyhow::bail!("--device applies to the commands that compute, not to `presets` or `devices`");
     }
@@ -431,9 +518,11 @@ fn run(cli: Cli) -> Result<Outcome> {
         } => {
             let t0 = Instant::now();
             let qs = rdml::quickstart::Quickstart::new(out, overwrite, data, epochs)?;
-            let device = open_device(flag, &[&qs.exp], false)?;
-            eprintln!("{}", qs.describe());
-            let (rep, m) = qs.train(&device)?;
+            let device = open_device(flag, &[&qs.exp], quiet)?;
+            if !quiet {
+                eprintln!("{}", qs.describe());
+            }
+            let (rep, m) = qs.train(&device, !quiet)?;
             println!(
                 "\nTest metrics after {} epochs ({:.0} s of training):",
                 qs.exp.train.epochs, rep.train_seconds
@@ -449,12 +538,13 @@ fn run(cli: Cli) -> Result<Outcome> {
                 "\nNearest-neighbour PGD attack (ε = 77/255, {} steps of 3/255) on {} test queries:\n  Recall@1 clean {:.1} % → attacked {:.1} % ({:.0} s)",
                 pgd.steps,
                 nn.queries,
-                nn.score("R@1:clean").unwrap_or(0.0),
-                nn.score("R@1").unwrap_or(0.0),
+                nn.score("recall@1:clean").unwrap_or(0.0),
+                nn.score("recall@1").unwrap_or(0.0),
                 nn.seconds
             );
+            refresh_report(&qs.out, None, &device, true);
             println!(
-                "\nWrote {} (model, run.json, log.jsonl in the same folder).",
+                "\nWrote {} and report.html (model, run.json, log.jsonl in the same folder).",
                 qs.report_path().display()
             );
         }
@@ -463,14 +553,17 @@ fn run(cli: Cli) -> Result<Outcome> {
             out,
             resume,
             overwrite,
+            data,
             epochs,
             max_batches,
             set,
             defense,
-            quiet,
         } => {
             let o = overrides(epochs, max_batches, &set);
-            let exp = Experiment::load_with_defense(&config, &o, defense.as_deref())?;
+            let mut exp = Experiment::load_with_defense(&config, &o, defense.as_deref())?;
+            if let Some(d) = &data {
+                exp.data.use_folder(d);
+            }
             let device = open_device(flag, &[&exp], quiet)?;
             let rep = train(
                 &exp,
@@ -488,8 +581,9 @@ fn run(cli: Cli) -> Result<Outcome> {
                 print!("{}", metrics_table(m));
                 healthy = report_health(m);
             }
+            refresh_report(&out, None, &device, true);
             println!(
-                "Wrote {}/model.safetensors and run.json ({:.0} s of training).",
+                "Wrote {}/model.safetensors, run.json and report.html ({:.0} s of training).",
                 out.display(),
                 rep.train_seconds
             );
@@ -499,7 +593,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             if let Some(o) = &out {
                 rdml::report::check_writable(o).context("--out")?;
             }
-            let device = open_device(flag, &[], json)?;
+            let device = open_device(flag, &[], json || quiet)?;
             let run = load_run(&model, data.as_deref(), &device)?;
             let m = rdml::eval::evaluate(&run.net, &run.test, &run.exp.eval, run.exp.seed, &device)?;
             if json {
@@ -515,6 +609,7 @@ fn run(cli: Cli) -> Result<Outcome> {
         }
         Cmd::Attack {
             model,
+            data,
             attack,
             surrogate,
             repeats,
@@ -535,13 +630,22 @@ fn run(cli: Cli) -> Result<Outcome> {
                 .as_deref()
                 .map(|d| rdml::attack::examples::ExampleWriter::new(d, &unit.spec()))
                 .transpose()?;
-            let device = open_device(flag, &[], json)?;
-            let run_ = load_run(&model, None, &device)?;
+            let device = open_device(flag, &[], json || quiet)?;
+            let run_ = load_run(&model, data.as_deref(), &device)?;
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
                 .with_distance(run_.exp.loss.distance());
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-            let setup = budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd);
-            let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), writer.as_mut())?;
+            let setup = rdml::attack::suite::Setup {
+                progress: !quiet && !json,
+                ..budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd)
+            };
+            let r = rdml::attack::suite::run_saving(
+                &setup,
+                unit.as_ref(),
+                writer
+                    .as_mut()
+                    .map(|w| w as &mut dyn rdml::attack::examples::AdversarialSink),
+            )?;
             let mut runs = vec![r.clone()];
             for k in 1..repeats {
                 let s = rdml::attack::suite::Setup {
@@ -552,7 +656,9 @@ fn run(cli: Cli) -> Result<Outcome> {
             }
             if let (Some(w), Some(d)) = (writer, &save_examples) {
                 let n = w.finish()?;
-                eprintln!("wrote {n} adversarial images to {}", d.display());
+                if !quiet {
+                    eprintln!("wrote {n} adversarial images to {}", d.display());
+                }
             }
             let spread = rdml::attack::score::spread(&runs);
             if json && repeats > 1 {
@@ -596,6 +702,7 @@ fn run(cli: Cli) -> Result<Outcome> {
         }
         Cmd::Robustness {
             model,
+            data,
             profile,
             budget,
             surrogate,
@@ -608,8 +715,8 @@ fn run(cli: Cli) -> Result<Outcome> {
             if let Some(o) = &out {
                 rdml::report::check_writable(o).context("--out")?;
             }
-            let device = open_device(flag, &[], false)?;
-            let run_ = load_run(&model, None, &device)?;
+            let device = open_device(flag, &[], quiet)?;
+            let run_ = load_run(&model, data.as_deref(), &device)?;
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
                 .with_distance(run_.exp.loss.distance());
             if !ctx.clean.is_normalized() {
@@ -618,17 +725,20 @@ fn run(cli: Cli) -> Result<Outcome> {
                 );
             }
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-            let setup = budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd);
+            let setup = rdml::attack::suite::Setup {
+                progress: !quiet,
+                ..budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd)
+            };
             let mut runs = vec![];
             for k in 0..repeats {
-                if repeats > 1 {
+                if repeats > 1 && !quiet {
                     eprintln!("run {} of {repeats}", k + 1);
                 }
                 let s = rdml::attack::suite::Setup {
                     seed: rdml::attack::score::repeat_seed(budget.seed, k),
                     ..setup
                 };
-                runs.push(robustness(&s, true)?);
+                runs.push(robustness(&s)?);
             }
             let r = &runs[0];
             let spread = rdml::attack::score::robustness_spread(&runs);
@@ -652,30 +762,37 @@ fn run(cli: Cli) -> Result<Outcome> {
                     r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
                 );
             }
+            let mut j = serde_json::json!({"model": model, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r});
+            if repeats > 1 {
+                j["repeats"] = serde_json::json!({"runs": runs, "mean_std": spread});
+            }
             if let Some(o) = out {
-                let mut j = serde_json::json!({"model": model, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r});
-                if repeats > 1 {
-                    j["repeats"] = serde_json::json!({"runs": runs, "mean_std": spread});
-                }
                 write_json(&o, &j)?;
+            }
+            match write_json(&model.join(rdml::html::ROBUSTNESS_FILE), &j) {
+                Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
+                Err(e) => eprintln!("warning: the run folder's robustness.json not written: {e:#}"),
             }
         }
         Cmd::Compare {
             configs,
             out,
+            data,
             set,
             epochs,
             max_batches,
             profile,
             budget,
             overwrite,
-            quiet,
         } => {
             let o = overrides(epochs, max_batches, &set);
-            let exps = configs
+            let mut exps = configs
                 .iter()
                 .map(|c| Experiment::load(c, &o))
                 .collect::<Result<Vec<_>>>()?;
+            if let Some(d) = &data {
+                exps.iter_mut().for_each(|e| e.data.use_folder(d));
+            }
             let device = open_device(flag, &exps.iter().collect::<Vec<_>>(), quiet)?;
             let opts = rdml::compare::CompareOptions {
                 out: out.clone(),
@@ -688,8 +805,12 @@ fn run(cli: Cli) -> Result<Outcome> {
                 overwrite,
             };
             let rows = rdml::compare::compare(&exps, &opts, &device)?;
+            for r in &rows {
+                refresh_report(&r.run, None, &device, true);
+            }
+            refresh_report(&out, None, &device, true);
             print!("{}", rdml::compare::markdown(&rows));
-            println!("Wrote {}/compare.md and compare.json.", out.display());
+            println!("Wrote {}/compare.md, compare.json and report.html.", out.display());
             let sick: Vec<&str> = rows
                 .iter()
                 .filter(|r| r.verdict.is_some_and(|v| !v.is_healthy()))
@@ -699,6 +820,65 @@ fn run(cli: Cli) -> Result<Outcome> {
                 eprintln!("warning: collapsed or at chance: {}", sick.join(", "));
                 return Ok(Outcome::Unhealthy);
             }
+        }
+        Cmd::Embed {
+            model,
+            data,
+            split,
+            out,
+            attack,
+            profile,
+            budget,
+        } => {
+            let split: rdml::embed::Split = split.parse()?;
+            for f in rdml::embed::files(&out)? {
+                rdml::report::check_writable(&f).context("--out")?;
+            }
+            let device = open_device(flag, &[], quiet)?;
+            let run_ = load_run(&model, data.as_deref(), &device)?;
+            let (exported, what) = match &attack {
+                Some(spec) => {
+                    anyhow::ensure!(
+                        split == rdml::embed::Split::Test,
+                        "--attack attacks test items: use it with --split test"
+                    );
+                    let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(spec)?;
+                    let pgd = budget.pgd(&profile, spec_budget)?;
+                    let method = rdml::attack::registry::method(&budget.method)?;
+                    let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
+                        .with_distance(run_.exp.loss.distance());
+                    let setup = rdml::attack::suite::Setup {
+                        progress: !quiet,
+                        ..budget.setup(&ctx, &ctx, method.as_ref(), pgd)
+                    };
+                    let mut sink = rdml::embed::AttackedEmbeddings::new(&ctx.model);
+                    let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;
+                    (sink.out, format!("{} test items attacked by {}", r.queries, r.attack))
+                }
+                None => rdml::embed::embed_split(&run_, split, &device)?,
+            };
+            let meta = [
+                ("model", model.display().to_string()),
+                ("split", what.clone()),
+                ("rdml", env!("CARGO_PKG_VERSION").to_string()),
+            ];
+            rdml::embed::write(&out, &exported, &meta)?;
+            println!(
+                "Wrote {} embeddings of dimension {} ({what}) to {}.",
+                exported.len(),
+                exported.dim,
+                out.display()
+            );
+        }
+        Cmd::Report { dir, data, grid } => {
+            let device = open_device(flag, &[], quiet)?;
+            let opts = rdml::html::ReportOptions {
+                data,
+                grid_queries: grid,
+                ..Default::default()
+            };
+            let p = rdml::html::write(&dir, &opts, &device)?;
+            println!("Wrote {}.", p.display());
         }
         Cmd::Presets { name } => match name {
             None => {
@@ -741,7 +921,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                     Some([c, h, w])
                 }
             };
-            let device = open_device(flag, &[&exp], false)?;
+            let device = open_device(flag, &[&exp], quiet)?;
             let t = rdml::train::time_steps(&exp, steps, shape, &device)?;
             println!(
                 "{}: {:.4} s per training step (mean of {}, batch {} of {:?})",

@@ -81,14 +81,14 @@ impl Quickstart {
     }
 
     /// Trains the model (with progress) and returns its run report with final metrics.
-    pub fn train(&self, device: &Device) -> Result<(RunReport, Metrics)> {
+    pub fn train(&self, device: &Device, progress: bool) -> Result<(RunReport, Metrics)> {
         let rep = train(
             &self.exp,
             &TrainOptions {
                 out: self.out.clone(),
                 resume: false,
                 overwrite: self.overwrite,
-                progress: true,
+                progress,
             },
             device,
         )?;
@@ -128,7 +128,7 @@ impl Quickstart {
             "run_dir": self.out,
             "attack": {
                 "attack": "NN (Algorithm 1)", "profile": PROFILE, "pgd": pgd, "queries": nn.queries,
-                "recall_at_1_clean": nn.score("R@1:clean"), "recall_at_1_attacked": nn.score("R@1"),
+                "recall@1:clean": nn.score("recall@1:clean"), "recall@1:attacked": nn.score("recall@1"),
                 "seconds": nn.seconds,
             },
             "total_seconds": started.elapsed().as_secs_f64(),

@@ -26,6 +26,8 @@ const RUN_FILES: &[&str] = &[
     "run.json",
     "log.jsonl",
     "report.json",
+    "robustness.json",
+    "report.html",
 ];
 
 /// How `train` may treat what is already in its output folder.

@@ -18,7 +18,6 @@ use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -27,12 +26,18 @@ use std::time::Instant;
 pub struct EpochRecord {
     pub epoch: usize,
     pub batches: usize,
+    /// NaN or infinite when training diverged: JSON writes it as `null`, read back as NaN.
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean_loss: f64,
     pub seconds: f64,
     pub metrics: Option<Metrics>,
     /// Collapse diagnostics averaged over the epoch's batches.
     #[serde(default)]
     pub diagnostics: Option<EpochDiagnostics>,
+}
+
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// `run.json`: the resolved config, the per-epoch history and the wall time.
@@ -239,7 +244,6 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         train_seconds = state.train_seconds;
     }
     let mut log = RunLog::open(&run.file("log.jsonl"), start)?;
-    let tty = std::io::stderr().is_terminal();
     for epoch in start..exp.train.epochs {
         let t0 = Instant::now();
         let mut batches = sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, epoch)?;
@@ -251,6 +255,8 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         let mut rng = epoch_rng(exp.seed, epoch, 2);
         let mut sum = 0.0;
         let mut acc = Accumulator::new();
+        let mut bar =
+            crate::progress::Progress::new(format!("[epoch {}/{}]", epoch + 1, exp.train.epochs), nb, opts.progress);
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
             let b = b?;
             let x = batch_tensor(&b, &device);
@@ -261,23 +267,11 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             acc.add(&diag, exp.loss.triplet_margin().map(f64::from));
             sum += l;
             log.write(serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l}))?;
-            if opts.progress {
-                progress(
-                    tty,
-                    epoch,
-                    exp.train.epochs,
-                    i + 1,
-                    nb,
-                    sum / (i + 1) as f64,
-                    t0.elapsed().as_secs_f64(),
-                );
-            }
+            bar.set(i + 1, &format!("loss {:.4}", sum / (i + 1) as f64));
         }
+        bar.finish();
         let secs = t0.elapsed().as_secs_f64();
         train_seconds += secs;
-        if opts.progress && tty {
-            eprintln!();
-        }
         let last = epoch + 1 == exp.train.epochs;
         let due = exp.eval.every > 0 && (epoch + 1) % exp.eval.every == 0;
         let metrics = if due || last {
@@ -375,27 +369,6 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     Ok(report)
 }
 
-fn progress(tty: bool, epoch: usize, epochs: usize, i: usize, n: usize, loss: f64, secs: f64) {
-    let rate = i as f64 / secs.max(1e-9);
-    let eta = (n - i) as f64 / rate.max(1e-9);
-    if tty {
-        let w = 30;
-        let fill = w * i / n.max(1);
-        eprint!(
-            "\r[epoch {}/{epochs}] [{}{}] {i}/{n} loss {loss:.4} {rate:.1} batch/s ETA {:.0} s   ",
-            epoch + 1,
-            "#".repeat(fill),
-            " ".repeat(w - fill),
-            eta
-        );
-    } else if i == n || i.is_multiple_of((n / 10).max(1)) {
-        eprintln!(
-            "epoch {}/{epochs} batch {i}/{n} loss {loss:.4} ({rate:.2} batch/s)",
-            epoch + 1
-        );
-    }
-}
-
 /// A finished run, loaded for evaluation or attack.
 pub struct LoadedRun {
     pub exp: Experiment,
@@ -410,10 +383,7 @@ pub struct LoadedRun {
 pub fn load_run(dir: &Path, data: Option<&Path>, device: &Device) -> Result<LoadedRun> {
     let mut exp = finished_config(dir)?;
     if let Some(d) = data {
-        exp.data.root = Some(d.to_path_buf());
-        if exp.data.dataset == crate::data::DatasetKind::FashionMnistEmbedded {
-            exp.data.dataset = crate::data::DatasetKind::FashionMnist;
-        }
+        exp.data.use_folder(d);
     }
     let test = exp
         .data

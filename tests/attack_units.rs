@@ -366,6 +366,6 @@ fn repeats_give_mean_and_sample_std_over_attack_seeds() {
     let r1: Vec<f64> = runs.iter().map(|r| r.score("R@1").unwrap()).collect();
     assert!(r1[0] != r1[1] || r1[1] != r1[2], "three random starts gave {r1:?}");
     let s = spread(&runs);
-    let (_, got) = s.iter().find(|(c, _)| c.name() == "R@1").unwrap();
+    let (_, got) = s.iter().find(|(c, _)| c.name() == "recall@1").unwrap();
     assert_eq!(*got, MeanStd::of(&r1));
 }

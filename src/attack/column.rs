@@ -56,17 +56,25 @@ impl Column {
             Self::Ltm => "LTM".into(),
             Self::Gtm => "GTM".into(),
             Self::Gtt => "GTT".into(),
-            Self::Recall(k) => format!("R@{k}"),
-            Self::RecallClean => "R@1:clean".into(),
-            Self::MapAtR => "MAP@R".into(),
+            Self::Recall(k) => format!("recall@{k}"),
+            Self::RecallClean => "recall@1:clean".into(),
+            Self::MapAtR => "map@r".into(),
             Self::Ars => "ARS".into(),
-            Self::Nmi => "NMI".into(),
+            Self::Nmi => "nmi".into(),
             Self::PiRatio => "pi_ratio".into(),
             Self::ModelQueries => "model_queries".into(),
         }
     }
 
+    /// The column named `s`: its name, or the name rdml ≤ 0.3 wrote (`R@1`, `R@1:clean`,
+    /// `MAP@R`, `NMI`), so that older JSON reads.
     pub fn parse(s: &str) -> Result<Self> {
+        let s = match s {
+            "R@1:clean" => "recall@1:clean",
+            "MAP@R" => "map@r",
+            "NMI" => "nmi",
+            s => s,
+        };
         const FIXED: [Column; 19] = [
             Column::CaPlus,
             Column::CaMinus,
@@ -91,7 +99,11 @@ impl Column {
         if let Some(c) = FIXED.iter().find(|c| c.name() == s) {
             return Ok(*c);
         }
-        match s.strip_prefix("R@").and_then(|k| k.parse::<usize>().ok()) {
+        match s
+            .strip_prefix("recall@")
+            .or_else(|| s.strip_prefix("R@"))
+            .and_then(|k| k.parse::<usize>().ok())
+        {
             Some(k) if k >= 1 => Ok(Self::Recall(k)),
             _ => bail!("unknown score column '{s}'"),
         }
@@ -122,6 +134,46 @@ impl<'de> Deserialize<'de> for Column {
 pub struct Score {
     pub name: Column,
     pub value: f64,
+}
+
+/// A run's scores in JSON: one flat object `{"CA+": 0.879, "recall@1:clean": 85.2}` in the
+/// order the attack reports them; the list of `{name, value}` of rdml ≤ 0.3 still reads.
+pub mod flat_scores {
+    use super::{Column, Score};
+    use serde::ser::SerializeMap;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(scores: &[Score], s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(scores.len()))?;
+        for sc in scores {
+            m.serialize_entry(&sc.name.name(), &sc.value)?;
+        }
+        m.end()
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Flat(serde_json::Map<String, serde_json::Value>),
+        List(Vec<Score>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Score>, D::Error> {
+        use serde::de::Error;
+        match Form::deserialize(d)? {
+            Form::List(v) => Ok(v),
+            Form::Flat(m) => m
+                .into_iter()
+                .map(|(k, v)| {
+                    let name = Column::parse(&k).map_err(D::Error::custom)?;
+                    let value = v
+                        .as_f64()
+                        .ok_or_else(|| D::Error::custom(format!("score `{k}` must be a number")))?;
+                    Ok(Score { name, value })
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Per-column sums over the items of a run and how many items each covers, in the order

@@ -75,7 +75,7 @@ impl Context {
     }
 
     /// Euclidean distances of host row `e` to all candidates.
-    pub(crate) fn host_dists(&self, e: &[f32]) -> Vec<f32> {
+    pub fn host_dists(&self, e: &[f32]) -> Vec<f32> {
         use rayon::prelude::*;
         (0..self.clean.n)
             .into_par_iter()
@@ -84,7 +84,7 @@ impl Context {
     }
 
     /// Item `i`'s `k` nearest clean neighbours (itself excluded), nearest first.
-    pub(crate) fn neighbours(&self, i: usize, k: usize) -> Vec<(f32, u32)> {
+    pub fn neighbours(&self, i: usize, k: usize) -> Vec<(f32, u32)> {
         top_k(&self.host_dists(self.clean.row(i)), k, Some(i))
     }
 
@@ -110,7 +110,7 @@ impl Context {
 }
 
 /// The embeddings of images `x` by `model`, read back to the host.
-pub(crate) fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Result<Vec<f32>> {
+pub fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Result<Vec<f32>> {
     crate::host::read(&model.forward(x)).context("reading the attacked embeddings")
 }
 

@@ -9,6 +9,13 @@ use serde::Serialize;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
+/// What receives an attack run's images, batch by batch: the clean and adversarial images
+/// (`[b, c, h, w]` in [0, 1]) of the test items `items` (indices into the test split, whose
+/// labels are `labels`).
+pub trait AdversarialSink {
+    fn add(&mut self, items: &[usize], labels: &[u32], clean: &Tensor<4>, adv: &Tensor<4>) -> Result<()>;
+}
+
 /// One saved image.
 #[derive(Debug, Clone, Serialize)]
 pub struct Example {
@@ -37,9 +44,17 @@ impl ExampleWriter {
         })
     }
 
-    /// Writes the adversarial images `adv` of `items` (clean images `clean`, both `[b, c, h, w]`
-    /// in [0, 1], c = 1 or 3).
-    pub fn add(&mut self, items: &[usize], labels: &[u32], clean: &Tensor<4>, adv: &Tensor<4>) -> Result<()> {
+    /// Writes `ATTACK-index.json` and returns the number of images written.
+    pub fn finish(self) -> Result<usize> {
+        let path = self.dir.join(format!("{}-index.json", self.stem));
+        write_json(&path, &self.saved)?;
+        Ok(self.saved.len())
+    }
+}
+
+impl AdversarialSink for ExampleWriter {
+    /// Writes the adversarial images `adv` of `items` (c = 1 or 3).
+    fn add(&mut self, items: &[usize], labels: &[u32], clean: &Tensor<4>, adv: &Tensor<4>) -> Result<()> {
         let [b, c, h, w] = adv.dims();
         ensure!(
             c == 1 || c == 3,
@@ -55,21 +70,9 @@ impl ExampleWriter {
                 .zip(&x[r * per..(r + 1) * per])
                 .map(|(p, q)| (p - q).abs())
                 .fold(0.0f32, f32::max);
-            // Channel-major to interleaved 8-bit pixels.
-            let px: Vec<u8> = (0..h * w)
-                .flat_map(|i| (0..c).map(move |ch| (ch, i)))
-                .map(|(ch, i)| (img[ch * h * w + i].clamp(0.0, 1.0) * 255.0).round() as u8)
-                .collect();
-            let color = if c == 1 {
-                image::ExtendedColorType::L8
-            } else {
-                image::ExtendedColorType::Rgb8
-            };
-            let mut png = Cursor::new(vec![]);
-            image::write_buffer_with_format(&mut png, &px, w as u32, h as u32, color, image::ImageFormat::Png)
-                .context("encoding a PNG")?;
+            let png = png_bytes(img, [c, h, w])?;
             let file = format!("{}-{index:06}.png", self.stem);
-            write_atomic(&self.dir.join(&file), png.get_ref())?;
+            write_atomic(&self.dir.join(&file), &png)?;
             self.saved.push(Example {
                 index,
                 label: labels[index],
@@ -79,11 +82,28 @@ impl ExampleWriter {
         }
         Ok(())
     }
+}
 
-    /// Writes `ATTACK-index.json` and returns the number of images written.
-    pub fn finish(self) -> Result<usize> {
-        let path = self.dir.join(format!("{}-index.json", self.stem));
-        write_json(&path, &self.saved)?;
-        Ok(self.saved.len())
-    }
+/// One image (channel-major `[c, h, w]` in [0, 1], c = 1 or 3) as PNG bytes.
+pub fn png_bytes(img: &[f32], [c, h, w]: [usize; 3]) -> Result<Vec<u8>> {
+    ensure!(c == 1 || c == 3, "images with {c} channels cannot be written as PNG");
+    ensure!(
+        img.len() == c * h * w,
+        "an image of {} values is not {c}×{h}×{w}",
+        img.len()
+    );
+    // Channel-major to interleaved 8-bit pixels.
+    let px: Vec<u8> = (0..h * w)
+        .flat_map(|i| (0..c).map(move |ch| (ch, i)))
+        .map(|(ch, i)| (img[ch * h * w + i].clamp(0.0, 1.0) * 255.0).round() as u8)
+        .collect();
+    let color = if c == 1 {
+        image::ExtendedColorType::L8
+    } else {
+        image::ExtendedColorType::Rgb8
+    };
+    let mut png = Cursor::new(vec![]);
+    image::write_buffer_with_format(&mut png, &px, w as u32, h as u32, color, image::ImageFormat::Png)
+        .context("encoding a PNG")?;
+    Ok(png.into_inner())
 }

@@ -15,6 +15,7 @@ pub struct AttackResult {
     /// How the images were moved ([`registry::method`]).
     #[serde(default = "white_box")]
     pub method: String,
+    #[serde(with = "super::column::flat_scores")]
     pub scores: Vec<Score>,
     pub queries: usize,
     pub seconds: f64,

@@ -4,7 +4,7 @@
 use super::column::{Score, Tally};
 use super::context::embed_tensor;
 use super::engine::Pgd;
-use super::examples::ExampleWriter;
+pub use super::examples::AdversarialSink;
 use super::method::{Batch, Method, WhiteBox};
 use super::registry;
 use super::unit::Attack;
@@ -42,6 +42,8 @@ pub struct Setup<'a> {
     pub queries: usize,
     pub batch: usize,
     pub seed: u64,
+    /// Draw a progress bar per attack (and, in the suite, a line per finished attack).
+    pub progress: bool,
 }
 
 impl<'a> Setup<'a> {
@@ -55,6 +57,7 @@ impl<'a> Setup<'a> {
             queries,
             batch,
             seed,
+            progress: false,
         }
     }
 }
@@ -76,11 +79,12 @@ pub fn run_with(setup: &Setup, attack: &dyn Attack) -> Result<AttackResult> {
     run_saving(setup, attack, None)
 }
 
-/// [`run_with`], also writing every adversarial image to `examples` when given.
+/// [`run_with`], also handing every batch's clean and adversarial images to `examples` when
+/// given (an [`super::examples::ExampleWriter`] writes them as PNG).
 pub fn run_saving(
     setup: &Setup,
     attack: &dyn Attack,
-    mut examples: Option<&mut ExampleWriter>,
+    mut examples: Option<&mut dyn AdversarialSink>,
 ) -> Result<AttackResult> {
     let t0 = Instant::now();
     let (target, attacker, method, pgd) = (setup.target, setup.attacker, setup.method, &setup.pgd);
@@ -105,6 +109,7 @@ pub fn run_saving(
             &target.device,
         ))
     };
+    let mut bar = crate::progress::Progress::new(format!("{:<6}", attack.spec()), chunks.len(), setup.progress);
     let mut tally = Tally::default();
     let mut attacked: Vec<f32> = vec![];
     let mut model_queries: Option<u64> = None;
@@ -124,6 +129,7 @@ pub fn run_saving(
         if let Some(w) = examples.as_deref_mut() {
             w.add(chunk, &target.set.labels, &batch.images, &p.images)?;
         }
+        bar.set(bi + 1, "batches");
         let adv = Embeddings::new(embed_tensor(&target.model, p.images)?, chunk.len(), target.clean.dim)?;
         batch.plan.score(target, &adv, &mut tally)?;
         if attack.keeps_attacked() {
@@ -154,6 +160,7 @@ pub fn run_saving(
             finish_batch(bi, chunk, &batch, None)?;
         }
     }
+    bar.finish();
     let mut scores = tally.means();
     if attack.keeps_attacked() {
         let adv = Embeddings::new(attacked, q, target.clean.dim)?;
@@ -175,7 +182,7 @@ pub fn run_saving(
 }
 
 /// Runs the nine attacks of robrank's ERS suite as `setup` says, each with its own seed.
-pub fn robustness(setup: &Setup, progress: bool) -> Result<Robustness> {
+pub fn robustness(setup: &Setup) -> Result<Robustness> {
     let mut results = vec![];
     for (i, attack) in ers_suite()?.iter().enumerate() {
         let s = Setup {
@@ -183,7 +190,7 @@ pub fn robustness(setup: &Setup, progress: bool) -> Result<Robustness> {
             ..*setup
         };
         let r = run_with(&s, attack.as_ref())?;
-        if progress {
+        if setup.progress {
             eprintln!(
                 "{:<4} {}  ({:.1} s)",
                 r.attack,

@@ -237,6 +237,15 @@ fn default_train_fraction() -> f64 {
 }
 
 impl DataConfig {
+    /// `--data DIR`: read the data set from `dir` instead of the config's root. A config on the
+    /// embedded Fashion-MNIST split then reads the full Fashion-MNIST in `dir`.
+    pub fn use_folder(&mut self, dir: &std::path::Path) {
+        self.root = Some(dir.to_path_buf());
+        if self.dataset == DatasetKind::FashionMnistEmbedded {
+            self.dataset = DatasetKind::FashionMnist;
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         anyhow::ensure!(
             self.crop > 0 && self.resize >= self.crop,

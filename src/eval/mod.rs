@@ -1,6 +1,7 @@
 //! Evaluation: embed the test split, then blocked nearest-neighbour metrics, NMI and π_ratio.
 
 pub mod cluster;
+pub mod flat;
 pub mod health;
 pub mod knn;
 pub mod metrics;
@@ -76,15 +77,15 @@ impl EvalConfig {
     }
 }
 
-/// All metrics of one evaluation.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// All metrics of one evaluation. In JSON it is one flat object under readable names
+/// (`recall@1`, `map@r`, `map@10`, `map`, `r_precision`, `nmi`, `pi_ratio`, …: see
+/// [`flat`]); the nested form of rdml ≤ 0.3 (`"recall": [[1, 0.78]]`, `map_at_r`) still reads.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Metrics {
-    #[serde(flatten)]
     pub retrieval: metrics::Retrieval,
     pub nmi: Option<f64>,
     pub pi_ratio: Option<f64>,
     /// Whether the model is usable at all (see [`health`]); absent in runs of older versions.
-    #[serde(default)]
     pub health: Option<health::Health>,
     pub embed_seconds: f64,
     pub metric_seconds: f64,

@@ -1,0 +1,72 @@
+//! Progress of a long command on standard error: a bar redrawn in place on a terminal, a plain
+//! line every tenth of the way otherwise (so that a log file stays readable), nothing when quiet.
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+/// One task of `total` steps.
+pub struct Progress {
+    label: String,
+    total: usize,
+    t0: Instant,
+    tty: bool,
+    enabled: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    /// `enabled` false: a silent progress (`--quiet`).
+    pub fn new(label: impl Into<String>, total: usize, enabled: bool) -> Self {
+        Self {
+            label: label.into(),
+            total,
+            t0: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+            enabled,
+            drawn: false,
+        }
+    }
+
+    /// Seconds since the task began.
+    pub fn seconds(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// `done` of the steps are finished; `note` follows the counts (a running loss, say).
+    pub fn set(&mut self, done: usize, note: &str) {
+        if !self.enabled || self.total == 0 {
+            return;
+        }
+        let secs = self.seconds();
+        let rate = done as f64 / secs.max(1e-9);
+        let eta = self.total.saturating_sub(done) as f64 / rate.max(1e-9);
+        let n = self.total;
+        if self.tty {
+            let w = 30;
+            let fill = w * done.min(n) / n;
+            eprint!(
+                "\r{} [{}{}] {done}/{n} {note} ETA {eta:.0} s   ",
+                self.label,
+                "#".repeat(fill),
+                " ".repeat(w - fill)
+            );
+            self.drawn = true;
+        } else if done == n || done.is_multiple_of((n / 10).max(1)) {
+            eprintln!("{} {done}/{n} {note} ({secs:.1} s)", self.label);
+        }
+    }
+
+    /// Ends the bar's line on a terminal.
+    pub fn finish(&mut self) {
+        if self.drawn {
+            eprintln!();
+            self.drawn = false;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
