@@ -947,3 +947,29 @@ fn run(cli: Cli) -> Result<Outcome> {
     }
     Ok(Outcome::Done)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// `--help` says what every option of every command does.
+    #[test]
+    fn every_option_has_help() {
+        let root = Cli::command();
+        let mut missing = vec![];
+        for cmd in std::iter::once(&root).chain(root.get_subcommands()) {
+            for a in cmd.get_arguments() {
+                if a.get_help().is_none()
+                    && a.get_long_help().is_none()
+                    && a.get_id() != "help"
+                    && a.get_id() != "version"
+                {
+                    missing.push(format!("{} --{}", cmd.get_name(), a.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "options without help: {missing:?}");
+        Cli::command().debug_assert();
+    }
+}

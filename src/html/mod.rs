@@ -79,7 +79,7 @@ pub fn write_run(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Pa
         page.metrics(m)?;
     }
     match read_robustness(dir)? {
-        Some(r) => page.robustness(&r)?,
+        Some((r, budget)) => page.robustness(&r, &budget)?,
         None => page.note(
             "Robustness",
             &format!(
@@ -135,7 +135,8 @@ fn finished_run(dir: &Path) -> Result<RunReport> {
     Ok(run)
 }
 
-fn read_robustness(dir: &Path) -> Result<Option<Robustness>> {
+/// The suite's table, and its budget in words when recorded.
+fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String)>> {
     let p = dir.join(ROBUSTNESS_FILE);
     if !p.is_file() {
         return Ok(None);
@@ -146,9 +147,9 @@ fn read_robustness(dir: &Path) -> Result<Option<Robustness>> {
         .get("table")
         .cloned()
         .with_context(|| format!("{}: no `table`", p.display()))?;
-    Ok(Some(serde_json::from_value(t).with_context(|| {
-        format!("{}: `table` is not a robustness table", p.display())
-    })?))
+    let table =
+        serde_json::from_value(t).with_context(|| format!("{}: `table` is not a robustness table", p.display()))?;
+    Ok(Some((table, budget_words(&v))))
 }
 
 /// The `compare` folder's report.
@@ -169,17 +170,7 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
     if !sick.is_empty() {
         page.banner(&format!("Collapsed or at chance: {}", sick.join(", ")));
     }
-    let pgd = match v.get("pgd").and_then(|p| serde_json::from_value::<Pgd>(p.clone()).ok()) {
-        Some(p) => format!(
-            "ε {:.4}, {} steps of {:.4}, {:?}{}",
-            p.eps,
-            p.steps,
-            p.step,
-            p.norm,
-            if p.random_start { ", random start" } else { "" }
-        ),
-        None => "(budget not recorded)".into(),
-    };
+    let pgd = budget_words(&v);
     let _ = write!(
         page.body,
         "<p>{} experiment(s) in <code>{}</code>; the robustness suite ({}) on {} queries, {}.</p>",
@@ -232,6 +223,21 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
     let path = dir.join(FILE);
     write_atomic(&path, page.finish().as_bytes())?;
     Ok(path)
+}
+
+/// The PGD budget of a suite run's JSON (`pgd`), in words.
+fn budget_words(v: &serde_json::Value) -> String {
+    match v.get("pgd").and_then(|p| serde_json::from_value::<Pgd>(p.clone()).ok()) {
+        Some(p) => format!(
+            "ε {:.4}, {} steps of {:.4}, {:?}{}",
+            p.eps,
+            p.steps,
+            p.step,
+            p.norm,
+            if p.random_start { ", random start" } else { "" }
+        ),
+        None => "budget not recorded".into(),
+    }
 }
 
 /// HTML-escapes text.
@@ -410,12 +416,15 @@ impl Page {
         Ok(())
     }
 
-    fn robustness(&mut self, r: &Robustness) -> Result<()> {
+    fn robustness(&mut self, r: &Robustness, budget: &str) -> Result<()> {
         self.section("Robustness (robrank's ERS suite)");
+        let queries = r.results.first().map_or(0, |x| x.queries);
         let _ = write!(
             self.body,
-            "<p><b>ERS {:.1}</b> &nbsp; <b>ARS {:.1}</b></p>",
-            r.ers, r.ars
+            "<p><b>ERS {:.1}</b> &nbsp; <b>ARS {:.1}</b> &nbsp; ({queries} queries; {})</p>",
+            r.ers,
+            r.ars,
+            esc(budget)
         );
         self.body
             .push_str("<table><tr><th>column</th><th>raw</th><th>ERS term</th><th>ARS term</th></tr>");

@@ -26,7 +26,7 @@ EMB='data.dataset="fashion-mnist-embedded"'
 passed=0; failed=0
 check() { # NAME REPORT MIN_PLOTS MIN_IMAGES
   local name=$1 report; report=$(realpath "$2")
-  chrome --enable-logging=stderr --v=0 --window-size=1280,2600 --screenshot="$OUT/$name.png" \
+  chrome --enable-logging=stderr --v=0 --window-size=1280,3000 --screenshot="$OUT/$name.png" \
     "file://$report" 2>"$OUT/$name.chrome.log" >/dev/null || true
   local result
   result=$(chrome --allow-file-access-from-files --virtual-time-budget=10000 --dump-dom \
