@@ -141,29 +141,50 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
     Ok(rows)
 }
 
+impl Row {
+    /// The table's cells after the name, formatted (Markdown and the HTML report share them).
+    pub fn cells(&self) -> [String; 9] {
+        [
+            self.defense.clone(),
+            self.loss.clone(),
+            format!("{:.4}", self.recall_at_1),
+            format!("{:.4}", self.map_at_r),
+            self.nmi.map_or("-".into(), |v| format!("{v:.4}")),
+            format!("{:.1}", self.ers),
+            format!("{:.1}", self.ars),
+            format!("{:.0}", self.train_seconds),
+            self.epochs.to_string(),
+        ]
+    }
+}
+
+/// The table's column names after `experiment`.
+pub const COLUMNS: [&str; 9] = [
+    "defense", "loss", "R@1", "MAP@R", "NMI", "ERS", "ARS", "train s", "epochs",
+];
+
+/// The names of the experiments whose model collapsed or ranks at chance.
+pub fn unhealthy(rows: &[Row]) -> Vec<&str> {
+    rows.iter()
+        .filter(|r| r.verdict.is_some_and(|v| !v.is_healthy()))
+        .map(|r| r.name.as_str())
+        .collect()
+}
+
 /// The Markdown table of the rows.
 pub fn markdown(rows: &[Row]) -> String {
-    let mut s = String::from("| experiment | defense | loss | R@1 | MAP@R | NMI | ERS | ARS | train s | epochs |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut s = format!(
+        "| experiment | {} |\n|---|{}\n",
+        COLUMNS.join(" | "),
+        "---|".repeat(COLUMNS.len())
+    );
     for r in rows {
-        s.push_str(&format!(
-            "| {}{} | {} | {} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.0} | {} |\n",
-            r.name,
-            match r.verdict {
-                Some(Verdict::Collapsed) => " (COLLAPSED)",
-                Some(Verdict::AtChance) => " (AT CHANCE)",
-                _ => "",
-            },
-            r.defense,
-            r.loss,
-            r.recall_at_1,
-            r.map_at_r,
-            r.nmi.map_or("-".into(), |v| format!("{v:.4}")),
-            r.ers,
-            r.ars,
-            r.train_seconds,
-            r.epochs
-        ));
+        let flag = match r.verdict {
+            Some(Verdict::Collapsed) => " (COLLAPSED)",
+            Some(Verdict::AtChance) => " (AT CHANCE)",
+            _ => "",
+        };
+        s.push_str(&format!("| {}{flag} | {} |\n", r.name, r.cells().join(" | ")));
     }
     s
 }

@@ -811,11 +811,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             refresh_report(&out, None, &device, true);
             print!("{}", rdml::compare::markdown(&rows));
             println!("Wrote {}/compare.md, compare.json and report.html.", out.display());
-            let sick: Vec<&str> = rows
-                .iter()
-                .filter(|r| r.verdict.is_some_and(|v| !v.is_healthy()))
-                .map(|r| r.name.as_str())
-                .collect();
+            let sick = rdml::compare::unhealthy(&rows);
             if !sick.is_empty() {
                 eprintln!("warning: collapsed or at chance: {}", sick.join(", "));
                 return Ok(Outcome::Unhealthy);
@@ -831,6 +827,10 @@ fn run(cli: Cli) -> Result<Outcome> {
             budget,
         } => {
             let split: rdml::embed::Split = split.parse()?;
+            anyhow::ensure!(
+                attack.is_none() || split == rdml::embed::Split::Test,
+                "--attack attacks test items: use it with --split test"
+            );
             for f in rdml::embed::files(&out)? {
                 rdml::report::check_writable(&f).context("--out")?;
             }
@@ -838,10 +838,6 @@ fn run(cli: Cli) -> Result<Outcome> {
             let run_ = load_run(&model, data.as_deref(), &device)?;
             let (exported, what) = match &attack {
                 Some(spec) => {
-                    anyhow::ensure!(
-                        split == rdml::embed::Split::Test,
-                        "--attack attacks test items: use it with --split test"
-                    );
                     let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(spec)?;
                     let pgd = budget.pgd(&profile, spec_budget)?;
                     let method = rdml::attack::registry::method(&budget.method)?;

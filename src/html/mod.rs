@@ -162,11 +162,7 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
         .with_context(|| format!("{}: `rows` is not a list of compare rows", p.display()))?;
     ensure!(!rows.is_empty(), "{}: no experiment finished yet", p.display());
     let mut page = Page::new("rdml report: compare");
-    let sick: Vec<&str> = rows
-        .iter()
-        .filter(|r| r.verdict.is_some_and(|v| !v.is_healthy()))
-        .map(|r| r.name.as_str())
-        .collect();
+    let sick = crate::compare::unhealthy(&rows);
     if !sick.is_empty() {
         page.banner(&format!("Collapsed or at chance: {}", sick.join(", ")));
     }
@@ -181,8 +177,12 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
         esc(&pgd)
     );
     page.section("Experiments");
-    let mut t = String::from(
-        "<table><tr><th>experiment</th><th>defense</th><th>loss</th><th>R@1</th><th>MAP@R</th><th>NMI</th><th>ERS</th><th>ARS</th><th>train s</th><th>epochs</th><th>report</th></tr>",
+    let mut t = format!(
+        "<table><tr><th>experiment</th>{}<th>report</th></tr>",
+        crate::compare::COLUMNS
+            .iter()
+            .map(|c| format!("<th>{}</th>", esc(c)))
+            .collect::<String>()
     );
     for r in &rows {
         let name = r
@@ -194,19 +194,11 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
             Some(v) if !v.is_healthy() => format!(" <b class=bad>({v:?})</b>"),
             _ => String::new(),
         };
+        let cells: String = r.cells().iter().map(|c| format!("<td>{}</td>", esc(c))).collect();
         let _ = write!(
             t,
-            "<tr><td>{}{flag}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.0}</td><td>{}</td><td><a href=\"{}/{FILE}\">{}</a></td></tr>",
+            "<tr><td>{}{flag}</td>{cells}<td><a href=\"{}/{FILE}\">{}</a></td></tr>",
             esc(&r.name),
-            esc(&r.defense),
-            esc(&r.loss),
-            r.recall_at_1,
-            r.map_at_r,
-            r.nmi.map_or("-".into(), |v| format!("{v:.4}")),
-            r.ers,
-            r.ars,
-            r.train_seconds,
-            r.epochs,
             esc(&name),
             esc(&name)
         );

@@ -33,6 +33,38 @@ fn span(v: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo - pad, hi + pad)
 }
 
+type XyChart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// A white canvas with a titled x–y chart of these ranges and axis names.
+fn xy_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
+    x_desc: &str,
+    y_desc: &str,
+) -> Result<XyChart<'a, 'b>> {
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(x, y)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 /// One line per named series of `(x, y)` points (points marked), with a legend when there are
 /// several. Non-finite values are left out (a diverged epoch shows as a gap's end).
 pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<String> {
@@ -42,21 +74,7 @@ pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[(String, Vec<(f6
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(err)?;
+        let mut chart = xy_chart(&root, title, (x0..x1, y0..y1), x_desc, y_desc)?;
         for (i, (name, p)) in series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
             let p: Vec<(f64, f64)> = p
@@ -160,21 +178,7 @@ pub fn scatter(title: &str, x_desc: &str, y_desc: &str, points: &[(String, f64, 
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(err)?;
+        let mut chart = xy_chart(&root, title, (x0..x1, y0..y1), x_desc, y_desc)?;
         for (i, (label, x, y)) in points.iter().enumerate() {
             if !(x.is_finite() && y.is_finite()) {
                 continue;
