@@ -65,6 +65,17 @@ fn xy_chart<'a, 'b>(
     Ok(chart)
 }
 
+/// The series' names in a box at the upper right.
+fn legend<'a, 'b: 'a>(chart: &mut XyChart<'a, 'b>) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(err)
+}
+
 /// One line per named series of `(x, y)` points (points marked), with a legend when there are
 /// several. Non-finite values are left out (a diverged epoch shows as a gap's end).
 pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<String> {
@@ -92,13 +103,7 @@ pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[(String, Vec<(f6
                 .map_err(err)?;
         }
         if series.len() > 1 {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .position(SeriesLabelPosition::UpperRight)
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart)?;
         }
         root.present().map_err(err)?;
     }
@@ -157,13 +162,7 @@ pub fn bars(
                 .label(name.as_str())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
