@@ -296,6 +296,15 @@ mod tests {
         }
     }
 
+    /// Seed 000 §4: the training PGD's step is `2ε/i` for `i` iterations.
+    #[test]
+    fn positive_perturbation_preset_steps_twice_eps_over_iterations() {
+        let e = Experiment::load("fashion-c2f2-positive-perturbation", &[]).unwrap();
+        let (eps, step, steps) = e.defense.as_ref().unwrap().params().budget();
+        assert_eq!(steps, 5);
+        assert!((step - 2.0 * eps / steps as f32).abs() < 1e-7, "step {step}, ε {eps}");
+    }
+
     #[test]
     fn overrides_and_errors() {
         let e = Experiment::load(

@@ -35,7 +35,14 @@ impl Batch {
 }
 
 fn setup() -> Batch {
-    let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
+    setup_with(&[])
+}
+
+/// `setup` with config overrides (`loss=…`).
+fn setup_with(overrides: &[&str]) -> Batch {
+    let mut o = vec!["model.embedding_dim=32".to_string()];
+    o.extend(overrides.iter().map(|s| s.to_string()));
+    let exp = Experiment::load("quickstart", &o).unwrap();
     let splits = exp.data.load(0).unwrap();
     let dev = Device::default();
     let net = rdml::seeded(&dev, 3, || EmbeddingNet::new(&exp.model, [1, 28, 28], &dev).unwrap());
@@ -414,4 +421,178 @@ fn mdprop_trains_separate_batch_norm_sets_and_infers_with_the_clean_one() {
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
     assert!(worst < 1e-5, "embed differs from BN set 0 by {worst}");
+}
+
+/// Seed 000 Appendix F, anchor target under the contrastive loss: `x₁ + γρ₍₁,₂₎` per pair, so the
+/// anchor of a positive pair and the anchor of a negative pair are two copies perturbed apart.
+#[test]
+fn contrastive_anchor_target_perturbs_each_pair_on_its_own() {
+    let b = setup_with(&["loss={kind=\"contrastive\"}"]);
+    let d = Distance::NormalizedEuclidean;
+    let p = b.run(&positive("anchor", 1.0), &DefenseState::default());
+    let t = p.triplets.as_ref().unwrap().len();
+    assert_eq!(p.original.dims()[0], 4 * t, "rows [a, p, n, a′]");
+    let ch = row_change(&p.adversarial, &p.original);
+    assert!(ch[t..3 * t].iter().all(|&c| c == 0.0), "p and n stay: {ch:?}");
+    assert!(ch[..t].iter().chain(&ch[3 * t..]).all(|&c| c > 0.0 && c <= EPS + 1e-6));
+    let e0 = b.net.forward(p.original.clone());
+    let e1 = b.net.forward(p.adversarial.clone());
+    let part = |e: &Tensor<2>, k: usize| e.clone().narrow(0, k * t, t);
+    // The positive pair's anchor moves away from p; the negative pair's toward n.
+    assert!(mean(d.rows(part(&e1, 0), part(&e1, 1))) > mean(d.rows(part(&e0, 0), part(&e0, 1))) + 0.02);
+    assert!(mean(d.rows(part(&e1, 3), part(&e1, 2))) < mean(d.rows(part(&e0, 3), part(&e0, 2))) - 0.02);
+    assert_eq!(
+        read(&part(&e0, 0)),
+        read(&part(&e0, 3)),
+        "both copies start at the anchor"
+    );
+    assert!(mean(d.rows(part(&e1, 0), part(&e1, 3))) > 0.02, "the two copies differ");
+    // The triplet loss keeps one joint ρ₍₁,₂,₃₎ per triplet.
+    let joint = setup().run(&positive("anchor", 1.0), &DefenseState::default());
+    assert_eq!(joint.original.dims()[0], 3 * joint.triplets.unwrap().len());
+}
+
+/// An autodiff copy of the batch's model (same seed, so the same weights) and images.
+fn trainable(b: &Batch) -> (EmbeddingNet, Tensor<4>) {
+    let dev = Device::default().autodiff();
+    let net = rdml::seeded(&dev, 3, || EmbeddingNet::new(&b.exp.model, [1, 28, 28], &dev).unwrap());
+    (net, b.x.clone().autodiff())
+}
+
+fn defended(b: &Batch, cfg: &DefenseConfig) -> f32 {
+    let (net, x) = trainable(b);
+    let params = rdml::loss::LossParams::new(&b.exp.loss, &x.device());
+    let rng = &mut ChaCha8Rng::seed_from_u64(0);
+    let out = rdml::defense::defended_loss(
+        cfg,
+        &b.exp.loss,
+        &net,
+        &params,
+        x,
+        &b.labels,
+        &DefenseState::default(),
+        rng,
+    )
+    .unwrap();
+    out.loss.into_scalar::<f32>()
+}
+
+/// Seed 000 Eq. 13: formulation 3's regulariser `λ·(1/n) Σ_i max_z d(z, x_i)` sums over every
+/// sample of the batch, not only the mined anchors (8 of the 16 images here).
+#[test]
+fn formulation_3_regularises_every_sample_of_the_batch() {
+    use rdml::attack::engine;
+    use rdml::attack::objective::shift::EmbeddingShift;
+    let b = setup();
+    let d = Distance::NormalizedEuclidean;
+    let budget = "eps = 0.1\nstep = 0.02\nsteps = 4\n";
+    let pp = |extra: &str| -> DefenseConfig {
+        toml::from_str(&format!(
+            "kind = \"positive-perturbation\"\n{budget}rate = 0.0\n{extra}"
+        ))
+        .unwrap()
+    };
+    let clean_loss = defended(&b, &pp(""));
+    let with_reg = defended(&b, &pp("regularizer = 2.0\n"));
+    let f3: DefenseConfig = toml::from_str(&format!("kind = \"formulation-3\"\n{budget}lambda = 2.0\n")).unwrap();
+    let formulation_3 = defended(&b, &f3);
+    // By hand: the ES attack on every image, the mean shift of all 16 and of the 8 anchors.
+    let clean = b.net.forward(b.x.clone());
+    let pgd = f3.pgd();
+    let z = engine::attack(&b.net, 0, &b.x, None, &EmbeddingShift { clean: clean.clone() }, &pgd, 0).unwrap();
+    let shift = read(&d.rows(b.net.forward(z), clean).reshape([-1, 1]));
+    let all = shift.iter().sum::<f32>() / shift.len() as f32;
+    let tr = b.run(&pp(""), &DefenseState::default()).triplets.unwrap();
+    let anchors = tr.anchor.iter().map(|&i| shift[i]).sum::<f32>() / tr.len() as f32;
+    assert_eq!(shift.len(), 16);
+    assert!(
+        (anchors - all).abs() > 1e-3,
+        "the test cannot tell them apart: {anchors} vs {all}"
+    );
+    for got in [with_reg, formulation_3] {
+        assert!(
+            (got - clean_loss - 2.0 * all).abs() < 1e-4,
+            "{got} − {clean_loss} vs 2·{all}"
+        );
+    }
+}
+
+/// Seed 000 Eq. 11: one δ per image, shared by every tuple the image is in, all images moving.
+#[test]
+fn formulation_1_perturbs_each_image_once_for_all_its_tuples() {
+    let b = setup();
+    let p = b.run(&pgd_cfg("formulation-1"), &DefenseState::default());
+    let rows = TripletLayout::gather_index(p.triplets.as_ref().unwrap());
+    let ch = row_change(&p.adversarial, &p.original);
+    // Images only in tuples already satisfied (zero hinge, zero gradient) stay.
+    assert!(ch.iter().all(|&c| c <= EPS + 1e-6), "{ch:?}");
+    assert!(ch.iter().filter(|&&c| c > 0.0).count() > ch.len() / 2, "{ch:?}");
+    let mut repeats = 0;
+    for i in 0..rows.len() {
+        for j in i + 1..rows.len() {
+            if rows[i] == rows[j] {
+                repeats += 1;
+                let (a, c) = (
+                    p.adversarial.clone().narrow(0, i, 1),
+                    p.adversarial.clone().narrow(0, j, 1),
+                );
+                assert_eq!(row_change(&a, &c), vec![0.0], "rows {i} and {j} are image {}", rows[i]);
+            }
+        }
+    }
+    assert!(repeats > 0, "no image is in two tuples: the test shows nothing");
+    // Madry's per-row copies of the same image move apart.
+    let m = b.run(&pgd_cfg("madry"), &DefenseState::default());
+    let mrows = TripletLayout::gather_index(m.triplets.as_ref().unwrap());
+    let differ = (0..mrows.len())
+        .flat_map(|i| (i + 1..mrows.len()).map(move |j| (i, j)))
+        .filter(|&(i, j)| mrows[i] == mrows[j])
+        .any(|(i, j)| {
+            let (a, c) = (
+                m.adversarial.clone().narrow(0, i, 1),
+                m.adversarial.clone().narrow(0, j, 1),
+            );
+            row_change(&a, &c)[0] > 0.0
+        });
+    assert!(differ);
+    assert!(triplet_loss(&b, &p.adversarial) > triplet_loss(&b, &p.original) + 0.01);
+}
+
+/// Seed 000 Eq. 12: each sample perturbed with the rest of the batch intact, so only the anchor
+/// rows move, and an image that is also another tuple's positive or negative stays clean there.
+#[test]
+fn formulation_2_perturbs_anchors_against_the_intact_batch() {
+    let b = setup();
+    let p = b.run(&pgd_cfg("formulation-2"), &DefenseState::default());
+    let tr = p.triplets.as_ref().unwrap();
+    let t = tr.len();
+    let ch = row_change(&p.adversarial, &p.original);
+    assert!(ch[..t].iter().all(|&c| c <= EPS + 1e-6), "{ch:?}");
+    assert!(ch[..t].iter().filter(|&&c| c > 0.0).count() >= t / 2, "{ch:?}");
+    assert!(ch[t..].iter().all(|&c| c == 0.0), "p and n stay clean: {ch:?}");
+    assert!(
+        tr.negative.iter().chain(&tr.positive).any(|i| tr.anchor.contains(i)),
+        "no anchor is another tuple's p or n: the test shows less"
+    );
+    assert!(triplet_loss(&b, &p.adversarial) > triplet_loss(&b, &p.original) + 0.01);
+    // Refused for losses without tuples.
+    let e = Experiment::load(
+        "quickstart",
+        &[
+            "loss={kind=\"multi-similarity\"}".into(),
+            "defense={kind=\"formulation-2\",eps=0.1,step=0.01,steps=2}".into(),
+        ],
+    )
+    .err()
+    .map(|e| format!("{e:#}"))
+    .unwrap_or_default();
+    assert!(e.contains("formulation-2") && e.contains("contrastive"), "{e}");
+}
+
+/// The triplet loss (margin 0.2) of stacked `[a, p, n]` rows in evaluation mode.
+fn triplet_loss(b: &Batch, x: &Tensor<4>) -> f32 {
+    let e = b.net.forward(x.clone());
+    let t = e.dims()[0] / 3;
+    rdml::loss::triplet::triplet_loss(&e, &TripletLayout { t }.stacked(), Distance::NormalizedEuclidean, 0.2)
+        .into_scalar::<f32>()
 }

@@ -1,7 +1,7 @@
 //! The `[defense]` table: which defense, its PGD budget and its parameters, their validation, and
 //! the state a defense carries between training steps.
 
-use super::{ca_tride, hm, mdprop, positive_perturbation};
+use super::{ca_tride, formulations, hm, mdprop, positive_perturbation};
 use crate::attack::engine::{self, Pgd};
 use crate::loss::LossConfig;
 use anyhow::{Result, bail};
@@ -41,6 +41,9 @@ pub const KINDS: &[&str] = &[
     "hm",
     "ca-tride",
     "positive-perturbation",
+    "formulation-1",
+    "formulation-2",
+    "formulation-3",
     "mdprop",
     "advprop",
 ];
@@ -85,6 +88,15 @@ pub enum DefenseConfig {
     Hm(hm::HmConfig),
     /// Positive-perturbation robust DML.
     PositivePerturbation(positive_perturbation::PositivePerturbationConfig),
+    /// Seed 000's formulation 1 (Eq. 11): every image of the batch perturbed jointly.
+    #[serde(rename = "formulation-1")]
+    Formulation1(PgdOnly),
+    /// Seed 000's formulation 2 (Eq. 12): each anchor perturbed with the rest of the batch intact.
+    #[serde(rename = "formulation-2")]
+    Formulation2(PgdOnly),
+    /// Seed 000's formulation 3 (Eq. 13): the clean loss plus λ times the embedding shift.
+    #[serde(rename = "formulation-3")]
+    Formulation3(formulations::RegularizedConfig),
     /// MDProp: extra generated distributions (STAX, MTAX, UX), each with its own BN set.
     Mdprop(mdprop::MdpropConfig),
     /// AdvProp-D: MDProp with one extra BN set and STAX.
@@ -102,6 +114,9 @@ impl DefenseConfig {
             DefenseConfig::Hm(_) => "hm",
             DefenseConfig::CaTride(_) => "ca-tride",
             DefenseConfig::PositivePerturbation(_) => "positive-perturbation",
+            DefenseConfig::Formulation1(_) => "formulation-1",
+            DefenseConfig::Formulation2(_) => "formulation-2",
+            DefenseConfig::Formulation3(_) => "formulation-3",
             DefenseConfig::Mdprop(_) => "mdprop",
             DefenseConfig::Advprop(_) => "advprop",
         }
@@ -111,6 +126,8 @@ impl DefenseConfig {
     pub fn params(&self) -> &dyn DefenseParams {
         match self {
             DefenseConfig::Madry(c) | DefenseConfig::Est(c) | DefenseConfig::Act(c) | DefenseConfig::Advprop(c) => c,
+            DefenseConfig::Formulation1(c) | DefenseConfig::Formulation2(c) => c,
+            DefenseConfig::Formulation3(c) => c,
             DefenseConfig::Hm(c) => c,
             DefenseConfig::CaTride(c) => c,
             DefenseConfig::PositivePerturbation(c) => c,
@@ -146,6 +163,9 @@ impl DefenseConfig {
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {
         self.pgd().validate_as("defense.")?;
         self.params().validate(loss)?;
+        if let DefenseConfig::Formulation1(_) | DefenseConfig::Formulation2(_) = self {
+            formulations::tuple_loss_only(self.name(), loss)?;
+        }
         // The defenses that perturb mined triplets train on the triplet loss; EST, MDProp and
         // AdvProp-D train on the configured loss, positive perturbation checks its own.
         let triplet_based = matches!(

@@ -8,6 +8,7 @@ pub use config::{DefenseConfig, DefenseState, Destination, HmObjective};
 pub mod ca_tride;
 pub mod diagnostics;
 pub mod est;
+pub mod formulations;
 pub mod hm;
 pub mod madry;
 pub mod mdprop;
@@ -135,14 +136,36 @@ pub fn perturb(
         DefenseConfig::CaTride(c) => ca_tride::plan(c, loss_cfg, (&clean, dim), labels, state, &x.device(), rng)?,
         DefenseConfig::PositivePerturbation(c) => {
             let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
-            let layout = TripletLayout { t: tr.len() };
-            let movable = positive_perturbation::plan(&layout, c.target, c.rate, rng);
-            let obj = positive_perturbation::Rho {
-                layout,
-                distance,
-                target: c.target,
+            let (rows, rho, movable) = positive_perturbation::plan(c, loss_cfg, &tr, rng);
+            let original = select_rows(&x, &rows);
+            let adversarial = if movable.iter().any(|&m| m) && cfg.pgd().step > 0.0 {
+                engine::attack(net, 0, &original, Some(&movable), &rho, &cfg.pgd(), 0)?
+            } else {
+                original.clone()
             };
-            (tr, Box::new(obj), movable)
+            return Ok(Perturbed {
+                triplets: Some(tr),
+                clean,
+                dim,
+                original,
+                adversarial,
+            });
+        }
+        DefenseConfig::Formulation1(_) | DefenseConfig::Formulation2(_) | DefenseConfig::Formulation3(_) => {
+            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
+            let f = match cfg {
+                DefenseConfig::Formulation1(_) => formulations::Formulation::Joint,
+                DefenseConfig::Formulation2(_) => formulations::Formulation::PerSample,
+                _ => formulations::Formulation::Regularized,
+            };
+            let (original, adversarial) = formulations::perturb(f, cfg, loss_cfg, net, &x, &tr)?;
+            return Ok(Perturbed {
+                triplets: Some(tr),
+                clean,
+                dim,
+                original,
+                adversarial,
+            });
         }
         DefenseConfig::Hm(c) => {
             let (tr, obj) = hm::plan(c, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
@@ -193,9 +216,8 @@ pub fn defended_loss(
         DefenseConfig::Hm(hm::HmConfig { ics: Some(lambda), .. }) => {
             hm::outer_with_ics(loss_cfg, net, &x, pert, *lambda)
         }
-        DefenseConfig::PositivePerturbation(c) => {
-            positive_perturbation::outer(cfg, loss_cfg, net, &x, pert, c.regularizer)
-        }
+        DefenseConfig::PositivePerturbation(c) => positive_perturbation::outer(cfg, c, loss_cfg, net, &x, pert),
+        DefenseConfig::Formulation3(c) => formulations::regularized_outer(cfg, c, loss_cfg, net, &x, pert),
         DefenseConfig::CaTride(c) if !ca_tride::is_cap(c.mode, state) => ca_tride::anp_outer(c, loss_cfg, net, &pert),
         _ => {
             let emb = net.forward(pert.adversarial.clone().autodiff());
@@ -227,13 +249,37 @@ pub(crate) fn host_rows(host: &[f32], idx: &[usize], dim: usize, device: &burn::
     Tensor::<2>::from_data(burn::tensor::TensorData::new(v, [idx.len(), dim]), device)
 }
 
-/// The shared tail of the tuple defenses: train on the configured tuple loss (triplet, or
-/// contrastive for positive perturbation) over the stacked rows, plus an extra term, and report
-/// diagnostics against the clean mined triplets.
+/// The configured tuple loss — contrastive for a contrastive run (positive perturbation and seed
+/// 000's formulations), the triplet loss otherwise — over `triplets` (row indices of `emb`).
+pub(crate) fn tuple_loss(loss_cfg: &LossConfig, emb: &Tensor<2>, triplets: &Triplets) -> Tensor<1> {
+    let (distance, margin) = triplet_params(loss_cfg);
+    match loss_cfg {
+        LossConfig::Contrastive {
+            pos_margin, neg_margin, ..
+        } => loss::contrastive::contrastive_loss(emb, triplets, distance, *pos_margin, *neg_margin),
+        _ => loss::triplet::triplet_loss(emb, triplets, distance, margin),
+    }
+}
+
+/// The shared tail of the tuple defenses: train on the configured tuple loss over the stacked
+/// rows, plus an extra term, and report diagnostics against the clean mined triplets.
 pub(crate) fn triplet_outcome(
     loss_cfg: &LossConfig,
     pert: &Perturbed,
     emb: Tensor<2>,
+    extra: Option<Tensor<1>>,
+) -> Result<DefendedLoss> {
+    let t = pert.triplets.as_ref().map_or(0, Triplets::len);
+    let main = tuple_loss(loss_cfg, &emb, &TripletLayout { t }.stacked());
+    tuple_outcome(loss_cfg, pert, emb, main, extra)
+}
+
+/// `main + extra` as the loss, with diagnostics of the stacked `[a, p, n]` embeddings `emb`.
+pub(crate) fn tuple_outcome(
+    loss_cfg: &LossConfig,
+    pert: &Perturbed,
+    emb: Tensor<2>,
+    main: Tensor<1>,
     extra: Option<Tensor<1>>,
 ) -> Result<DefendedLoss> {
     let (distance, margin) = triplet_params(loss_cfg);
@@ -243,12 +289,6 @@ pub(crate) fn triplet_outcome(
     let adv_host = crate::host::read(&emb)?;
     let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
     let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)))?;
-    let main = match loss_cfg {
-        LossConfig::Contrastive {
-            pos_margin, neg_margin, ..
-        } => loss::contrastive::contrastive_loss(&emb, &stacked, distance, *pos_margin, *neg_margin),
-        _ => loss::triplet::triplet_loss(&emb, &stacked, distance, margin),
-    };
     let adv_loss = main.clone().into_scalar::<f32>();
     let loss = match extra {
         Some(e) => main + e,

@@ -1,12 +1,12 @@
-//! Positive-perturbation robust DML (seed 000, Sec. 3.5): before the usual step, the positive of
+//! Positive-perturbation robust DML (seed 000, §3.5): before the usual step, the positive of
 //! each mined tuple is replaced, with probability `P(γ = 1)` (the attack rate), by its adversarial
 //! variant `x₂ + ρ₍₂,₁₎`, where `ρ` (Eq. 14) pushes a same-class point away from the anchor and a
 //! different-class point toward it. Eq. 15 (contrastive) and Eq. 16 (triplet) are the same plan on
 //! our tuple layout; Appendix F's negative and anchor targets and formulation 3's regulariser
-//! (Eq. 13, `λ·max_z d(f(z), f(x))` on the anchors) are options.
+//! (Eq. 13, over every image of the batch) are options.
 
-use super::{DefendedLoss, DefenseConfig, Perturbed, TripletLayout, select_rows, triplet_params};
-use crate::attack::engine::{self, Objective};
+use super::{DefendedLoss, DefenseConfig, Perturbed, TripletLayout, triplet_params};
+use crate::attack::engine::Objective;
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::Triplets;
@@ -30,7 +30,9 @@ pub struct PositivePerturbationConfig {
     pub rate: f32,
     #[serde(default)]
     pub target: PerturbTarget,
-    /// λ of formulation 3 (Eq. 13): adds `λ·max_z d(f(z), f(x))` over the anchors.
+    /// λ of formulation 3 (Eq. 13): adds `λ·(1/n) Σ_i max_z d(f(z), f(x_i))` over every image of
+    /// the batch to the positive-perturbed loss (with `rate = 0`, Eq. 13 itself; `kind =
+    /// "formulation-3"` is that alone).
     #[serde(default)]
     pub regularizer: Option<f32>,
 }
@@ -48,12 +50,7 @@ impl super::config::DefenseParams for PositivePerturbationConfig {
         if let Some(l) = self.regularizer {
             anyhow::ensure!(l.is_finite() && l >= 0.0, "defense.regularizer must be ≥ 0, got {l}");
         }
-        anyhow::ensure!(
-            matches!(loss, LossConfig::Triplet { .. } | LossConfig::Contrastive { .. }),
-            "defense positive-perturbation is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
-            loss.name()
-        );
-        Ok(())
+        super::formulations::tuple_loss_only("positive-perturbation", loss)
     }
 }
 
@@ -66,22 +63,33 @@ pub enum PerturbTarget {
     Positive,
     /// `x₃ + γρ₍₃,₁₎`: toward the anchor.
     Negative,
-    /// `x₁ + γρ₍₁,₂,₃₎`: away from the positive, toward the negative.
+    /// Triplet loss: `x₁ + γρ₍₁,₂,₃₎`, away from the positive and toward the negative. Contrastive
+    /// loss: `x₁ + γρ₍₁,₂₎` per pair (Appendix F), one copy of the anchor pushed from the positive
+    /// and another pulled toward the negative, each with probability `rate`.
     Anchor,
 }
 
 /// Eq. 14 over the stacked rows: maximise `1[y_i = y_j] d(x_i + δ, x_j) − 1[y_i ≠ y_k] d(x_i + δ, x_k)`
-/// for the target item of each tuple (minimises the negative).
+/// for the target item of each tuple (minimises the negative). With `per_pair`, the rows are
+/// `[a, p, n, a′]` and the anchor copies `a` and `a′` take `ρ₍₁,₂₎` against `p` and `n` apart.
 pub struct Rho {
     pub layout: TripletLayout,
     pub distance: Distance,
     pub target: PerturbTarget,
+    pub per_pair: bool,
 }
 
 impl Objective for Rho {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
-        let (a, p, n) = self.layout.split(emb);
         let d = self.distance;
+        if self.per_pair {
+            let t = self.layout.t;
+            let second = emb.clone().narrow(0, 3 * t, t);
+            let (a, p, n) = self.layout.split(emb.narrow(0, 0, 3 * t));
+            // Each anchor copy's gradient comes from its own pair only.
+            return d.rows(second, n).mean() - d.rows(a, p).mean();
+        }
+        let (a, p, n) = self.layout.split(emb);
         match self.target {
             PerturbTarget::Positive => d.rows(p, a).mean().neg(),
             PerturbTarget::Negative => d.rows(n, a).mean(),
@@ -90,62 +98,87 @@ impl Objective for Rho {
     }
 }
 
-/// The rows `ρ` may move: the target third, each tuple with probability `rate` (γ ~ Bernoulli).
-pub fn plan(layout: &TripletLayout, target: PerturbTarget, rate: f32, rng: &mut ChaCha8Rng) -> Vec<bool> {
-    let third = match target {
+/// Appendix F's per-pair anchor perturbation: the anchor target under the contrastive loss.
+pub fn per_pair(c: &PositivePerturbationConfig, loss: &LossConfig) -> bool {
+    c.target == PerturbTarget::Anchor && matches!(loss, LossConfig::Contrastive { .. })
+}
+
+/// The rows to perturb (indices into the batch), the objective and which rows may move: the
+/// target third, each tuple with probability `rate` (γ ~ Bernoulli); per pair, both anchor copies
+/// drawn independently.
+pub fn plan(
+    c: &PositivePerturbationConfig,
+    loss: &LossConfig,
+    tr: &Triplets,
+    rng: &mut ChaCha8Rng,
+) -> (Vec<usize>, Rho, Vec<bool>) {
+    let layout = TripletLayout { t: tr.len() };
+    let per_pair = per_pair(c, loss);
+    let mut rows = TripletLayout::gather_index(tr);
+    let third = match c.target {
         PerturbTarget::Anchor => 0,
         PerturbTarget::Positive => 1,
         PerturbTarget::Negative => 2,
     };
-    let mut m = vec![false; 3 * layout.t];
-    for k in 0..layout.t {
-        m[third * layout.t + k] = rng.random::<f32>() < rate;
+    let blocks: &[usize] = if per_pair {
+        &[0, 3]
+    } else {
+        std::slice::from_ref(&third)
+    };
+    if per_pair {
+        rows.extend(&tr.anchor);
     }
-    m
+    let mut movable = vec![false; rows.len()];
+    for &block in blocks {
+        for k in 0..layout.t {
+            movable[block * layout.t + k] = rng.random::<f32>() < c.rate;
+        }
+    }
+    let rho = Rho {
+        layout,
+        distance: loss.distance(),
+        target: c.target,
+        per_pair,
+    };
+    (rows, rho, movable)
 }
 
-/// The configured tuple loss (triplet or contrastive) on the stacked rows, plus formulation 3's
-/// regulariser `λ·mean d(f(ã_ES), f(a))` with `ã_ES` the ES attack on the anchors.
+/// The configured tuple loss (triplet or contrastive) on the stacked rows, per pair for the
+/// contrastive anchor target, plus formulation 3's regulariser when asked.
 pub fn outer(
     cfg: &DefenseConfig,
+    c: &PositivePerturbationConfig,
     loss_cfg: &LossConfig,
     net: &EmbeddingNet,
     x: &Tensor<4>,
     pert: Perturbed,
-    regularizer: Option<f32>,
 ) -> Result<DefendedLoss> {
     let (distance, _) = triplet_params(loss_cfg);
-    let empty = Triplets::default();
-    let tr = pert.triplets.as_ref().unwrap_or(&empty);
-    let t = tr.len();
-    let (emb, reg) = match regularizer {
+    let (emb, reg) = match c.regularizer {
         Some(lambda) => {
-            let anchors = select_rows(&x.clone().without_autodiff(), &tr.anchor);
-            let clean_a = super::host_rows(&pert.clean, &tr.anchor, pert.dim, &anchors.device());
-            let es = engine::attack(
+            let (e, r) = super::formulations::regularised(
+                cfg,
                 net,
-                0,
-                &anchors,
-                None,
-                &crate::attack::objective::shift::EmbeddingShift { clean: clean_a },
-                &cfg.pgd(),
-                0,
+                x,
+                &pert.clean,
+                pert.dim,
+                distance,
+                lambda,
+                pert.adversarial.clone(),
             )?;
-            let all = net.forward(Tensor::cat(
-                vec![pert.adversarial.clone(), es, anchors]
-                    .into_iter()
-                    .map(|v| v.autodiff())
-                    .collect(),
-                0,
-            ));
-            let (e3, e_es, e_a) = (
-                all.clone().narrow(0, 0, 3 * t),
-                all.clone().narrow(0, 3 * t, t),
-                all.narrow(0, 4 * t, t),
-            );
-            (e3, Some(distance.rows(e_es, e_a).mean().mul_scalar(lambda)))
+            (e, Some(r))
         }
         None => (net.forward(pert.adversarial.clone().autodiff()), None),
     };
-    super::triplet_outcome(loss_cfg, &pert, emb, reg)
+    let (pos_margin, neg_margin) = match loss_cfg {
+        LossConfig::Contrastive {
+            pos_margin, neg_margin, ..
+        } if per_pair(c, loss_cfg) => (*pos_margin, *neg_margin),
+        _ => return super::triplet_outcome(loss_cfg, &pert, emb, reg),
+    };
+    let t = pert.triplets.as_ref().map_or(0, Triplets::len);
+    let second = emb.clone().narrow(0, 3 * t, t);
+    let (a, p, n) = TripletLayout { t }.split(emb.clone().narrow(0, 0, 3 * t));
+    let main = crate::loss::contrastive::contrastive_pairs(a, p, second, n, distance, pos_margin, neg_margin);
+    super::tuple_outcome(loss_cfg, &pert, emb.narrow(0, 0, 3 * t), main, reg)
 }

@@ -19,7 +19,21 @@ pub fn contrastive_loss(
     let a = gather(emb, &index_tensor(&t.anchor, &device));
     let p = gather(emb, &index_tensor(&t.positive, &device));
     let n = gather(emb, &index_tensor(&t.negative, &device));
-    let pos = relu(distance.rows(a.clone(), p).sub_scalar(pos_margin));
-    let neg = relu(distance.rows(a, n).neg().add_scalar(neg_margin));
+    contrastive_pairs(a.clone(), p, a, n, distance, pos_margin, neg_margin)
+}
+
+/// The mean over positive pairs `(a⁺_k, p_k)` and negative pairs `(a⁻_k, n_k)`; the anchors of the
+/// two kinds of pair differ under seed 000's per-pair anchor perturbation (Appendix F).
+pub fn contrastive_pairs(
+    a_pos: Tensor<2>,
+    p: Tensor<2>,
+    a_neg: Tensor<2>,
+    n: Tensor<2>,
+    distance: Distance,
+    pos_margin: f32,
+    neg_margin: f32,
+) -> Tensor<1> {
+    let pos = relu(distance.rows(a_pos, p).sub_scalar(pos_margin));
+    let neg = relu(distance.rows(a_neg, n).neg().add_scalar(neg_margin));
     Tensor::cat(vec![pos, neg], 0).mean()
 }

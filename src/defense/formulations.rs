@@ -1,0 +1,190 @@
+//! The robust formulations of seed 000 (§3.3, Eq. 11–13) as defenses. The paper states them over
+//! the whole training set S and runs none of them (it trains with positive perturbation, §3.5).
+//! As a trainer can, rdml reads S as the mini-batch and the surrogate loss `l̂(θ, (x_i, y_i), S)`
+//! of Eq. 7–8 as the configured tuple loss (triplet or contrastive) over the tuples mined in the
+//! batch with sample i as their anchor: the paper's own experiments mine tuples per mini-batch
+//! (Appendix A).
+//!
+//! What the paper says of their cost, and what it is here:
+//! - Formulation 1 (Eq. 11) perturbs every sample jointly (the max is outside the sum): over all of
+//!   S that is one optimisation over the whole data set per step, "not convenient for current
+//!   training algorithms, such as SGD and ADAM" and not open to sampling strategies. Over a
+//!   mini-batch it is one PGD over the batch's images: one δ per image, shared by every tuple the
+//!   image is in.
+//! - Formulation 2 (Eq. 12) perturbs one sample at a time while the others stay intact, which the
+//!   paper calls "more conducive" to SGD and to sampling. The n maximisations are independent, so
+//!   rdml solves them together: one PGD over the batch's anchors with the clean batch held fixed
+//!   beside them (twice the batch's rows per step, half of them frozen).
+//! - Formulation 3 (Eq. 13) adds `λ·max_z d_θ(z, x_i)`, one embedding-shift PGD over the batch's
+//!   images, and a forward of the shifted and clean images.
+
+use super::{DefenseConfig, Perturbed, TripletLayout, select_rows};
+use crate::attack::engine::{self, Objective};
+use crate::loss::LossConfig;
+use crate::loss::distance::Distance;
+use crate::loss::miner::Triplets;
+use crate::model::EmbeddingNet;
+use anyhow::Result;
+use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+
+/// Formulation 3's parameters: the embedding-shift budget and λ.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RegularizedConfig {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+    /// λ of Eq. 13.
+    pub lambda: f32,
+}
+
+impl super::config::DefenseParams for RegularizedConfig {
+    fn budget(&self) -> (f32, f32, usize) {
+        (self.eps, self.step, self.steps)
+    }
+    fn validate(&self, loss: &LossConfig) -> Result<()> {
+        anyhow::ensure!(
+            self.lambda.is_finite() && self.lambda >= 0.0,
+            "defense.lambda (λ of Eq. 13) must be ≥ 0, got {}",
+            self.lambda
+        );
+        tuple_loss_only("formulation-3", loss)
+    }
+}
+
+/// The formulations need a tuple loss: `l̂` is defined on pairs and triplets (Eq. 7–8).
+pub(crate) fn tuple_loss_only(kind: &str, loss: &LossConfig) -> Result<()> {
+    anyhow::ensure!(
+        matches!(loss, LossConfig::Triplet { .. } | LossConfig::Contrastive { .. }),
+        "defense {kind} is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
+        loss.name()
+    );
+    Ok(())
+}
+
+/// Which of the three formulations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Formulation {
+    /// Eq. 11: `min_θ max_{(z_1…z_n)} 1/n Σ_i l̂(θ, (z_i, y_i), S)`.
+    Joint,
+    /// Eq. 12: `min_θ 1/n Σ_i max_{z ∈ B(x_i, ε)} l̂(θ, (z, y_i), S)`.
+    PerSample,
+    /// Eq. 13: `min_θ 1/n Σ_i [l̂(θ, (x_i, y_i), S) + λ max_{z ∈ B(x_i, ε)} d_θ(z, x_i)]`.
+    Regularized,
+}
+
+/// Ascends the configured tuple loss over `triplets` (indices into the attacked rows).
+pub struct TupleLoss {
+    pub triplets: Triplets,
+    pub loss: LossConfig,
+}
+
+impl Objective for TupleLoss {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        super::tuple_loss(&self.loss, &emb, &self.triplets).neg()
+    }
+}
+
+/// The inner maximisation of formulation `f` on the batch `x` (plain device) with its mined
+/// triplets: the stacked `[a, p, n]` rows before and after.
+pub fn perturb(
+    f: Formulation,
+    cfg: &DefenseConfig,
+    loss_cfg: &LossConfig,
+    net: &EmbeddingNet,
+    x: &Tensor<4>,
+    tr: &Triplets,
+) -> Result<(Tensor<4>, Tensor<4>)> {
+    let stacked = TripletLayout::gather_index(tr);
+    let original = select_rows(x, &stacked);
+    let n = x.dims()[0];
+    let adversarial = match f {
+        // One δ per image, every tuple's loss at once.
+        Formulation::Joint => {
+            let obj = TupleLoss {
+                triplets: tr.clone(),
+                loss: loss_cfg.clone(),
+            };
+            let z = engine::attack(net, 0, x, None, &obj, &cfg.pgd(), 0)?;
+            select_rows(&z, &stacked)
+        }
+        // Rows [z; x]: each anchor's z meets the clean positives and negatives of its tuples, so
+        // its gradient is that of its own l̂ with the rest of S intact.
+        Formulation::PerSample => {
+            let rows = Tensor::cat(vec![x.clone(), x.clone()], 0);
+            let shifted = |v: &[usize]| v.iter().map(|&i| n + i).collect::<Vec<_>>();
+            let obj = TupleLoss {
+                triplets: Triplets {
+                    anchor: tr.anchor.clone(),
+                    positive: shifted(&tr.positive),
+                    negative: shifted(&tr.negative),
+                },
+                loss: loss_cfg.clone(),
+            };
+            let mut movable = vec![false; 2 * n];
+            for &a in &tr.anchor {
+                movable[a] = true;
+            }
+            let z = engine::attack(net, 0, &rows, Some(&movable), &obj, &cfg.pgd(), 0)?;
+            let t = tr.len();
+            let anchors = select_rows(&z, &tr.anchor);
+            let rest = original.clone().narrow(0, t, 2 * t);
+            Tensor::cat(vec![anchors, rest], 0)
+        }
+        Formulation::Regularized => original.clone(),
+    };
+    Ok((original, adversarial))
+}
+
+/// The training-mode embeddings of `first` and Eq. 13's regulariser
+/// `λ·(1/n) Σ_i d_θ(z_i, x_i)`, `z_i` the embedding-shift attack on every image of the batch `x`
+/// (the equation sums over all n samples, not only anchors). One forward of `[first; z; x]`.
+#[allow(clippy::too_many_arguments)]
+pub fn regularised(
+    cfg: &DefenseConfig,
+    net: &EmbeddingNet,
+    x: &Tensor<4>,
+    clean: &[f32],
+    dim: usize,
+    distance: Distance,
+    lambda: f32,
+    first: Tensor<4>,
+) -> Result<(Tensor<2>, Tensor<1>)> {
+    let xb = x.clone().without_autodiff();
+    let z = super::est::perturb(cfg, net, &xb, clean, dim)?;
+    let (m, n) = (first.dims()[0], xb.dims()[0]);
+    let all = net.forward(Tensor::cat(
+        vec![first, z, xb].into_iter().map(|v| v.autodiff()).collect(),
+        0,
+    ));
+    let (e_first, e_z, e_x) = (
+        all.clone().narrow(0, 0, m),
+        all.clone().narrow(0, m, n),
+        all.narrow(0, m + n, n),
+    );
+    Ok((e_first, distance.rows(e_z, e_x).mean().mul_scalar(lambda)))
+}
+
+/// Formulation 3's outer loss: the clean tuple loss plus the regulariser.
+pub fn regularized_outer(
+    cfg: &DefenseConfig,
+    c: &RegularizedConfig,
+    loss_cfg: &LossConfig,
+    net: &EmbeddingNet,
+    x: &Tensor<4>,
+    pert: Perturbed,
+) -> Result<super::DefendedLoss> {
+    let (distance, _) = super::triplet_params(loss_cfg);
+    let (emb, reg) = regularised(
+        cfg,
+        net,
+        x,
+        &pert.clean,
+        pert.dim,
+        distance,
+        c.lambda,
+        pert.adversarial.clone(),
+    )?;
+    super::triplet_outcome(loss_cfg, &pert, emb, Some(reg))
+}
