@@ -140,9 +140,14 @@ impl Experiment {
             let has_bn = self.model.arch != crate::model::Arch::C2f2;
             ensure!(
                 !has_bn || d.distributions().is_empty() || self.model.bn_sets == d.bn_sets(),
-                "defense {} generates {} distribution(s) besides the clean one: set model.bn_sets = {}",
+                "defense {} generates {} distribution(s) besides the clean one{}: set model.bn_sets = {}",
                 d.name(),
-                d.bn_sets() - 1,
+                d.distributions().len(),
+                if d.bn_sets() == 1 {
+                    " through the clean BN set (separate_bn = false)"
+                } else {
+                    ", each with its own BN set"
+                },
                 d.bn_sets()
             );
         }

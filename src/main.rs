@@ -124,6 +124,10 @@ enum Cmd {
         /// Also write the metrics as JSON to this file.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Infer with this batch-norm set instead of the clean set 0 (MDProp's ablation of
+        /// inference with an auxiliary set; the model must have been trained with it).
+        #[arg(long, default_value_t = 0, value_name = "K")]
+        bn_set: usize,
     },
     /// Run one attack on the test split of a trained model and print its score(s).
     Attack {
@@ -589,17 +593,31 @@ fn run(cli: Cli) -> Result<Outcome> {
             );
             return Ok(outcome(healthy));
         }
-        Cmd::Eval { model, data, json, out } => {
+        Cmd::Eval {
+            model,
+            data,
+            json,
+            out,
+            bn_set,
+        } => {
             if let Some(o) = &out {
                 rdml::report::check_writable(o).context("--out")?;
             }
             let device = open_device(flag, &[], json || quiet)?;
-            let run = load_run(&model, data.as_deref(), &device)?;
+            let mut run = load_run(&model, data.as_deref(), &device)?;
+            if bn_set != 0 {
+                run.net = run.net.with_inference_bn_set(bn_set)?;
+            }
             let m = rdml::eval::evaluate(&run.net, &run.test, &run.exp.eval, run.exp.seed, &device)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&m)?);
             } else {
-                println!("{} on {}:", model.display(), run.test.query.name);
+                let set = if bn_set != 0 {
+                    format!(" (batch-norm set {bn_set})")
+                } else {
+                    String::new()
+                };
+                println!("{}{set} on {}:", model.display(), run.test.query.name);
                 print!("{}", metrics_table(&m));
             }
             if let Some(o) = out {

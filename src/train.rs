@@ -75,6 +75,8 @@ pub struct Trainer {
     pub net: EmbeddingNet,
     pub loss_params: LossParams,
     pub defense_state: DefenseState,
+    /// MDProp's UX target features (Eq. 8), rebuilt at every epoch start by [`Trainer::refresh_ux_bank`].
+    pub ux_bank: Option<crate::defense::mdprop::UxBank>,
     optim: ModuleOptimizer,
     optim_loss: ModuleOptimizer,
 }
@@ -87,22 +89,43 @@ impl Trainer {
             net,
             loss_params,
             defense_state: DefenseState::default(),
+            ux_bank: None,
             optim: adam(&exp.train.optimizer),
             optim_loss: adam(&exp.train.optimizer),
         })
     }
 
-    /// One optimisation step on a batch; returns the updated trainer, the loss value and the
-    /// batch's collapse diagnostics.
+    /// Embeds the training set for MDProp's UX targets when the defense generates UX (a no-op
+    /// otherwise).
+    pub fn refresh_ux_bank(&mut self, exp: &Experiment, train: &crate::data::ImageSet, device: &Device) -> Result<()> {
+        let ux = exp.defense.as_ref().is_some_and(|d| {
+            d.distributions()
+                .iter()
+                .any(|g| matches!(g, crate::defense::mdprop::Generated::Ux { .. }))
+        });
+        if ux {
+            let bank = crate::defense::mdprop::UxBank::build(&self.net, train, exp.eval.batch_size, device)?;
+            self.ux_bank = Some(bank);
+        }
+        Ok(())
+    }
+
+    /// One optimisation step on a batch (`items`: the training-set positions of its images);
+    /// returns the updated trainer, the loss value and the batch's collapse diagnostics.
     pub fn step(
         mut self,
         exp: &Experiment,
         images: burn::tensor::Tensor<4>,
         labels: &[u32],
+        items: &[usize],
         rng: &mut rand_chacha::ChaCha8Rng,
     ) -> Result<(Self, f64, BatchDiagnostics)> {
         let (loss_t, diag) = match &exp.defense {
             Some(d) => {
+                let ux = self
+                    .ux_bank
+                    .as_ref()
+                    .map(|bank| crate::defense::mdprop::UxTargets { bank, items });
                 let out = defense_mod::defended_loss(
                     d,
                     &exp.loss,
@@ -111,6 +134,7 @@ impl Trainer {
                     images,
                     labels,
                     &self.defense_state,
+                    ux,
                     rng,
                 )?;
                 self.defense_state.prev_loss = out.adv_loss;
@@ -255,6 +279,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         let mut rng = epoch_rng(exp.seed, epoch, 2);
         let mut sum = 0.0;
         let mut acc = Accumulator::new();
+        trainer.refresh_ux_bank(exp, &splits.train, &device)?;
         let mut bar =
             crate::progress::Progress::new(format!("[epoch {}/{}]", epoch + 1, exp.train.epochs), nb, opts.progress);
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
@@ -262,7 +287,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             let x = batch_tensor(&b, &device);
             trainer.defense_state.epoch = epoch;
             trainer.defense_state.epochs = exp.train.epochs;
-            let (t, l, diag) = trainer.step(exp, x, &b.labels, &mut rng)?;
+            let (t, l, diag) = trainer.step(exp, x, &b.labels, &b.positions, &mut rng)?;
             trainer = t;
             acc.add(&diag, exp.loss.triplet_margin().map(f64::from));
             sum += l;
@@ -461,7 +486,8 @@ pub fn time_steps(
 ) -> Result<StepTiming> {
     ensure!(steps >= 1, "--steps must be ≥ 1");
     let device = device.clone().autodiff();
-    let (images, labels, shape) = match random_shape {
+    let mut bank_set = None;
+    let (images, labels, items, shape) = match random_shape {
         Some(shape) => {
             let per = exp.train.sampler.per_class();
             let n = exp.train.sampler.batch_size();
@@ -469,22 +495,28 @@ pub fn time_steps(
             let [c, h, w] = shape;
             let x: burn::tensor::Tensor<4> =
                 crate::host_random(exp.seed, [n, c, h, w], burn::tensor::Distribution::Default, &device);
-            (x.without_autodiff(), labels, shape)
+            let items = (0..n).collect();
+            (x.without_autodiff(), labels, items, shape)
         }
         None => {
             let splits = exp.data.load(exp.seed)?;
             let batches = sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, 0)?;
             let first = batches.first().context("the training split gives no batch")?;
             let b = loader::load_batch(&splits.train, first, None)?;
-            (batch_tensor(&b, &device), b.labels, splits.train.item_shape())
+            let shape = splits.train.item_shape();
+            bank_set = Some(splits.train);
+            (batch_tensor(&b, &device), b.labels, b.positions, shape)
         }
     };
     let mut trainer = Trainer::new(exp, shape, &device)?;
+    if let Some(set) = &bank_set {
+        trainer.refresh_ux_bank(exp, set, &device)?;
+    }
     let mut rng = epoch_rng(exp.seed, 0, 2);
     let mut total = 0.0;
     for s in 0..=steps {
         let t = Instant::now();
-        let (tr, _, _) = trainer.step(exp, images.clone(), &labels, &mut rng)?;
+        let (tr, _, _) = trainer.step(exp, images.clone(), &labels, &items, &mut rng)?;
         trainer = tr;
         if s > 0 {
             total += t.elapsed().as_secs_f64();

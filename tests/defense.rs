@@ -401,7 +401,7 @@ fn mdprop_trains_separate_batch_norm_sets_and_infers_with_the_clean_one() {
     let b = load_batch(&splits.train, &(0..16).collect::<Vec<_>>(), None).unwrap();
     let x = batch_tensor(&b, &dev.clone().autodiff());
     let (trainer, loss, _) = trainer
-        .step(&exp, x, &b.labels, &mut ChaCha8Rng::seed_from_u64(0))
+        .step(&exp, x, &b.labels, &b.positions, &mut ChaCha8Rng::seed_from_u64(0))
         .unwrap();
     assert!(loss.is_finite());
     use burn::module::Module;
@@ -471,6 +471,7 @@ fn defended(b: &Batch, cfg: &DefenseConfig) -> f32 {
         x,
         &b.labels,
         &DefenseState::default(),
+        None,
         rng,
     )
     .unwrap();
@@ -595,4 +596,87 @@ fn triplet_loss(b: &Batch, x: &Tensor<4>) -> f32 {
     let t = e.dims()[0] / 3;
     rdml::loss::triplet::triplet_loss(&e, &TripletLayout { t }.stacked(), Distance::NormalizedEuclidean, 0.2)
         .into_scalar::<f32>()
+}
+
+/// A synthetic ResNet-18 experiment with `model.bn_sets` and an MDProp `[defense]`, and one
+/// training step on its first 16 items.
+fn mdprop_step(bn_sets: usize, defense: &str, bank: bool) -> anyhow::Result<(rdml::train::Trainer, f64)> {
+    use rdml::train::Trainer;
+    let exp = Experiment::load(
+        "synthetic-two-gaussians",
+        &[
+            "data.synthetic.shape=[3,32,32]".into(),
+            "data.synthetic.train=16".into(),
+            "data.synthetic.test=8".into(),
+            "model.embedding_dim=8".into(),
+            format!("model.bn_sets={bn_sets}"),
+            format!("defense={defense}"),
+        ],
+    )?;
+    let splits = exp.data.load(0)?;
+    let dev = Device::default().autodiff();
+    let mut trainer = Trainer::new(&exp, [3, 32, 32], &dev)?;
+    if bank {
+        trainer.refresh_ux_bank(&exp, &splits.train, &dev)?;
+    }
+    let b = load_batch(&splits.train, &(0..16).collect::<Vec<_>>(), None)?;
+    let x = batch_tensor(&b, &dev);
+    let (trainer, loss, _) = trainer.step(&exp, x, &b.labels, &b.positions, &mut ChaCha8Rng::seed_from_u64(0))?;
+    Ok((trainer, loss))
+}
+
+/// Seed 004 §5: the shared-BN "AT" baseline (STAX through the clean set) and MTAX without
+/// separate BNs run on a one-set ResNet; UX (Eq. 8) trains with the training-set features.
+#[test]
+fn mdprop_runs_with_a_shared_batch_norm_and_ux_from_the_training_set() {
+    let at = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,separate_bn=false,distributions=[{kind=\"stax\"}]}";
+    let (trainer, loss) = mdprop_step(1, at, false).unwrap();
+    assert!(loss.is_finite());
+    let e = trainer
+        .net
+        .with_inference_bn_set(1)
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(e.contains("1 batch-norm set"), "{e}");
+    let mtax =
+        "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,separate_bn=false,distributions=[{kind=\"mtax\",targets=3}]}";
+    assert!(mdprop_step(1, mtax, false).unwrap().1.is_finite());
+    // With separate BNs the same config needs a set per distribution.
+    let e = mdprop_step(1, &at.replace("separate_bn=false,", ""), false)
+        .err()
+        .map(|e| format!("{e:#}"));
+    assert!(e.unwrap_or_default().contains("model.bn_sets = 2"));
+    let ux = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"ux\"}]}";
+    assert!(mdprop_step(2, ux, true).unwrap().1.is_finite());
+    let e = mdprop_step(2, ux, false)
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(e.contains("training set"), "{e}");
+}
+
+/// Seed 004 §5's ablation: inference with an auxiliary BN set (`rdml eval --bn-set K`).
+#[test]
+fn inference_can_use_an_auxiliary_batch_norm_set() {
+    use burn::module::Module;
+    let d = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"stax\"},{kind=\"mtax\",targets=3}]}";
+    let (trainer, _) = mdprop_step(3, d, false).unwrap();
+    let net = trainer.net.valid();
+    let x: Tensor<4> = rdml::host_random(
+        1,
+        [4, 3, 32, 32],
+        burn::tensor::Distribution::Default,
+        &Device::default(),
+    );
+    for k in 0..3 {
+        let swapped = net.clone().with_inference_bn_set(k).unwrap();
+        assert_eq!(
+            read(&swapped.forward(x.clone())),
+            read(&net.forward_set(x.clone(), k)),
+            "set {k}"
+        );
+    }
+    assert_ne!(read(&net.forward_set(x.clone(), 1)), read(&net.forward(x.clone())));
+    assert!(net.with_inference_bn_set(3).is_err());
 }

@@ -192,7 +192,8 @@ fn an_act_defense_step_agrees() {
         exp.defense = Some(toml::from_str("kind = \"act\"\neps = 0.1\nstep = 0.02\nsteps = 2\n").unwrap());
         let trainer = Trainer::new(&exp, [1, 28, 28], &device).unwrap();
         let rng = &mut ChaCha8Rng::seed_from_u64(0);
-        let (trainer, loss, _) = trainer.step(&exp, x, &labels, rng).unwrap();
+        let items: Vec<usize> = (0..labels.len()).collect();
+        let (trainer, loss, _) = trainer.step(&exp, x, &labels, &items, rng).unwrap();
         out.push((loss as f32, params(&trainer.net)));
     }
     let (l_cpu, l_gpu) = (out[0].0, out[1].0);

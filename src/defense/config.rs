@@ -155,9 +155,13 @@ impl DefenseConfig {
         }
     }
 
-    /// Batch-norm sets the model needs: one per distribution (clean included).
+    /// Batch-norm sets the model needs: one per distribution (clean included), or one when
+    /// MDProp shares the clean set.
     pub fn bn_sets(&self) -> usize {
-        1 + self.distributions().len()
+        match self {
+            DefenseConfig::Mdprop(c) if !c.separate_bn => 1,
+            _ => 1 + self.distributions().len(),
+        }
     }
 
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {

@@ -110,7 +110,7 @@ pub fn perturb(
                 est::perturb(cfg, net, &x, &clean, dim)?
             } else {
                 // The first generated distribution (the others differ only in their objective).
-                let generated = mdprop::generate(cfg, &cfg.distributions(), net, &x, (&clean, dim), labels, rng)?;
+                let generated = mdprop::generate(cfg, &cfg.distributions(), net, &x, (&clean, dim), labels, None, rng)?;
                 generated.into_iter().next().unwrap_or_else(|| x.clone())
             };
             return Ok(Perturbed {
@@ -195,7 +195,8 @@ pub fn perturb(
 }
 
 /// Runs the defense's inner maximisation on the batch `x` (autodiff device) and returns the
-/// outer loss on the training-mode forward of the perturbed batch.
+/// outer loss on the training-mode forward of the perturbed batch. `ux` supplies MDProp's UX
+/// targets (the training-set features and the batch items' positions).
 #[allow(clippy::too_many_arguments)]
 pub fn defended_loss(
     cfg: &DefenseConfig,
@@ -205,10 +206,11 @@ pub fn defended_loss(
     x: Tensor<4>,
     labels: &[u32],
     state: &DefenseState,
+    ux: Option<mdprop::UxTargets>,
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
     if matches!(cfg, DefenseConfig::Mdprop(_) | DefenseConfig::Advprop(_)) {
-        return mdprop::loss(cfg, &cfg.distributions(), loss_cfg, net, params, x, labels, rng);
+        return mdprop::loss(cfg, &cfg.distributions(), loss_cfg, net, params, x, labels, ux, rng);
     }
     let pert = perturb(cfg, loss_cfg, net, &x, labels, state, rng)?;
     match cfg {

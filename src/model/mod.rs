@@ -14,6 +14,7 @@ use anyhow::{Result, ensure};
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use c2f2::C2f2;
+use multi_bn::MultiBatchNorm;
 use resnet::{BasicBlock, BnSpec, Bottleneck, ResNet};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -169,6 +170,34 @@ impl EmbeddingNet {
         };
         net.visit(&mut Materialise);
         Ok(net)
+    }
+
+    /// The model that infers with batch-norm set `k` in place of the clean set 0 (MDProp §5's
+    /// ablation of inference with an auxiliary set): every evaluation, attack and export of the
+    /// returned model uses set `k`.
+    pub fn with_inference_bn_set(self, k: usize) -> Result<Self> {
+        let sets = match &self.backbone {
+            Backbone::C2f2(_) => 1,
+            Backbone::Resnet18(m) => m.bn1.num_sets(),
+            Backbone::Resnet50(m) => m.bn1.num_sets(),
+        };
+        ensure!(
+            k < sets,
+            "--bn-set {k}: the model has {sets} batch-norm set(s) (0 to {}){}",
+            sets - 1,
+            if matches!(self.backbone, Backbone::C2f2(_)) {
+                "; C2F2 has no batch norm"
+            } else {
+                ""
+            }
+        );
+        let swap = move |bn: MultiBatchNorm| bn.swap_into_main(k);
+        let backbone = match self.backbone {
+            Backbone::Resnet18(m) => Backbone::Resnet18(m.map_bns(&swap)),
+            Backbone::Resnet50(m) => Backbone::Resnet50(m.map_bns(&swap)),
+            c => c,
+        };
+        Ok(Self { backbone, ..self })
     }
 
     /// Embeds images in [0, 1] using batch-norm set 0 (the clean set).

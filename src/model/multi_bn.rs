@@ -59,6 +59,14 @@ impl MultiBatchNorm {
         out.output
     }
 
+    /// Puts set `k` in set 0's place (and set 0 in `k`'s), so that every clean-set forward uses it.
+    pub fn swap_into_main(mut self, k: usize) -> Self {
+        if k < self.sets.len() {
+            self.sets.swap(0, k);
+        }
+        self
+    }
+
     /// Copies parameter set 0 into every other set (MDProp initialises the auxiliary sets from the
     /// pretrained main set).
     pub fn copy_main_to_aux(mut self) -> Self {

@@ -51,11 +51,11 @@ pub trait Block: Module + Sized {
     fn new(inp: usize, width: usize, stride: usize, bn: BnSpec, device: &Device) -> Self;
     fn forward(&self, x: Tensor<4>, set: usize) -> Tensor<4>;
     /// Applies `f` to every batch norm of the block.
-    fn map_bns(self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self;
+    fn map_bns(self, f: &dyn Fn(MultiBatchNorm) -> MultiBatchNorm) -> Self;
 }
 
 impl Downsample {
-    fn map_bns(mut self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
+    fn map_bns(mut self, f: &dyn Fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
         self.bn = f(self.bn);
         self
     }
@@ -91,7 +91,7 @@ impl Block for BasicBlock {
         let y = self.bn2.forward(crate::kernel::conv2d(&self.conv2, y), set);
         relu(y + identity)
     }
-    fn map_bns(mut self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
+    fn map_bns(mut self, f: &dyn Fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
         self.bn1 = f(self.bn1);
         self.bn2 = f(self.bn2);
         self.downsample = self.downsample.map(|d| d.map_bns(f));
@@ -136,7 +136,7 @@ impl Block for Bottleneck {
         let y = self.bn3.forward(crate::kernel::conv2d(&self.conv3, y), set);
         relu(y + identity)
     }
-    fn map_bns(mut self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
+    fn map_bns(mut self, f: &dyn Fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
         self.bn1 = f(self.bn1);
         self.bn2 = f(self.bn2);
         self.bn3 = f(self.bn3);

@@ -95,12 +95,12 @@ where
 
 /// Copies set 0 of every batch norm into the other sets.
 fn copy_bn_sets<K: Block>(model: ResNet<K>) -> ResNet<K> {
-    model.map_bns(MultiBatchNorm::copy_main_to_aux)
+    model.map_bns(&MultiBatchNorm::copy_main_to_aux)
 }
 
 impl<K: Block> ResNet<K> {
     /// Applies `f` to every batch norm of the network.
-    pub fn map_bns(self, f: fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
+    pub fn map_bns(self, f: &dyn Fn(MultiBatchNorm) -> MultiBatchNorm) -> Self {
         let mut m = self;
         m.bn1 = f(m.bn1);
         for layer in [&mut m.layer1, &mut m.layer2, &mut m.layer3, &mut m.layer4] {

@@ -106,3 +106,26 @@ impl Objective for TowardTargets {
         total.map(|s| s.reshape([b]))
     }
 }
+
+/// MDProp's unadversarial objective over whole target sets (seed 004, Eq. 8):
+/// `mean_i Σ_j w_ij ‖f(x̃_i) − c_j‖` with `w_ij = 1/|S_U(i)|` on item i's set of candidates `c_j`.
+pub struct TowardSets {
+    /// `[m, d]` candidate embeddings and their squared norms `[1, m]`.
+    pub candidates: Tensor<2>,
+    pub cand_sq: Tensor<2>,
+    /// `[b, m]`: each row sums to 1 over its item's set.
+    pub weights: Tensor<2>,
+}
+
+impl Objective for TowardSets {
+    fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
+        (dist_to_all(emb, &self.candidates, &self.cand_sq) * self.weights.clone())
+            .sum_dim(1)
+            .mean()
+    }
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        let [b, _] = emb.dims();
+        let d = dist_to_all(emb, &self.candidates, &self.cand_sq) * self.weights.clone();
+        Some(d.sum_dim(1).reshape([b]))
+    }
+}
