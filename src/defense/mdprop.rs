@@ -354,7 +354,7 @@ mod tests {
         assert!((got - want).abs() < 1e-5, "{got} vs {want}");
         // Drawn targets come from the same sets: item 3 can only draw item 4.
         let drawn = ux_objective(ux, &[0, 1], Some(4), rng, &dev).unwrap();
-        let rows = drawn.row_losses(emb).unwrap().into_data().to_vec::<f32>().unwrap();
+        let rows = drawn.row_losses(emb).unwrap().into_data().try_to_vec::<f32>().unwrap();
         assert!((rows[1] - 4.0).abs() < 1e-5, "{rows:?}");
         assert!(ux_objective(UxTargets { bank: &b, items: &[0] }, &[0, 1], None, rng, &dev).is_err());
     }
