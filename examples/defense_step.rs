@@ -54,7 +54,7 @@ fn main() -> Result<()> {
         for s in 0..=steps {
             let x = batch_tensor(&b, &device);
             let t = Instant::now();
-            let (tr, _, _) = trainer.step(&exp, x, &b.labels, &mut rng)?;
+            let (tr, _, _) = trainer.step(&exp, x, &b.labels, &b.positions, &mut rng)?;
             trainer = tr;
             if s > 0 {
                 total += t.elapsed().as_secs_f64();
