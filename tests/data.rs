@@ -148,3 +148,35 @@ fn cars_annos_mat_fixture() {
     assert_eq!(s.test.query.labels, vec![98, 195, 149]);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// `data.train_crop = { kind = "random-resized" }` reaches the training images only; the test
+/// side keeps the centre crop; a non-file data set refuses it.
+#[test]
+fn random_resized_crop_changes_training_images_only() {
+    let root = tmp("rrc");
+    for c in ["a", "b", "c", "d"] {
+        let p = root.join(c).join("0.png");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        image::RgbImage::from_fn(40, 30, |x, y| image::Rgb([(x * 6) as u8, (y * 8) as u8, 0]))
+            .save(&p)
+            .unwrap();
+    }
+    let robrank = cfg(DatasetKind::Folder, &root);
+    let mut rrc = cfg(DatasetKind::Folder, &root);
+    rrc.train_crop = toml::from_str("kind = \"random-resized\"").unwrap();
+    let (a, b) = (robrank.load(0).unwrap(), rrc.load(0).unwrap());
+    let train = |s: &rdml::data::Splits| loader::load_batch(&s.train, &[0, 1], Some(7)).unwrap().images;
+    let test = |s: &rdml::data::Splits| loader::load_batch(&s.test.query, &[0, 1], None).unwrap().images;
+    assert_ne!(train(&a), train(&b));
+    assert_eq!(test(&a), test(&b));
+    assert_eq!(
+        train(&b),
+        train(&rrc.load(0).unwrap()),
+        "seeded: the same crop every run"
+    );
+    let mut fashion: DataConfig = toml::from_str("dataset = \"fashion-mnist-embedded\"").unwrap();
+    fashion.train_crop = rrc.train_crop;
+    let err = format!("{:#}", fashion.load(0).err().unwrap());
+    assert!(err.contains("data.train_crop"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}

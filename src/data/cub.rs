@@ -50,7 +50,12 @@ pub(crate) fn split_half(
     let test: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] >= first_test).collect();
     let all = ImageSet::new(
         name,
-        Arc::new(Source::Files { paths, resize, crop }),
+        Arc::new(Source::Files {
+            paths,
+            resize,
+            crop,
+            train_crop: Default::default(),
+        }),
         (0..labels.len()).collect(),
         labels,
     );

@@ -45,6 +45,8 @@ pub enum Source {
         paths: Vec<PathBuf>,
         resize: usize,
         crop: usize,
+        /// The training crop (`data.train_crop`; the test side always centre-crops).
+        train_crop: transform::TrainCrop,
     },
 }
 
@@ -159,9 +161,14 @@ impl ImageSet {
                 let n = channels * height * width;
                 out.copy_from_slice(&data[i * n..(i + 1) * n]);
             }
-            Source::Files { paths, resize, crop } => {
+            Source::Files {
+                paths,
+                resize,
+                crop,
+                train_crop,
+            } => {
                 let mut rng = augment.map(ChaCha8Rng::seed_from_u64);
-                transform::load_file(&paths[i], *resize, *crop, rng.as_mut(), out)
+                transform::load_file(&paths[i], (*resize, *crop), *train_crop, rng.as_mut(), out)
                     .with_context(|| format!("{}: item {pos}", self.name))?;
             }
         }
@@ -217,6 +224,10 @@ pub struct DataConfig {
     /// ... then cropped to `crop × crop` (random crop + flip for training, centre crop for test).
     #[serde(default = "default_crop")]
     pub crop: usize,
+    /// The training crop of image-file data sets: robrank's `{ kind = "random" }` or
+    /// `{ kind = "random-resized", scale = [0.6, 1.0] }` (seed 000 Appendix A).
+    #[serde(default)]
+    pub train_crop: transform::TrainCrop,
     /// Fraction of each class that goes to training when a split is made by rule
     /// (`fashion-mnist-embedded`).
     #[serde(default = "default_train_fraction")]
@@ -256,11 +267,37 @@ impl DataConfig {
             "data.train_fraction must be in (0, 1), got {}",
             self.train_fraction
         );
+        self.train_crop.validate()?;
+        let files = matches!(
+            self.dataset,
+            DatasetKind::Cub | DatasetKind::Cars | DatasetKind::Sop | DatasetKind::Inshop | DatasetKind::Folder
+        );
+        anyhow::ensure!(
+            files || self.train_crop == transform::TrainCrop::Random,
+            "data.train_crop applies to image-file data sets (cub, cars, sop, inshop, folder); {:?} images are used as they are",
+            self.dataset
+        );
         self.synthetic.validate()
     }
 
     /// Loads the data set and returns its train/test split. `seed` drives any split made by rule.
     pub fn load(&self, seed: u64) -> Result<Splits> {
+        let mut splits = self.load_as_listed(seed)?;
+        if let Source::Files {
+            paths, resize, crop, ..
+        } = &*splits.train.source
+        {
+            splits.train.source = Arc::new(Source::Files {
+                paths: paths.clone(),
+                resize: *resize,
+                crop: *crop,
+                train_crop: self.train_crop,
+            });
+        }
+        Ok(splits)
+    }
+
+    fn load_as_listed(&self, seed: u64) -> Result<Splits> {
         self.validate()?;
         let root = self.root.clone();
         match self.dataset {

@@ -41,7 +41,12 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         let n = labels.len();
         ImageSet::new(
             name,
-            Arc::new(Source::Files { paths, resize, crop }),
+            Arc::new(Source::Files {
+                paths,
+                resize,
+                crop,
+                train_crop: Default::default(),
+            }),
             (0..n).collect(),
             labels,
         )
