@@ -1,9 +1,12 @@
 //! Side-by-side comparison of experiments: each config is trained (or its finished run loaded, or
 //! an interrupted one resumed) under `DIR/<name>`, its test metrics taken from the run, the
 //! robustness suite run on it, and one table written — clean R@1, MAP@R, NMI, ERS, ARS and
-//! training time per experiment.
+//! training time per experiment. With several training seeds, each experiment is trained once
+//! per seed (`DIR/<name>-seed<S>`) and the table gives each column's mean ± sample std over the
+//! seeds, as the DML literature reports (Roth et al.).
 
 use crate::attack::engine::Pgd;
+use crate::attack::score::MeanStd;
 use crate::attack::suite::{Context, Setup, robustness};
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
@@ -49,6 +52,95 @@ pub struct CompareOptions {
     pub progress: bool,
     /// Train every experiment again, replacing finished runs in `out`.
     pub overwrite: bool,
+    /// Training seeds per experiment: its config's `seed`, `seed + 1`, …
+    pub seeds: usize,
+}
+
+/// One experiment over its training seeds: each column's mean ± sample std.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeedSummary {
+    pub name: String,
+    pub defense: String,
+    pub loss: String,
+    pub seeds: Vec<u64>,
+    #[serde(rename = "recall@1")]
+    pub recall_at_1: MeanStd,
+    #[serde(rename = "map@r")]
+    pub map_at_r: MeanStd,
+    /// `None` unless every seed's run computed NMI.
+    pub nmi: Option<MeanStd>,
+    pub ers: MeanStd,
+    pub ars: MeanStd,
+    pub train_seconds: MeanStd,
+    pub epochs: usize,
+    /// The names of the seeds' runs that collapsed or rank at chance.
+    pub unhealthy: Vec<String>,
+}
+
+impl SeedSummary {
+    /// Summarises one experiment's rows (one per seed).
+    pub fn of(name: &str, rows: &[Row], seeds: Vec<u64>) -> Self {
+        let col = |f: fn(&Row) -> f64| MeanStd::of(&rows.iter().map(f).collect::<Vec<_>>());
+        let nmi: Option<Vec<f64>> = rows.iter().map(|r| r.nmi).collect();
+        Self {
+            name: name.to_string(),
+            defense: rows.first().map_or_else(String::new, |r| r.defense.clone()),
+            loss: rows.first().map_or_else(String::new, |r| r.loss.clone()),
+            seeds,
+            recall_at_1: col(|r| r.recall_at_1),
+            map_at_r: col(|r| r.map_at_r),
+            nmi: nmi.map(|v| MeanStd::of(&v)),
+            ers: col(|r| r.ers),
+            ars: col(|r| r.ars),
+            train_seconds: col(|r| r.train_seconds),
+            epochs: rows.first().map_or(0, |r| r.epochs),
+            unhealthy: unhealthy(rows).into_iter().map(str::to_string).collect(),
+        }
+    }
+
+    /// The table's cells after the name (as [`Row::cells`], each as mean ± std).
+    pub fn cells(&self) -> [String; 9] {
+        let ms = |m: &MeanStd, digits: usize| format!("{:.digits$} ± {:.digits$}", m.mean, m.std);
+        [
+            self.defense.clone(),
+            self.loss.clone(),
+            ms(&self.recall_at_1, 4),
+            ms(&self.map_at_r, 4),
+            self.nmi.as_ref().map_or("-".into(), |m| ms(m, 4)),
+            ms(&self.ers, 1),
+            ms(&self.ars, 1),
+            ms(&self.train_seconds, 0),
+            self.epochs.to_string(),
+        ]
+    }
+}
+
+/// The experiments `compare` trains: each config once, or once per seed, renamed
+/// `<name>-seed<S>` with `seed = S`.
+pub fn expand_seeds(exps: &[Experiment], seeds: usize) -> Vec<Experiment> {
+    exps.iter()
+        .flat_map(|e| {
+            (0..seeds as u64).map(move |k| {
+                let mut r = e.clone();
+                if seeds > 1 {
+                    r.seed = e.seed.wrapping_add(k);
+                    r.name = format!("{}-seed{}", e.name, r.seed);
+                }
+                r
+            })
+        })
+        .collect()
+}
+
+/// Each experiment's summary over its seeds' rows (laid out as [`expand_seeds`] orders them).
+pub fn summaries(exps: &[Experiment], rows: &[Row], seeds: usize) -> Vec<SeedSummary> {
+    exps.iter()
+        .zip(rows.chunks(seeds.max(1)))
+        .map(|(e, chunk)| {
+            let s = (0..seeds as u64).map(|k| e.seed.wrapping_add(k)).collect();
+            SeedSummary::of(&e.name, chunk, s)
+        })
+        .collect()
 }
 
 fn finished(dir: &Path) -> Option<RunReport> {
@@ -59,9 +151,12 @@ fn finished(dir: &Path) -> Option<RunReport> {
 /// Trains (or loads) and scores every experiment; writes `compare.json` and `compare.md`.
 /// A finished run is reused only when its resolved config equals the requested one; an
 /// interrupted one is resumed (with the same config, see [`train`]).
-pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
+pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
+    anyhow::ensure!(opts.seeds >= 1, "--seeds must be ≥ 1");
     let method = crate::attack::registry::method(&opts.method)?;
     std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
+    let expanded = expand_seeds(configs, opts.seeds);
+    let exps = &expanded;
     let mut names = std::collections::HashSet::new();
     for exp in exps {
         anyhow::ensure!(
@@ -136,7 +231,7 @@ pub fn compare(exps: &[Experiment], opts: &CompareOptions, device: &Device) -> R
             verdict: m.health.map(|h| h.verdict),
             run: dir,
         });
-        write_tables(&rows, opts)?;
+        write_tables(&rows, configs, opts)?;
     }
     Ok(rows)
 }
@@ -189,13 +284,106 @@ pub fn markdown(rows: &[Row]) -> String {
     s
 }
 
-fn write_tables(rows: &[Row], opts: &CompareOptions) -> Result<()> {
+/// The Markdown table of each experiment's mean ± std over its seeds.
+pub fn markdown_summary(summaries: &[SeedSummary]) -> String {
+    let mut s = format!(
+        "| experiment (seeds) | {} |\n|---|{}\n",
+        COLUMNS.join(" | "),
+        "---|".repeat(COLUMNS.len())
+    );
+    for m in summaries {
+        let flag = if m.unhealthy.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} unhealthy)", m.unhealthy.len())
+        };
+        let seeds = m.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        s.push_str(&format!("| {} ({seeds}){flag} | {} |\n", m.name, m.cells().join(" | ")));
+    }
+    s
+}
+
+/// `compare.md`: the per-run table, preceded by the mean ± std table when there are seeds.
+pub fn tables(rows: &[Row], configs: &[Experiment], seeds: usize) -> String {
+    if seeds <= 1 {
+        return markdown(rows);
+    }
+    // Experiments whose seeds have not all run yet are summarised once they have.
+    let done = rows.len() / seeds;
+    let sums = summaries(&configs[..done.min(configs.len())], rows, seeds);
+    format!(
+        "Mean ± sample std over {seeds} training seeds:\n\n{}\nEach run:\n\n{}",
+        markdown_summary(&sums),
+        markdown(rows)
+    )
+}
+
+fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareOptions) -> Result<()> {
+    let done = rows.len() / opts.seeds.max(1);
+    let sums = (opts.seeds > 1).then(|| summaries(&configs[..done.min(configs.len())], rows, opts.seeds));
     let json = serde_json::json!({
-        "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed, "rows": rows
+        "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed,
+        "seeds": opts.seeds, "summary": sums, "rows": rows
     });
     write_atomic(
         &opts.out.join("compare.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
-    write_atomic(&opts.out.join("compare.md"), markdown(rows).as_bytes())
+    write_atomic(
+        &opts.out.join("compare.md"),
+        tables(rows, configs, opts.seeds).as_bytes(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, r1: f64, ers: f64, nmi: Option<f64>) -> Row {
+        Row {
+            name: name.into(),
+            defense: "act".into(),
+            loss: "triplet".into(),
+            recall_at_1: r1,
+            map_at_r: r1 / 2.0,
+            nmi,
+            ers,
+            ars: ers + 1.0,
+            train_seconds: 10.0,
+            epochs: 2,
+            run: PathBuf::from(name),
+            verdict: None,
+        }
+    }
+
+    /// `--seeds 2`: runs named per seed, each column's mean ± sample std (n − 1) in the table.
+    #[test]
+    fn seeds_expand_and_summarise_as_mean_and_sample_std() {
+        let exp = Experiment::load("quickstart", &[]).unwrap();
+        let runs = expand_seeds(std::slice::from_ref(&exp), 2);
+        let names: Vec<_> = runs.iter().map(|e| (e.name.clone(), e.seed)).collect();
+        assert_eq!(
+            names,
+            vec![
+                (format!("{}-seed{}", exp.name, exp.seed), exp.seed),
+                (format!("{}-seed{}", exp.name, exp.seed + 1), exp.seed + 1)
+            ]
+        );
+        assert_eq!(expand_seeds(std::slice::from_ref(&exp), 1)[0].name, exp.name);
+        let rows = [row("a", 0.6, 30.0, Some(0.5)), row("b", 0.8, 40.0, None)];
+        let s = &summaries(std::slice::from_ref(&exp), &rows, 2)[0];
+        assert!((s.recall_at_1.mean - 0.7).abs() < 1e-12);
+        assert!((s.recall_at_1.std - 0.02f64.sqrt()).abs() < 1e-12);
+        assert!((s.ers.std - 50f64.sqrt()).abs() < 1e-12);
+        assert!(s.nmi.is_none(), "one seed has no NMI");
+        let md = tables(&rows, std::slice::from_ref(&exp), 2);
+        assert!(
+            md.contains("| 0.7000 ± 0.1414 | 0.3500 ± 0.0707 | - | 35.0 ± 7.1 | 36.0 ± 7.1 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("| {} ({}, {}) |", exp.name, exp.seed, exp.seed + 1)),
+            "{md}"
+        );
+    }
 }

@@ -109,6 +109,10 @@ enum Cmd {
         /// run is reused when its config equals the requested one, and refused otherwise).
         #[arg(long)]
         overwrite: bool,
+        /// Train each config with N seeds (its `seed`, `seed` + 1, …; runs named NAME-seedS)
+        /// and report each column as mean ± sample std over them.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        seeds: usize,
     },
     /// Embed a trained model's test split and print its metrics.
     Eval {
@@ -802,7 +806,9 @@ fn run(cli: Cli) -> Result<Outcome> {
             profile,
             budget,
             overwrite,
+            seeds,
         } => {
+            anyhow::ensure!(seeds >= 1, "--seeds must be ≥ 1");
             let o = overrides(epochs, max_batches, &set);
             let mut exps = configs
                 .iter()
@@ -821,13 +827,14 @@ fn run(cli: Cli) -> Result<Outcome> {
                 seed: budget.seed,
                 progress: !quiet,
                 overwrite,
+                seeds,
             };
             let rows = rdml::compare::compare(&exps, &opts, &device)?;
             for r in &rows {
                 refresh_report(&r.run, None, &device, true);
             }
             refresh_report(&out, None, &device, true);
-            print!("{}", rdml::compare::markdown(&rows));
+            print!("{}", rdml::compare::tables(&rows, &exps, seeds));
             println!("Wrote {}/compare.md, compare.json and report.html.", out.display());
             let sick = rdml::compare::unhealthy(&rows);
             if !sick.is_empty() {

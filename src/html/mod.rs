@@ -176,6 +176,25 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
         v.get("queries").and_then(|q| q.as_u64()).unwrap_or(0),
         esc(&pgd)
     );
+    let summary: Vec<crate::compare::SeedSummary> =
+        serde_json::from_value(v.get("summary").cloned().unwrap_or_default()).unwrap_or_default();
+    if !summary.is_empty() {
+        page.section("Mean ± sample std over training seeds");
+        let mut t = format!(
+            "<table><tr><th>experiment (seeds)</th>{}</tr>",
+            crate::compare::COLUMNS
+                .iter()
+                .map(|c| format!("<th>{}</th>", esc(c)))
+                .collect::<String>()
+        );
+        for m in &summary {
+            let seeds = m.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+            let cells: String = m.cells().iter().map(|c| format!("<td>{}</td>", esc(c))).collect();
+            let _ = write!(t, "<tr><td>{} ({seeds})</td>{cells}</tr>", esc(&m.name));
+        }
+        t.push_str("</table>");
+        page.body.push_str(&t);
+    }
     page.section("Experiments");
     let mut t = format!(
         "<table><tr><th>experiment</th>{}<th>report</th></tr>",
