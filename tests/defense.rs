@@ -372,20 +372,7 @@ fn positive_perturbation_moves_positives_away_from_anchors_at_the_attack_rate() 
 
 #[test]
 fn mdprop_trains_separate_batch_norm_sets_and_infers_with_the_clean_one() {
-    use rdml::train::Trainer;
-    let exp = Experiment::load(
-        "synthetic-two-gaussians",
-        &[
-            "data.synthetic.shape=[3,32,32]".into(),
-            "data.synthetic.train=16".into(),
-            "data.synthetic.test=8".into(),
-            "model.embedding_dim=8".into(),
-            "model.bn_sets=3".into(),
-            "defense={kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"stax\"},{kind=\"mtax\",targets=3}]}"
-                .into(),
-        ],
-    )
-    .unwrap();
+    let d = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"stax\"},{kind=\"mtax\",targets=3}]}";
     // A wrong number of BN sets is refused with the number needed.
     let e = Experiment::load(
         "synthetic-two-gaussians",
@@ -395,15 +382,11 @@ fn mdprop_trains_separate_batch_norm_sets_and_infers_with_the_clean_one() {
     .map(|e| format!("{e:#}"))
     .unwrap_or_default();
     assert!(e.contains("model.bn_sets = 2"), "{e}");
+    let (exp, trainer, loss) = mdprop_step(3, d, false).unwrap();
+    assert!(loss.is_finite());
     let splits = exp.data.load(0).unwrap();
     let dev = Device::default();
-    let trainer = Trainer::new(&exp, [3, 32, 32], &dev.clone().autodiff()).unwrap();
     let b = load_batch(&splits.train, &(0..16).collect::<Vec<_>>(), None).unwrap();
-    let x = batch_tensor(&b, &dev.clone().autodiff());
-    let (trainer, loss, _) = trainer
-        .step(&exp, x, &b.labels, &b.positions, &mut ChaCha8Rng::seed_from_u64(0))
-        .unwrap();
-    assert!(loss.is_finite());
     use burn::module::Module;
     let net = trainer.net.valid();
     let xt = batch_tensor(&b, &dev);
@@ -600,7 +583,7 @@ fn triplet_loss(b: &Batch, x: &Tensor<4>) -> f32 {
 
 /// A synthetic ResNet-18 experiment with `model.bn_sets` and an MDProp `[defense]`, and one
 /// training step on its first 16 items.
-fn mdprop_step(bn_sets: usize, defense: &str, bank: bool) -> anyhow::Result<(rdml::train::Trainer, f64)> {
+fn mdprop_step(bn_sets: usize, defense: &str, bank: bool) -> anyhow::Result<(Experiment, rdml::train::Trainer, f64)> {
     use rdml::train::Trainer;
     let exp = Experiment::load(
         "synthetic-two-gaussians",
@@ -622,7 +605,7 @@ fn mdprop_step(bn_sets: usize, defense: &str, bank: bool) -> anyhow::Result<(rdm
     let b = load_batch(&splits.train, &(0..16).collect::<Vec<_>>(), None)?;
     let x = batch_tensor(&b, &dev);
     let (trainer, loss, _) = trainer.step(&exp, x, &b.labels, &b.positions, &mut ChaCha8Rng::seed_from_u64(0))?;
-    Ok((trainer, loss))
+    Ok((exp, trainer, loss))
 }
 
 /// Seed 004 §5: the shared-BN "AT" baseline (STAX through the clean set) and MTAX without
@@ -630,7 +613,7 @@ fn mdprop_step(bn_sets: usize, defense: &str, bank: bool) -> anyhow::Result<(rdm
 #[test]
 fn mdprop_runs_with_a_shared_batch_norm_and_ux_from_the_training_set() {
     let at = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,separate_bn=false,distributions=[{kind=\"stax\"}]}";
-    let (trainer, loss) = mdprop_step(1, at, false).unwrap();
+    let (_, trainer, loss) = mdprop_step(1, at, false).unwrap();
     assert!(loss.is_finite());
     let e = trainer
         .net
@@ -641,14 +624,14 @@ fn mdprop_runs_with_a_shared_batch_norm_and_ux_from_the_training_set() {
     assert!(e.contains("1 batch-norm set"), "{e}");
     let mtax =
         "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,separate_bn=false,distributions=[{kind=\"mtax\",targets=3}]}";
-    assert!(mdprop_step(1, mtax, false).unwrap().1.is_finite());
+    assert!(mdprop_step(1, mtax, false).unwrap().2.is_finite());
     // With separate BNs the same config needs a set per distribution.
     let e = mdprop_step(1, &at.replace("separate_bn=false,", ""), false)
         .err()
         .map(|e| format!("{e:#}"));
     assert!(e.unwrap_or_default().contains("model.bn_sets = 2"));
     let ux = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"ux\"}]}";
-    assert!(mdprop_step(2, ux, true).unwrap().1.is_finite());
+    assert!(mdprop_step(2, ux, true).unwrap().2.is_finite());
     let e = mdprop_step(2, ux, false)
         .err()
         .map(|e| format!("{e:#}"))
@@ -661,7 +644,7 @@ fn mdprop_runs_with_a_shared_batch_norm_and_ux_from_the_training_set() {
 fn inference_can_use_an_auxiliary_batch_norm_set() {
     use burn::module::Module;
     let d = "{kind=\"mdprop\",eps=0.03,step=0.01,steps=2,distributions=[{kind=\"stax\"},{kind=\"mtax\",targets=3}]}";
-    let (trainer, _) = mdprop_step(3, d, false).unwrap();
+    let (_, trainer, _) = mdprop_step(3, d, false).unwrap();
     let net = trainer.net.valid();
     let x: Tensor<4> = rdml::host_random(
         1,

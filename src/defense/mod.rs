@@ -101,6 +101,7 @@ pub fn perturb(
     state: &DefenseState,
     rng: &mut ChaCha8Rng,
 ) -> Result<Perturbed> {
+    use formulations::Formulation::{Joint, PerSample, Regularized};
     let (clean, dim) = clean_host(net, x)?;
     let x = x.clone().without_autodiff();
     let (distance, _) = triplet_params(loss_cfg);
@@ -134,31 +135,19 @@ pub fn perturb(
             (tr, Box::new(act::Collapse { layout, distance }), movable)
         }
         DefenseConfig::CaTride(c) => ca_tride::plan(c, loss_cfg, (&clean, dim), labels, state, &x.device(), rng)?,
-        DefenseConfig::PositivePerturbation(c) => {
+        DefenseConfig::PositivePerturbation(_)
+        | DefenseConfig::Formulation1(_)
+        | DefenseConfig::Formulation2(_)
+        | DefenseConfig::Formulation3(_) => {
             let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
-            let (rows, rho, movable) = positive_perturbation::plan(c, loss_cfg, &tr, rng);
-            let original = select_rows(&x, &rows);
-            let adversarial = if movable.iter().any(|&m| m) && cfg.pgd().step > 0.0 {
-                engine::attack(net, 0, &original, Some(&movable), &rho, &cfg.pgd(), 0)?
-            } else {
-                original.clone()
+            let (original, adversarial) = match cfg {
+                DefenseConfig::PositivePerturbation(c) => {
+                    positive_perturbation::perturb(cfg, c, loss_cfg, net, &x, &tr, rng)?
+                }
+                DefenseConfig::Formulation1(_) => formulations::perturb(Joint, cfg, loss_cfg, net, &x, &tr)?,
+                DefenseConfig::Formulation2(_) => formulations::perturb(PerSample, cfg, loss_cfg, net, &x, &tr)?,
+                _ => formulations::perturb(Regularized, cfg, loss_cfg, net, &x, &tr)?,
             };
-            return Ok(Perturbed {
-                triplets: Some(tr),
-                clean,
-                dim,
-                original,
-                adversarial,
-            });
-        }
-        DefenseConfig::Formulation1(_) | DefenseConfig::Formulation2(_) | DefenseConfig::Formulation3(_) => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
-            let f = match cfg {
-                DefenseConfig::Formulation1(_) => formulations::Formulation::Joint,
-                DefenseConfig::Formulation2(_) => formulations::Formulation::PerSample,
-                _ => formulations::Formulation::Regularized,
-            };
-            let (original, adversarial) = formulations::perturb(f, cfg, loss_cfg, net, &x, &tr)?;
             return Ok(Perturbed {
                 triplets: Some(tr),
                 clean,

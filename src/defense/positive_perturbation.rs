@@ -143,6 +143,28 @@ pub fn plan(
     (rows, rho, movable)
 }
 
+/// The inner maximisation on the batch `x` (plain device) with its mined triplets: the stacked
+/// rows before and after `ρ`.
+pub fn perturb(
+    cfg: &DefenseConfig,
+    c: &PositivePerturbationConfig,
+    loss: &LossConfig,
+    net: &EmbeddingNet,
+    x: &Tensor<4>,
+    tr: &Triplets,
+    rng: &mut ChaCha8Rng,
+) -> Result<(Tensor<4>, Tensor<4>)> {
+    let (rows, rho, movable) = plan(c, loss, tr, rng);
+    let original = super::select_rows(x, &rows);
+    let pgd = cfg.pgd();
+    let adversarial = if movable.iter().any(|&m| m) && pgd.step > 0.0 {
+        crate::attack::engine::attack(net, 0, &original, Some(&movable), &rho, &pgd, 0)?
+    } else {
+        original.clone()
+    };
+    Ok((original, adversarial))
+}
+
 /// The configured tuple loss (triplet or contrastive) on the stacked rows, per pair for the
 /// contrastive anchor target, plus formulation 3's regulariser when asked.
 pub fn outer(
