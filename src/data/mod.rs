@@ -274,8 +274,8 @@ impl DataConfig {
         );
         anyhow::ensure!(
             files || self.train_crop == transform::TrainCrop::Random,
-            "data.train_crop applies to image-file data sets (cub, cars, sop, inshop, folder); {:?} images are used as they are",
-            self.dataset
+            "data.train_crop applies to image-file data sets (cub, cars, sop, inshop, folder); data.dataset = {} holds images in memory, used as they are",
+            toml::Value::try_from(self.dataset).map_or_else(|_| format!("{:?}", self.dataset), |v| v.to_string())
         );
         self.synthetic.validate()
     }
