@@ -164,6 +164,10 @@ enum Cmd {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Attack and score the model as it infers with this batch-norm set instead of the clean
+        /// set 0 (as `eval --bn-set`).
+        #[arg(long, default_value_t = 0, value_name = "K")]
+        bn_set: usize,
     },
     /// Run robrank's ERS suite (nine attacks, ten columns), print ERS and ARS, and add them to
     /// the run folder (robustness.json, report.html).
@@ -639,6 +643,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             profile,
             budget,
             json,
+            bn_set,
         } => {
             anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
             anyhow::ensure!(
@@ -653,7 +658,10 @@ fn run(cli: Cli) -> Result<Outcome> {
                 .map(|d| rdml::attack::examples::ExampleWriter::new(d, &unit.spec()))
                 .transpose()?;
             let device = open_device(flag, &[], json || quiet)?;
-            let run_ = load_run(&model, data.as_deref(), &device)?;
+            let mut run_ = load_run(&model, data.as_deref(), &device)?;
+            if bn_set != 0 {
+                run_.net = run_.net.with_inference_bn_set(bn_set)?;
+            }
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
                 .with_distance(run_.exp.loss.distance());
             let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
