@@ -98,6 +98,12 @@ impl SeedSummary {
         }
     }
 
+    /// `name (seed, seed, …)`, the label of its table row.
+    pub fn label(&self) -> String {
+        let seeds = self.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        format!("{} ({seeds})", self.name)
+    }
+
     /// The table's cells after the name (as [`Row::cells`], each as mean ± std).
     pub fn cells(&self) -> [String; 9] {
         let ms = |m: &MeanStd, digits: usize| format!("{:.digits$} ± {:.digits$}", m.mean, m.std);
@@ -266,61 +272,73 @@ pub fn unhealthy(rows: &[Row]) -> Vec<&str> {
         .collect()
 }
 
-/// The Markdown table of the rows.
-pub fn markdown(rows: &[Row]) -> String {
+/// A Markdown table: `first` heads the label column, then [`COLUMNS`]; one `(label, cells)` per row.
+fn markdown_table(first: &str, rows: impl Iterator<Item = (String, [String; 9])>) -> String {
     let mut s = format!(
-        "| experiment | {} |\n|---|{}\n",
+        "| {first} | {} |\n|---|{}\n",
         COLUMNS.join(" | "),
         "---|".repeat(COLUMNS.len())
     );
-    for r in rows {
-        let flag = match r.verdict {
-            Some(Verdict::Collapsed) => " (COLLAPSED)",
-            Some(Verdict::AtChance) => " (AT CHANCE)",
-            _ => "",
-        };
-        s.push_str(&format!("| {}{flag} | {} |\n", r.name, r.cells().join(" | ")));
+    for (label, cells) in rows {
+        s.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
     }
     s
+}
+
+/// The Markdown table of the rows.
+pub fn markdown(rows: &[Row]) -> String {
+    markdown_table(
+        "experiment",
+        rows.iter().map(|r| {
+            let flag = match r.verdict {
+                Some(Verdict::Collapsed) => " (COLLAPSED)",
+                Some(Verdict::AtChance) => " (AT CHANCE)",
+                _ => "",
+            };
+            (format!("{}{flag}", r.name), r.cells())
+        }),
+    )
 }
 
 /// The Markdown table of each experiment's mean ± std over its seeds.
 pub fn markdown_summary(summaries: &[SeedSummary]) -> String {
-    let mut s = format!(
-        "| experiment (seeds) | {} |\n|---|{}\n",
-        COLUMNS.join(" | "),
-        "---|".repeat(COLUMNS.len())
-    );
-    for m in summaries {
-        let flag = if m.unhealthy.is_empty() {
-            String::new()
-        } else {
-            format!(" ({} unhealthy)", m.unhealthy.len())
-        };
-        let seeds = m.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
-        s.push_str(&format!("| {} ({seeds}){flag} | {} |\n", m.name, m.cells().join(" | ")));
-    }
-    s
+    markdown_table(
+        "experiment (seeds)",
+        summaries.iter().map(|m| {
+            let flag = if m.unhealthy.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} unhealthy)", m.unhealthy.len())
+            };
+            (format!("{}{flag}", m.label()), m.cells())
+        }),
+    )
+}
+
+/// The summaries of the experiments whose seeds have all run (`None` with one seed).
+fn summaries_so_far(rows: &[Row], configs: &[Experiment], seeds: usize) -> Option<Vec<SeedSummary>> {
+    let done = rows.len() / seeds.max(1);
+    (seeds > 1).then(|| summaries(&configs[..done.min(configs.len())], rows, seeds))
 }
 
 /// `compare.md`: the per-run table, preceded by the mean ± std table when there are seeds.
 pub fn tables(rows: &[Row], configs: &[Experiment], seeds: usize) -> String {
-    if seeds <= 1 {
-        return markdown(rows);
+    render(rows, summaries_so_far(rows, configs, seeds).as_deref(), seeds)
+}
+
+fn render(rows: &[Row], sums: Option<&[SeedSummary]>, seeds: usize) -> String {
+    match sums {
+        Some(sums) => format!(
+            "Mean ± sample std over {seeds} training seeds:\n\n{}\nEach run:\n\n{}",
+            markdown_summary(sums),
+            markdown(rows)
+        ),
+        None => markdown(rows),
     }
-    // Experiments whose seeds have not all run yet are summarised once they have.
-    let done = rows.len() / seeds;
-    let sums = summaries(&configs[..done.min(configs.len())], rows, seeds);
-    format!(
-        "Mean ± sample std over {seeds} training seeds:\n\n{}\nEach run:\n\n{}",
-        markdown_summary(&sums),
-        markdown(rows)
-    )
 }
 
 fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareOptions) -> Result<()> {
-    let done = rows.len() / opts.seeds.max(1);
-    let sums = (opts.seeds > 1).then(|| summaries(&configs[..done.min(configs.len())], rows, opts.seeds));
+    let sums = summaries_so_far(rows, configs, opts.seeds);
     let json = serde_json::json!({
         "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed,
         "seeds": opts.seeds, "summary": sums, "rows": rows
@@ -331,7 +349,7 @@ fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareOptions) -> 
     )?;
     write_atomic(
         &opts.out.join("compare.md"),
-        tables(rows, configs, opts.seeds).as_bytes(),
+        render(rows, sums.as_deref(), opts.seeds).as_bytes(),
     )
 }
 

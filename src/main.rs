@@ -614,7 +614,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             let device = open_device(flag, &[], json || quiet)?;
             let mut run = load_run(&model, data.as_deref(), &device)?;
             if bn_set != 0 {
-                run.net = run.net.with_inference_bn_set(bn_set)?;
+                run.net = run.net.with_inference_bn_set(bn_set).context("--bn-set")?;
             }
             let m = rdml::eval::evaluate(&run.net, &run.test, &run.exp.eval, run.exp.seed, &device)?;
             if json {
@@ -660,7 +660,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             let device = open_device(flag, &[], json || quiet)?;
             let mut run_ = load_run(&model, data.as_deref(), &device)?;
             if bn_set != 0 {
-                run_.net = run_.net.with_inference_bn_set(bn_set)?;
+                run_.net = run_.net.with_inference_bn_set(bn_set).context("--bn-set")?;
             }
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
                 .with_distance(run_.exp.loss.distance());

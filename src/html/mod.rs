@@ -153,6 +153,15 @@ fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String)>> {
 }
 
 /// The `compare` folder's report.
+/// The header cells of a compare table: `first`, [`crate::compare::COLUMNS`], then `after`.
+fn compare_header(first: &str, after: &str) -> String {
+    let cols: String = crate::compare::COLUMNS
+        .iter()
+        .map(|c| format!("<th>{}</th>", esc(c)))
+        .collect();
+    format!("<th>{}</th>{cols}{after}", esc(first))
+}
+
 pub fn write_compare(dir: &Path) -> Result<PathBuf> {
     let p = dir.join("compare.json");
     let v: serde_json::Value =
@@ -180,29 +189,16 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
         serde_json::from_value(v.get("summary").cloned().unwrap_or_default()).unwrap_or_default();
     if !summary.is_empty() {
         page.section("Mean ± sample std over training seeds");
-        let mut t = format!(
-            "<table><tr><th>experiment (seeds)</th>{}</tr>",
-            crate::compare::COLUMNS
-                .iter()
-                .map(|c| format!("<th>{}</th>", esc(c)))
-                .collect::<String>()
-        );
+        let mut t = format!("<table><tr>{}</tr>", compare_header("experiment (seeds)", ""));
         for m in &summary {
-            let seeds = m.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
             let cells: String = m.cells().iter().map(|c| format!("<td>{}</td>", esc(c))).collect();
-            let _ = write!(t, "<tr><td>{} ({seeds})</td>{cells}</tr>", esc(&m.name));
+            let _ = write!(t, "<tr><td>{}</td>{cells}</tr>", esc(&m.label()));
         }
         t.push_str("</table>");
         page.body.push_str(&t);
     }
     page.section("Experiments");
-    let mut t = format!(
-        "<table><tr><th>experiment</th>{}<th>report</th></tr>",
-        crate::compare::COLUMNS
-            .iter()
-            .map(|c| format!("<th>{}</th>", esc(c)))
-            .collect::<String>()
-    );
+    let mut t = format!("<table><tr>{}</tr>", compare_header("experiment", "<th>report</th>"));
     for r in &rows {
         let name = r
             .run

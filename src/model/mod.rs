@@ -183,7 +183,7 @@ impl EmbeddingNet {
         };
         ensure!(
             k < sets,
-            "--bn-set {k}: the model has {sets} batch-norm set(s) (0 to {}){}",
+            "batch-norm set {k}: the model has {sets} batch-norm set(s) (0 to {}){}",
             sets - 1,
             if matches!(self.backbone, Backbone::C2f2(_)) {
                 "; C2F2 has no batch norm"
