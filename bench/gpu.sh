@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# rdml (Vulkan) against PyTorch (CUDA) on one NVIDIA GPU, same machine, same run. Needs what
-# bench/gpu_prepare.sh puts in .gpu/ (no Rust on the GPU machine), nvidia-smi, and a Python with
-# PyTorch (CUDA) and NumPy. Usage: bash bench/gpu.sh [DIR=.gpu] [STEPS=5] [PYTHON=python3]
+# rdml on CUDA and on Vulkan against PyTorch (CUDA) on one NVIDIA GPU, same machine, same run.
+# Needs what bench/gpu_prepare.sh puts in .gpu/ (no Rust on the GPU machine), nvidia-smi, and a
+# Python with PyTorch (CUDA) and NumPy. PyTorch runs twice: with its own TF32 defaults (cuDNN
+# convolutions in TF32, matmuls in FP32) and with TF32 matmuls too (as rdml's CUDA route does).
+# Usage: bash bench/gpu.sh [DIR=.gpu] [STEPS=5] [PYTHON=python3] [DEVICES="cuda vulkan"]
 # With the device tool: run `bash bench/gpu.sh .gpu` with `.gpu` in carry.
 # Workloads (README "GPU"): one epoch of fashion-c2f2-triplet; one ACT step of C2F2 at 32 PGD
 # steps; a ResNet-18 training step and a 32-step ACT step at 224x224, batch 112; the rob224 suite
@@ -9,7 +11,7 @@
 # sampled every 100 ms, minus the reading before the workload, for both sides alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-.gpu}; steps=${2:-5}; py=${3:-python3}
+dir=${1:-.gpu}; steps=${2:-5}; py=${3:-python3}; devices=${4:-cuda vulkan}
 bin=/tmp/rdml-gpu
 python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$dir/rdml.xz" $bin
 chmod +x $bin
@@ -19,6 +21,15 @@ if ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
 fi
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+# CUDA: NVRTC's library and the CUDA headers, from the toolkit or else PyTorch's nvidia wheels.
+if ! ldconfig -p | grep -q 'libnvrtc\.so'; then
+    lib=$(ls -d /usr/local/cuda/lib64 2>/dev/null || true)
+    [ -n "$lib" ] && ls "$lib"/libnvrtc.so* >/dev/null 2>&1 || lib=$(dirname "$($py -c "import glob, os, nvidia; print(sorted(glob.glob(os.path.join(nvidia.__path__[0], '**', 'libnvrtc.so*'), recursive=True))[0])" 2>/dev/null)" 2>/dev/null || true)
+    [ -n "$lib" ] && export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+if [ -z "${CUDA_PATH:-}" ] && [ ! -f /usr/local/cuda/include/cuda_fp16.h ] && command -v nvcc >/dev/null; then
+    export CUDA_PATH=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+fi
 out=bench/out/gpu; rm -rf "$out"; mkdir -p "$out"
 $bin devices | tee "$out/devices.txt"
 
@@ -43,9 +54,13 @@ PY
 
 fashion="$dir/fashion-mnist"
 if [ -d "$fashion" ]; then
-    measure rdml-epoch $bin train --config fashion-c2f2-triplet --out "$out/epoch-run" --epochs 1 \
-        --device vulkan --quiet --set "data.root=\"$fashion\""
-    measure torch-epoch bash -c "cd bench && $py torch_gpu.py --workloads epoch --data ../$fashion --json ../$out/torch-epoch-r.json"
+    for d in $devices; do
+        measure rdml-$d-epoch $bin train --config fashion-c2f2-triplet --out "$out/epoch-run-$d" --epochs 1 \
+            --device $d --quiet --set "data.root=\"$fashion\""
+    done
+    for tf in default on; do
+        measure torch-$tf-epoch bash -c "cd bench && $py torch_gpu.py --workloads epoch --tf32 $tf --data ../$fashion --json ../$out/torch-$tf-epoch-r.json"
+    done
     data_arg=$fashion
 else
     echo "no $fashion: epoch skipped, c2f2-act on random images"
@@ -60,36 +75,48 @@ for w in c2f2-act resnet18 resnet18-act; do
         resnet18-act) args=(--config fashion-c2f2-triplet --random-images 3,224,224 --set 'model.arch="resnet18"'
             --set 'train.sampler={kind="spc2",pairs=56}' --defense '{kind="act",eps=0.031372549,step=0.003921569,steps=32}') ;;
     esac
-    measure "rdml-$w" $bin bench-step "${args[@]}" --steps "$steps" --device vulkan --out "$out/rdml-$w-r.json"
-    measure "torch-$w" bash -c "cd bench && $py torch_gpu.py --workloads $w --steps $steps --json ../$out/torch-$w-r.json"
+    for d in $devices; do
+        measure "rdml-$d-$w" $bin bench-step "${args[@]}" --steps "$steps" --device $d --out "$out/rdml-$d-$w-r.json"
+    done
+    for tf in default on; do
+        measure "torch-$tf-$w" bash -c "cd bench && $py torch_gpu.py --workloads $w --tf32 $tf --steps $steps --json ../$out/torch-$tf-$w-r.json"
+    done
 done
-$bin train --config synthetic-two-gaussians --out "$out/synth-run" --epochs 1 --max-batches 2 --device vulkan \
+$bin train --config synthetic-two-gaussians --out "$out/synth-run" --epochs 1 --max-batches 2 --device cpu \
     --quiet --set model.embedding_dim=512 --set model.imagenet_norm=true > /dev/null
-measure rdml-rob224 $bin robustness --model "$out/synth-run" --profile rob224 --queries 512 --device vulkan
-measure torch-rob224 bash -c "cd bench && $py torch_suite.py --arch resnet18 --synthetic 516 --profile rob224 --queries 512 --device cuda"
+for d in $devices; do
+    measure rdml-$d-rob224 $bin robustness --model "$out/synth-run" --profile rob224 --queries 512 --device $d
+done
+measure torch-default-rob224 bash -c "cd bench && $py torch_suite.py --arch resnet18 --synthetic 516 --profile rob224 --queries 512 --device cuda"
 
-python3 - "$out" <<'PY'
+python3 - "$out" "$devices" <<'PY'
 import json, os, sys
-out = sys.argv[1]
+out, devices = sys.argv[1], sys.argv[2].split()
 def j(p):
     p = os.path.join(out, p)
     return json.load(open(p)) if os.path.exists(p) else None
+def mem(key):
+    return (j(f"{key}.json") or {}).get("peak_mib")
+# (workload, rdml's value on device d, PyTorch's value with TF32 mode tf)
 rows = []
-ep_r, ep_t = j("epoch-run/run.json"), j("torch-epoch-r.json")
-if ep_r and ep_t:
-    rows.append(("epoch fashion-c2f2-triplet (s)", ep_r["epochs"][0]["seconds"], ep_t["epoch_seconds"], "epoch"))
-for w in ["c2f2-act", "resnet18", "resnet18-act"]:
-    r, t = j(f"rdml-{w}-r.json"), j(f"torch-{w}-r.json")
-    if r and t:
-        rows.append((f"{w} step (s)", r["seconds_per_step"], t["seconds_per_step"][w], w))
-r, t = j("rdml-rob224.json"), j("torch-rob224.json")
-if r and t:
-    rows.append(("rob224 suite, 512 queries (s, wall)", r["wall_s"], t["wall_s"], "rob224"))
+for d in devices:
+    for tf in ["default", "on"]:
+        ep_r, ep_t = j(f"epoch-run-{d}/run.json"), j(f"torch-{tf}-epoch-r.json")
+        if ep_r and ep_t:
+            rows.append(("epoch fashion-c2f2-triplet (s)", d, tf, ep_r["epochs"][0]["seconds"], ep_t["epoch_seconds"], "epoch"))
+        for w in ["c2f2-act", "resnet18", "resnet18-act"]:
+            r, t = j(f"rdml-{d}-{w}-r.json"), j(f"torch-{tf}-{w}-r.json")
+            if r and t:
+                rows.append((f"{w} step (s)", d, tf, r["seconds_per_step"], t["seconds_per_step"][w], w))
+        r, t = j(f"rdml-{d}-rob224.json"), j(f"torch-{tf}-rob224.json")
+        if r and t:
+            rows.append(("rob224 suite, 512 queries (s, wall)", d, tf, r["wall_s"], t["wall_s"], "rob224"))
 res = []
-print(f"{'workload':<38} {'rdml':>9} {'PyTorch':>9} {'ratio':>6} {'rdml MiB':>9} {'torch MiB':>9}")
-for name, a, b, key in rows:
-    ma, mb = (j(f"rdml-{key}.json") or {}).get("peak_mib"), (j(f"torch-{key}.json") or {}).get("peak_mib")
-    print(f"{name:<38} {a:>9.4f} {b:>9.4f} {a / b:>6.2f} {ma or 0:>9.0f} {mb or 0:>9.0f}")
-    res.append({"workload": name, "rdml": a, "pytorch": b, "ratio": a / b, "rdml_peak_mib": ma, "pytorch_peak_mib": mb})
+print(f"{'workload':<38} {'rdml on':>8} {'torch TF32':>10} {'rdml':>9} {'PyTorch':>9} {'ratio':>6} {'rdml MiB':>9} {'torch MiB':>9}")
+for name, d, tf, a, b, key in rows:
+    ma, mb = mem(f"rdml-{d}-{key}"), mem(f"torch-{tf}-{key}")
+    print(f"{name:<38} {d:>8} {tf:>10} {a:>9.4f} {b:>9.4f} {a / b:>6.2f} {ma or 0:>9.0f} {mb or 0:>9.0f}")
+    res.append({"workload": name, "rdml_device": d, "pytorch_tf32": tf, "rdml": a, "pytorch": b,
+                "ratio": a / b, "rdml_peak_mib": ma, "pytorch_peak_mib": mb})
 json.dump(res, open(os.path.join(out, "summary.json"), "w"), indent=1)
 PY

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Prepares what bench/gpu.sh needs on a GPU machine that has no Rust and no network, in the
-# git-ignored folder .gpu/: the rdml binary built with the GPU features (stripped and
-# xz-compressed: about 19 MB), the Vulkan loader's Debian package, and Fashion-MNIST when this
-# machine has it (30 MB); within the device tool's 64 MiB with the repository.
+# git-ignored folder .gpu/: the rdml binary built with both GPU routes (stripped and
+# xz-compressed), the Vulkan loader's Debian package, and Fashion-MNIST when this machine has it
+# (30 MB); within the device tool's 64 MiB with the repository.
 # Run on the build machine, from anywhere: bench/gpu_prepare.sh [FASHION_DIR] [FEATURES]
-# (FEATURES: vulkan, the default, or gpu-autotune for burn's kernel autotuning)
+# (FEATURES: vulkan,cuda, the default; add gpu-autotune for burn's kernel autotuning)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:-/usr/share/datasets/fashion-mnist}
-features=${2:-vulkan}
+features=${2:-vulkan,cuda}
 cargo build --release --features "$features" --bin rdml
 rm -rf .gpu && mkdir -p .gpu
 cp target/release/rdml .gpu/rdml

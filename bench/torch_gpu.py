@@ -148,10 +148,17 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--data")
     ap.add_argument("--json")
+    ap.add_argument("--tf32", choices=["default", "on", "off"], default="default",
+                    help="default: PyTorch's own (TF32 convolutions through cuDNN, FP32 matmuls); "
+                         "on: TF32 for matmuls too; off: neither")
     a = ap.parse_args()
+    if a.tf32 != "default":
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32 == "on"
+        torch.backends.cudnn.allow_tf32 = a.tf32 == "on"
     dev = torch.device(a.device)
     out = {"framework": "pytorch " + torch.__version__, "device": str(dev), "seconds_per_step": {},
-           "peak_allocated_mib": {}}
+           "peak_allocated_mib": {}, "tf32": {"mode": a.tf32,
+           "matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}}
     if dev.type == "cuda":
         out["device"] = torch.cuda.get_device_name(dev)
     for w in a.workloads.split(","):

@@ -16,9 +16,10 @@ use std::time::Instant;
     about = "Robust deep metric learning: train, evaluate, attack and harden embedding models"
 )]
 struct Cli {
-    /// Where to compute: cpu, vulkan (the most capable Vulkan adapter), vulkan:N (the N-th of
-    /// `rdml devices`) or auto (the first Vulkan GPU, else the CPU). Default: `train.device` of
-    /// the config, else cpu. GPU devices need a build with `--features vulkan`.
+    /// Where to compute: cpu, cuda (CUDA device 0), cuda:N, vulkan (the most capable Vulkan
+    /// adapter), vulkan:N (the N-th of `rdml devices`) or auto (CUDA, else a Vulkan GPU, else
+    /// the CPU). Default: `train.device` of the config, else cpu. GPU devices need a build with
+    /// `--features cuda` or `--features vulkan`.
     #[arg(long, global = true, value_name = "DEVICE")]
     device: Option<String>,
     /// Print only results and errors: no progress bars, no device line, no per-attack lines.
@@ -466,24 +467,10 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
-/// Opens `--device`, else the configs' `train.device`, else the CPU, and says which it took.
+/// Opens the device ([`rdml::device::open`]'s policy) and says which it took.
 fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Result<burn::tensor::Device> {
-    use rdml::device::DeviceChoice;
-    let choice: DeviceChoice = match flag {
-        Some(f) => f.parse().context("--device")?,
-        None => {
-            let mut named = configs.iter().filter_map(|e| e.train.device);
-            let first = named.next();
-            if let Some(other) = named.find(|d| Some(*d) != first) {
-                anyhow::bail!(
-                    "the configs name different devices ({} and {other}): choose one with --device",
-                    first.unwrap_or_default()
-                );
-            }
-            first.unwrap_or_default()
-        }
-    };
-    let s = rdml::device::select(choice)?;
+    let named: Vec<_> = configs.iter().map(|e| e.train.device).collect();
+    let s = rdml::device::open(flag, &named)?;
     if !quiet {
         eprintln!("device: {}", s.description);
     }
@@ -965,6 +952,10 @@ fn run(cli: Cli) -> Result<Outcome> {
                 "cpu (Flex, {} threads; rdml's own kernels)",
                 rayon::current_num_threads()
             );
+            match rdml::device::cuda_devices() {
+                Ok(list) => list.iter().for_each(|g| println!("{g}")),
+                Err(e) => println!("no CUDA device: {e:#}"),
+            }
             match rdml::device::adapters() {
                 Ok(list) if list.is_empty() => println!("no Vulkan device (the loader found no driver)"),
                 Ok(list) => list.iter().for_each(|a| println!("{a}")),

@@ -1,0 +1,301 @@
+//! The compute device, chosen at run time: `cpu` (burn's Flex backend with rdml's own kernels),
+//! `cuda` / `cuda:N` (burn's CUDA runtime, in a build with the `cuda` feature), `vulkan` /
+//! `vulkan:N` (burn's wgpu backend on Vulkan, with the `vulkan` feature) or `auto` (CUDA, else a
+//! Vulkan GPU, else the CPU). [`open`] is the policy every command uses: `--device`, else the
+//! configs' `train.device`, else the CPU.
+//!
+//! Nothing downstream depends on the device: models are initialised and random starts drawn on
+//! the CPU and then moved, so a seed gives the same run on every device, and checkpoints hold
+//! host values.
+
+mod cuda;
+mod vulkan;
+
+pub use cuda::{CudaGpu, CudaProbe};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use std::fmt;
+use std::str::FromStr;
+
+/// What a user asked for with `--device` or `train.device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU through CUDA: `None` is device 0, `Some(n)` the n-th CUDA device.
+    Cuda(Option<usize>),
+    /// A Vulkan adapter: `None` lets the driver pick the most capable one, `Some(n)` is the
+    /// n-th adapter in `rdml devices`' list.
+    Vulkan(Option<usize>),
+    /// CUDA's first device, else the first Vulkan GPU (not a software rasteriser), else the CPU.
+    Auto,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        let indexed = |prefix: &str| s.strip_prefix(prefix).map(str::parse::<usize>);
+        Ok(match s.as_str() {
+            "cpu" | "flex" => Self::Cpu,
+            "cuda" => Self::Cuda(None),
+            "vulkan" | "gpu" => Self::Vulkan(None),
+            "auto" => Self::Auto,
+            _ => match (indexed("cuda:"), indexed("vulkan:")) {
+                (Some(Ok(n)), _) => Self::Cuda(Some(n)),
+                (_, Some(Ok(n))) => Self::Vulkan(Some(n)),
+                _ => {
+                    // burn's ROCm backend cannot be built here (its build downloads LLVM); AMD
+                    // GPUs are reached through their Vulkan driver.
+                    let hint = match s.as_str() {
+                        "rocm" | "hip" => " (AMD GPUs run through their Vulkan driver: use vulkan)",
+                        _ => "",
+                    };
+                    bail!(
+                        "device '{s}': expected cpu, cuda, cuda:N, vulkan, vulkan:N (N = 0, 1, …; see `rdml devices`) or auto{hint}"
+                    )
+                }
+            },
+        })
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cpu => write!(f, "cpu"),
+            Self::Cuda(None) => write!(f, "cuda"),
+            Self::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+            Self::Vulkan(None) => write!(f, "vulkan"),
+            Self::Vulkan(Some(n)) => write!(f, "vulkan:{n}"),
+            Self::Auto => write!(f, "auto"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DeviceChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(|e: anyhow::Error| serde::de::Error::custom(e))
+    }
+}
+
+impl serde::Serialize for DeviceChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A device ready for tensors, with the words that say which it is.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub device: Device,
+    /// E.g. `cpu (Flex, 2 threads)` or `vulkan:0 (NVIDIA H100, discrete GPU, NVIDIA 570.86)`.
+    pub description: String,
+    pub is_gpu: bool,
+}
+
+/// One Vulkan adapter of this machine, as `rdml devices` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adapter {
+    /// Its place in the list: `vulkan:index`.
+    pub index: usize,
+    pub name: String,
+    /// `discrete GPU`, `integrated GPU`, `virtual GPU`, `CPU (software)` or `other`.
+    pub kind: &'static str,
+    pub driver: String,
+    /// A real GPU, not a software implementation such as Mesa's lavapipe.
+    pub is_gpu: bool,
+}
+
+impl fmt::Display for Adapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vulkan:{} ({}, {}", self.index, self.name, self.kind)?;
+        if !self.driver.is_empty() {
+            write!(f, ", {}", self.driver)?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Whether this build has the Vulkan backend (the `vulkan` feature).
+pub const VULKAN_BUILT: bool = cfg!(feature = "vulkan");
+/// Whether this build has the CUDA backend (the `cuda` feature).
+pub const CUDA_BUILT: bool = cfg!(feature = "cuda");
+
+fn cpu() -> Selected {
+    Selected {
+        device: crate::default_device(),
+        description: format!("cpu (Flex, {} threads)", rayon::current_num_threads()),
+        is_gpu: false,
+    }
+}
+
+/// Opens the device a user asked for. `auto` never fails: without a GPU it takes the CPU and
+/// says why in the description.
+pub fn select(choice: DeviceChoice) -> Result<Selected> {
+    match choice {
+        DeviceChoice::Cpu => Ok(cpu()),
+        DeviceChoice::Cuda(index) => cuda::open(index),
+        DeviceChoice::Vulkan(index) => vulkan::open(index),
+        DeviceChoice::Auto => Ok(auto()),
+    }
+}
+
+/// CUDA's first device, else the first Vulkan GPU, else the CPU, with the reasons for each
+/// device it passed over.
+fn auto() -> Selected {
+    let mut why = vec![];
+    if CUDA_BUILT {
+        match cuda::devices().and_then(|_| cuda::open(None)) {
+            Ok(s) => return s,
+            Err(e) => why.push(format!("no CUDA device ({e:#})")),
+        }
+    } else {
+        why.push("this build has no CUDA (--features cuda)".to_string());
+    }
+    if VULKAN_BUILT {
+        let gpu = vulkan::adapters().ok().and_then(|a| a.into_iter().find(|a| a.is_gpu));
+        match gpu.map(|a| vulkan::open(Some(a.index))) {
+            Some(Ok(s)) => return s,
+            Some(Err(e)) => why.push(format!("the Vulkan GPU did not open ({e:#})")),
+            None => why.push("no Vulkan GPU found".to_string()),
+        }
+    } else {
+        why.push("this build has no Vulkan (--features vulkan)".to_string());
+    }
+    let mut s = cpu();
+    s.description += &format!("; auto: {}", why.join("; "));
+    s
+}
+
+/// The device a command computes on: `flag` (`--device`) if given, else the `train.device` the
+/// configs name (they must agree), else the CPU.
+pub fn open(flag: Option<&str>, named: &[Option<DeviceChoice>]) -> Result<Selected> {
+    let choice: DeviceChoice = match flag {
+        Some(f) => f.parse().context("--device")?,
+        None => {
+            let mut named = named.iter().flatten();
+            let first = named.next().copied();
+            if let Some(other) = named.find(|d| Some(**d) != first) {
+                bail!(
+                    "the configs name different devices ({} and {other}): choose one with --device",
+                    first.unwrap_or_default()
+                );
+            }
+            first.unwrap_or_default()
+        }
+    };
+    select(choice)
+}
+
+/// The Vulkan adapters this machine offers (empty list or an error saying what is missing).
+pub fn adapters() -> Result<Vec<Adapter>> {
+    vulkan::adapters()
+}
+
+/// The CUDA devices this machine offers, or what is missing for them (driver, NVRTC, headers).
+pub fn cuda_devices() -> Result<Vec<CudaGpu>> {
+    cuda::devices()
+}
+
+/// Turns a failure message into advice when it is the GPU running out of memory.
+pub fn out_of_memory_advice(message: &str) -> Option<String> {
+    let m = message.to_ascii_lowercase().replace(['-', '_'], " ");
+    let oom = m.contains("out of memory") || m.contains("outofmemory") || m.contains("out of device memory");
+    oom.then(|| {
+        "the device ran out of memory: lower the batch size (train.sampler.pairs, or \
+         train.sampler.classes × per_class, for training; eval.batch_size for evaluation; \
+         --batch for attack, robustness and compare) or use a device with more memory; a run \
+         stopped here resumes from its last finished epoch with --resume"
+            .to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_spelling_and_rejects_the_rest() {
+        assert_eq!("cpu".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cpu);
+        assert_eq!("Vulkan".parse::<DeviceChoice>().unwrap(), DeviceChoice::Vulkan(None));
+        assert_eq!(
+            "vulkan:2".parse::<DeviceChoice>().unwrap(),
+            DeviceChoice::Vulkan(Some(2))
+        );
+        assert_eq!("CUDA".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cuda(None));
+        assert_eq!("cuda:1".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cuda(Some(1)));
+        assert_eq!("auto".parse::<DeviceChoice>().unwrap(), DeviceChoice::Auto);
+        for bad in ["cuda:", "cuda:-1", "vulkan:", "vulkan:-1", "vulkan:x", "rocm", ""] {
+            let e = bad.parse::<DeviceChoice>().unwrap_err().to_string();
+            assert!(e.contains("expected cpu, cuda, cuda:N, vulkan, vulkan:N"), "{bad}: {e}");
+        }
+        for c in [
+            DeviceChoice::Vulkan(Some(3)),
+            DeviceChoice::Cuda(Some(2)),
+            DeviceChoice::Cuda(None),
+        ] {
+            assert_eq!(c.to_string().parse::<DeviceChoice>().unwrap(), c);
+        }
+        let e = "rocm".parse::<DeviceChoice>().unwrap_err().to_string();
+        assert!(e.contains("use vulkan"), "{e}");
+    }
+
+    #[test]
+    fn the_flag_wins_then_the_configs_must_agree() {
+        let cpu = Some(DeviceChoice::Cpu);
+        assert_eq!(open(None, &[None, cpu]).unwrap().device, Device::flex());
+        assert_eq!(
+            open(Some("cpu"), &[Some(DeviceChoice::Cuda(None))]).unwrap().device,
+            Device::flex()
+        );
+        let e = open(None, &[cpu, Some(DeviceChoice::Cuda(Some(1)))])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "the configs name different devices (cpu and cuda:1): choose one with --device"
+        );
+        let e = format!("{:#}", open(Some("tpu"), &[]).unwrap_err());
+        assert!(e.starts_with("--device: device 'tpu': expected cpu, cuda"), "{e}");
+    }
+
+    #[test]
+    fn auto_always_opens_something_and_cpu_is_flex() {
+        let s = select(DeviceChoice::Auto).unwrap();
+        assert!(!s.description.is_empty());
+        assert_eq!(select(DeviceChoice::Cpu).unwrap().device, Device::flex());
+    }
+
+    #[cfg(not(feature = "vulkan"))]
+    #[test]
+    fn vulkan_without_the_feature_names_the_feature() {
+        let e = select(DeviceChoice::Vulkan(None)).unwrap_err().to_string();
+        assert!(e.contains("--features vulkan"), "{e}");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_names_the_feature() {
+        for c in [DeviceChoice::Cuda(None), DeviceChoice::Cuda(Some(1))] {
+            let e = select(c).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--device {c}: this rdml was built without CUDA")),
+                "{e}"
+            );
+            assert!(e.contains("--features cuda"), "{e}");
+        }
+        assert!(cuda_devices().unwrap_err().to_string().contains("--features cuda"));
+        let auto = select(DeviceChoice::Auto).unwrap().description;
+        assert!(auto.contains("this build has no CUDA (--features cuda)"), "{auto}");
+    }
+
+    #[test]
+    fn out_of_memory_is_told_apart() {
+        let a = out_of_memory_advice("An out-of-memory error happened during launch: OutOfMemory { size: 1 }");
+        assert!(a.unwrap().contains("lower the batch size"));
+        assert!(out_of_memory_advice("shape mismatch").is_none());
+    }
+}
