@@ -2,11 +2,31 @@
 //! evaluation): reading a tensor back is fallible (a device can fail or run out of memory), and
 //! a failed read is an error, never an empty or default vector.
 
+//!
+//! Every read of the library goes through here and is counted ([`reads`]): on a GPU each one
+//! waits for the device to finish its queue, so the tests bound how many a training step or an
+//! attack batch makes.
+
 use anyhow::{Result, anyhow};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use std::cell::Cell;
+
+thread_local! {
+    static READS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many reads back from a device this thread has made so far.
+pub fn reads() -> u64 {
+    READS.with(Cell::get)
+}
+
+fn count() {
+    READS.with(|r| r.set(r.get() + 1));
+}
 
 /// Host copy of a `[n, d]` tensor, row-major (detached; any device).
 pub fn read(t: &Tensor<2>) -> Result<Vec<f32>> {
+    count();
     t.clone()
         .detach()
         .without_autodiff()
@@ -19,6 +39,14 @@ pub fn read(t: &Tensor<2>) -> Result<Vec<f32>> {
 /// Host copy of a `[n]` tensor.
 pub fn read1(t: &Tensor<1>) -> Result<Vec<f32>> {
     read(&t.clone().unsqueeze_dim::<2>(1))
+}
+
+/// The value of a one-element tensor (a loss).
+pub fn scalar(t: &Tensor<1>) -> Result<f32> {
+    match read1(t)?.as_slice() {
+        [v] => Ok(*v),
+        v => Err(anyhow!("expected one value from the device, got {}", v.len())),
+    }
 }
 
 /// An index tensor of `idx` on `device`.

@@ -145,7 +145,7 @@ impl Trainer {
                 let emb = self.net.forward(images);
                 let host = crate::host::read(&emb)?;
                 let dim = emb.dims()[1];
-                let out = loss::compute(&exp.loss, emb, labels, &self.loss_params, rng)?;
+                let out = loss::compute_given(&exp.loss, emb, Some(&host), labels, &self.loss_params, rng)?;
                 let tr = match &out.triplets {
                     Some(t) => t.clone(),
                     None => diagnostics::spc2_random_triplets(labels),
@@ -158,7 +158,7 @@ impl Trainer {
             loss: loss_t,
             triplets: None,
         };
-        let value = out.loss.clone().into_scalar::<f32>() as f64;
+        let value = crate::host::scalar(&out.loss)? as f64;
         ensure!(
             value.is_finite(),
             "the loss became {value} (diverged); lower train.optimizer.lr"

@@ -9,8 +9,9 @@
 use crate::model::EmbeddingNet;
 use anyhow::{Result, ensure};
 use burn::module::Module;
-use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Distribution, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
+use std::cell::Cell;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -79,10 +80,9 @@ impl Pgd {
 /// images (with autodiff) and returns a scalar to minimise; `step` is the iteration index.
 pub trait Objective {
     fn loss(&self, emb: Tensor<2>, step: usize) -> Tensor<1>;
-    /// Stop before step `step` given the current adversarial embeddings (detached) and the loss
-    /// of the previous step.
-    fn done(&self, _emb: &Tensor<2>, _prev_loss: Option<f32>, _step: usize) -> bool {
-        false
+    /// When to stop early, judged from the losses of the steps so far; `None`: run every step.
+    fn stop_rule(&self) -> Option<StopRule> {
+        None
     }
     /// Per-row margins `[b]`, zero once a row is adversarial: what C&W's attack
     /// ([`super::cw::cw_linf`]) weighs with its constant. `None` for objectives without one.
@@ -94,6 +94,28 @@ pub trait Objective {
     /// gradient (NES); `None` for an objective whose rows do not separate.
     fn row_losses(&self, _emb: Tensor<2>) -> Option<Tensor<1>> {
         None
+    }
+}
+
+/// An early stop, decided on the device from the last losses, so that a step waits on nothing:
+/// once it holds, the images stop changing (the later steps leave them as they are), and the
+/// engine leaves the loop at its next look at the flag ([`attack_checking`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StopRule {
+    /// Stop before step k when |loss_{k−1} − loss_{k−2}| < `tol` (robrank's saturation test).
+    Saturated { tol: f32 },
+    /// Stop before step k when loss_{k−1} < the bound.
+    Below(f32),
+}
+
+impl StopRule {
+    /// Whether to stop, from the last loss and the one before it (detached, `[1]`).
+    fn holds(self, last: Option<&Tensor<1>>, before: Option<&Tensor<1>>) -> Option<Tensor<1, Bool>> {
+        match (self, last, before) {
+            (Self::Saturated { tol }, Some(a), Some(b)) => Some((a.clone() - b.clone()).abs().lower_elem(tol)),
+            (Self::Below(bound), Some(a), _) => Some(a.clone().lower_elem(bound)),
+            _ => None,
+        }
     }
 }
 
@@ -113,7 +135,8 @@ impl Target<'_> {
 /// adversarial images. `movable` (per row, optional) freezes the rows marked `false`: their
 /// embeddings are computed once (evaluation mode makes rows independent) and only the movable rows
 /// are forwarded at each step, while the objective still sees all `b` embeddings in order.
-/// `seed` drives the random start.
+/// `seed` drives the random start. The early-stop flag is looked at every step on the CPU, where
+/// a read costs nothing, and every [`GPU_STOP_CHECK`] steps on a GPU.
 pub fn attack(
     model: &EmbeddingNet,
     bn_set: usize,
@@ -122,6 +145,40 @@ pub fn attack(
     objective: &dyn Objective,
     pgd: &Pgd,
     seed: u64,
+) -> Result<Tensor<4>> {
+    let on_cpu = x.device().without_autodiff() == crate::default_device();
+    let every = CHECK_EVERY
+        .with(Cell::get)
+        .unwrap_or(if on_cpu { 1 } else { GPU_STOP_CHECK });
+    attack_checking(model, bn_set, x, movable, objective, pgd, seed, every)
+}
+
+/// How many steps a GPU runs between two reads of the early-stop flag.
+pub const GPU_STOP_CHECK: usize = 8;
+
+thread_local! {
+    static CHECK_EVERY: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Makes this thread's attacks read their early-stop flag every `n` steps (`None`: by device,
+/// as [`attack`] says), e.g. to count on the CPU the reads a GPU makes. Results do not change.
+pub fn set_stop_check_every(n: Option<usize>) {
+    CHECK_EVERY.with(|c| c.set(n));
+}
+
+/// [`attack`], reading the objective's early-stop flag back every `check_every` steps (0:
+/// never). The images are the same for every `check_every`: steps after the stop leave them be.
+/// Nothing else is read back from the device.
+#[allow(clippy::too_many_arguments)]
+pub fn attack_checking(
+    model: &EmbeddingNet,
+    bn_set: usize,
+    x: &Tensor<4>,
+    movable: Option<&[bool]>,
+    objective: &dyn Objective,
+    pgd: &Pgd,
+    seed: u64,
+    check_every: usize,
 ) -> Result<Tensor<4>> {
     pgd.validate()?;
     let model = model.valid();
@@ -159,22 +216,36 @@ pub fn attack(
     };
     let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
     let mut xa = random_start(&x_move0, pgd, seed);
-    let mut prev: Option<f32> = None;
+    let rule = objective.stop_rule();
+    let (mut last, mut before): (Option<Tensor<1>>, Option<Tensor<1>>) = (None, None);
+    let mut stopped: Option<Tensor<1, Bool>> = None;
     for k in 0..pgd.steps {
+        if let Some(now) = rule.and_then(|r| r.holds(last.as_ref(), before.as_ref())) {
+            let s = match stopped.take() {
+                Some(s) => s.bool_or(now),
+                None => now,
+            };
+            if check_every > 0 && k % check_every == 0 && crate::host::scalar(&s.clone().float())? > 0.0 {
+                break;
+            }
+            stopped = Some(s);
+        }
         let xi = xa.clone().autodiff().require_grad();
         let moved = target.embed(xi.clone());
         let emb = match &fixed_emb {
             Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
             None => moved,
         };
-        if objective.done(&emb.clone().detach(), prev, k) {
-            break;
-        }
         let loss = objective.loss(emb, k);
-        prev = Some(loss.clone().into_scalar::<f32>());
+        before = last.take();
+        last = rule.map(|_| loss.clone().detach().without_autodiff());
         let grads = loss.backward();
         let Some(g) = xi.grad(&grads) else { break };
-        xa = descend(xa, &x_move0, g.without_autodiff(), pgd);
+        let next = descend(xa.clone(), &x_move0, g.without_autodiff(), pgd);
+        xa = match &stopped {
+            Some(s) => next.mask_where(s.clone().reshape([1, 1, 1, 1]).expand(xa.shape()), xa),
+            None => next,
+        };
     }
     Ok(if restore {
         Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)

@@ -5,7 +5,7 @@
 //! loss vanishes. Training: `L_T(Ã, P, N) + L_TR` after ANP (Eq. 13–14), `L_T(A, P̃, Ñ)` after CAP.
 
 use super::{DefenseState, TripletLayout};
-use crate::attack::engine::Objective;
+use crate::attack::engine::{Objective, StopRule};
 use crate::loss::distance::Distance;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -261,8 +261,10 @@ impl Objective for TrideObjective {
         clip(c.neg() + delta_tr)
     }
 
-    fn done(&self, _emb: &Tensor<2>, prev_loss: Option<f32>, _step: usize) -> bool {
-        self.collapse_aware && prev_loss.is_some_and(|l| l < 1e-5)
+    /// The collapse-aware early stop: once the clipped loss is (near) zero, the triplet is
+    /// adversarial enough.
+    fn stop_rule(&self) -> Option<StopRule> {
+        self.collapse_aware.then_some(StopRule::Below(1e-5))
     }
 }
 
@@ -422,7 +424,8 @@ mod tests {
         let naive = tride(true, true, false);
         assert_eq!(aware.loss(collapsed(), 0).into_scalar::<f32>(), 0.0);
         assert!((naive.loss(collapsed(), 0).into_scalar::<f32>() + 2.0).abs() < 1e-4);
-        assert!(aware.done(&collapsed(), Some(0.0), 1) && !naive.done(&collapsed(), Some(-2.0), 1));
+        assert_eq!(aware.stop_rule(), Some(StopRule::Below(1e-5)));
+        assert_eq!(naive.stop_rule(), None);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn outer(
     let emb = net.forward(pert.adversarial.autodiff());
     let adv_host = crate::host::read(&emb)?;
     let out = loss::compute(loss_cfg, emb, labels, params, rng)?;
-    let adv_loss = out.loss.clone().into_scalar::<f32>();
+    let adv_loss = crate::host::scalar(&out.loss)?;
     // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs with
     // random negatives, from the diagnostics' own generator).
     let tr = out

@@ -6,7 +6,7 @@
 //! term `L_ICS = λ·L_T(a, ã, p; 0)`.
 
 use super::{DefendedLoss, DefenseState, Destination, HmObjective, Perturbed, TripletLayout};
-use crate::attack::engine::Objective;
+use crate::attack::engine::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{self, Anchors, MineOptions, Miner, Triplets};
@@ -17,7 +17,6 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Tensor, TensorData};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::cell::Cell;
 
 /// HM's parameters (`[defense] kind = "hm"`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -60,8 +59,6 @@ pub struct Manipulate {
     pub distance: Distance,
     pub dest: Tensor<1>,
     pub objective: HmObjective,
-    /// The loss two steps back, for robrank's saturation stop (|Δ| < 1e-7).
-    before_prev: Cell<Option<f32>>,
 }
 
 impl Manipulate {
@@ -71,7 +68,6 @@ impl Manipulate {
             distance,
             dest,
             objective,
-            before_prev: Cell::new(None),
         }
     }
 }
@@ -94,10 +90,9 @@ impl Objective for Manipulate {
         }
     }
 
-    fn done(&self, _emb: &Tensor<2>, prev_loss: Option<f32>, _step: usize) -> bool {
-        let stop = matches!((prev_loss, self.before_prev.get()), (Some(a), Some(b)) if (a - b).abs() < 1e-7);
-        self.before_prev.set(prev_loss);
-        stop
+    /// robrank's saturation: the PGD loop ends once the loss moves by less than 1e-7.
+    fn stop_rule(&self) -> Option<StopRule> {
+        Some(StopRule::Saturated { tol: 1e-7 })
     }
 }
 

@@ -303,7 +303,7 @@ pub fn loss(
     let mut adv_total = 0.0;
     for e in embeddings {
         let l = loss::compute(loss_cfg, e, labels, params, rng)?.loss;
-        adv_total += l.clone().into_scalar::<f32>();
+        adv_total += crate::host::scalar(&l)?;
         total = total + l;
     }
     let tr = diagnostics::spc2_random_triplets(labels);

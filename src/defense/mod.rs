@@ -280,7 +280,7 @@ pub(crate) fn tuple_outcome(
     let adv_host = crate::host::read(&emb)?;
     let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
     let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)))?;
-    let adv_loss = main.clone().into_scalar::<f32>();
+    let adv_loss = crate::host::scalar(&main)?;
     let loss = match extra {
         Some(e) => main + e,
         None => main,

@@ -419,12 +419,44 @@ pub fn compute(
     params: &LossParams,
     rng: &mut ChaCha8Rng,
 ) -> Result<LossOutput> {
+    compute_given(cfg, emb, None, labels, params, rng)
+}
+
+/// [`compute`] with the embeddings' host copy when the caller has read it already; with `None`
+/// they are read here, and only for a miner that needs distances (random negatives do not).
+pub fn compute_given(
+    cfg: &LossConfig,
+    emb: Tensor<2>,
+    host: Option<&[f32]>,
+    labels: &[u32],
+    params: &LossParams,
+    rng: &mut ChaCha8Rng,
+) -> Result<LossOutput> {
     let [n, dim] = emb.dims();
     debug_assert_eq!(n, labels.len());
-    let host = || crate::host::read(&emb);
+    let random = matches!(
+        cfg,
+        LossConfig::Triplet {
+            miner: Miner::Random,
+            ..
+        } | LossConfig::Contrastive {
+            miner: Miner::Random,
+            ..
+        } | LossConfig::Margin {
+            miner: Miner::Random,
+            ..
+        }
+    );
+    let mined = |rng: &mut ChaCha8Rng| -> Result<Triplets> {
+        match host {
+            Some(h) => mine_triplets(cfg, h, dim, labels, rng),
+            None if random => mine_triplets(cfg, &[], dim, labels, rng),
+            None => mine_triplets(cfg, &crate::host::read(&emb)?, dim, labels, rng),
+        }
+    };
     Ok(match cfg {
         LossConfig::Triplet { distance, margin, .. } => {
-            let t = mine_triplets(cfg, &host()?, dim, labels, rng)?;
+            let t = mined(rng)?;
             LossOutput {
                 loss: triplet::triplet_loss(&emb, &t, *distance, *margin),
                 triplets: Some(t),
@@ -436,14 +468,14 @@ pub fn compute(
             neg_margin,
             ..
         } => {
-            let t = mine_triplets(cfg, &host()?, dim, labels, rng)?;
+            let t = mined(rng)?;
             LossOutput {
                 loss: contrastive::contrastive_loss(&emb, &t, *distance, *pos_margin, *neg_margin),
                 triplets: Some(t),
             }
         }
         LossConfig::Margin { margin, nu, beta, .. } => {
-            let t = mine_triplets(cfg, &host()?, dim, labels, rng)?;
+            let t = mined(rng)?;
             let b = match &params.beta {
                 Some(p) => p.val(),
                 None => Tensor::<1>::from_floats([*beta], &emb.device()),
