@@ -8,7 +8,7 @@ use burn::tensor::Device;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Assigns each point to the nearest of `k` centroids found by k-means++ and at most `iters` Lloyd
 /// iterations (stops early when no assignment changes).
@@ -85,20 +85,22 @@ pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device
 }
 
 /// Normalised mutual information (arithmetic mean of the entropies, as sklearn's default).
+/// Ordered maps: the sums run in one order, so a run gives the same digits every time (hash
+/// maps changed the 16th digit from run to run).
 pub fn nmi(clusters: &[u32], labels: &[u32]) -> f64 {
     let n = clusters.len() as f64;
     if clusters.is_empty() {
         return 0.0;
     }
-    let mut joint: HashMap<(u32, u32), f64> = HashMap::new();
-    let mut cu: HashMap<u32, f64> = HashMap::new();
-    let mut cv: HashMap<u32, f64> = HashMap::new();
+    let mut joint: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+    let mut cu: BTreeMap<u32, f64> = BTreeMap::new();
+    let mut cv: BTreeMap<u32, f64> = BTreeMap::new();
     for (&u, &v) in clusters.iter().zip(labels) {
         *joint.entry((u, v)).or_default() += 1.0;
         *cu.entry(u).or_default() += 1.0;
         *cv.entry(v).or_default() += 1.0;
     }
-    let h = |m: &HashMap<u32, f64>| -m.values().map(|&c| (c / n) * (c / n).ln()).sum::<f64>();
+    let h = |m: &BTreeMap<u32, f64>| -m.values().map(|&c| (c / n) * (c / n).ln()).sum::<f64>();
     let (hu, hv) = (h(&cu), h(&cv));
     let mi: f64 = joint
         .iter()
