@@ -4,7 +4,7 @@
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
-use crate::defense::diagnostics::{self, Accumulator, BatchDiagnostics, EpochDiagnostics};
+use crate::defense::diagnostics::{self, Accumulator, DeviceDiagnostics, EpochDiagnostics};
 use crate::defense::{self as defense_mod, DefenseState};
 use crate::eval::health::Verdict;
 use crate::eval::{self, Metrics, batch_tensor};
@@ -77,6 +77,9 @@ pub struct Trainer {
     pub defense_state: DefenseState,
     /// MDProp's UX target features (Eq. 8), rebuilt at every epoch start by [`Trainer::refresh_ux_bank`].
     pub ux_bank: Option<crate::defense::mdprop::UxBank>,
+    /// The last step's adversarial loss, on the device until [`Trainer::settle_defense_state`]
+    /// reads it into `defense_state.prev_loss` (HM's steps, the epoch's checkpoint).
+    pending_adv_loss: Option<burn::tensor::Tensor<1>>,
     optim: ModuleOptimizer,
     optim_loss: ModuleOptimizer,
 }
@@ -90,9 +93,18 @@ impl Trainer {
             loss_params,
             defense_state: DefenseState::default(),
             ux_bank: None,
+            pending_adv_loss: None,
             optim: adam(&exp.train.optimizer),
             optim_loss: adam(&exp.train.optimizer),
         })
+    }
+
+    /// Reads the last step's adversarial loss into `defense_state.prev_loss` (LGA's ℓ̄_{t−1}).
+    pub fn settle_defense_state(&mut self) -> Result<()> {
+        if let Some(l) = self.pending_adv_loss.take() {
+            self.defense_state.prev_loss = crate::host::scalar(&l)?;
+        }
+        Ok(())
     }
 
     /// Embeds the training set for MDProp's UX targets when the defense generates UX (a no-op
@@ -119,9 +131,13 @@ impl Trainer {
         labels: &[u32],
         items: &[usize],
         rng: &mut rand_chacha::ChaCha8Rng,
-    ) -> Result<(Self, f64, BatchDiagnostics)> {
+    ) -> Result<(Self, f64, DeviceDiagnostics)> {
         let (loss_t, diag) = match &exp.defense {
             Some(d) => {
+                // Only HM's linear gradual adversary reads the last step's adversarial loss.
+                if matches!(d, crate::defense::DefenseConfig::Hm(_)) {
+                    self.settle_defense_state()?;
+                }
                 let ux = self
                     .ux_bank
                     .as_ref()
@@ -137,20 +153,18 @@ impl Trainer {
                     ux,
                     rng,
                 )?;
-                self.defense_state.prev_loss = out.adv_loss;
+                self.pending_adv_loss = Some(out.adv_loss);
                 self.defense_state.steps_done += 1;
                 (out.loss, out.diag)
             }
             None => {
                 let emb = self.net.forward(images);
-                let host = crate::host::read(&emb)?;
-                let dim = emb.dims()[1];
-                let out = loss::compute_given(&exp.loss, emb, Some(&host), labels, &self.loss_params, rng)?;
+                let out = loss::compute(&exp.loss, emb.clone(), labels, &self.loss_params, rng)?;
                 let tr = match &out.triplets {
                     Some(t) => t.clone(),
                     None => diagnostics::spc2_random_triplets(labels),
                 };
-                let diag = diagnostics::batch(&host, dim, &tr, exp.loss.distance(), None)?;
+                let diag = diagnostics::batch_on_device(&emb, &tr, exp.loss.distance(), None);
                 (out.loss, diag)
             }
         };
@@ -289,12 +303,15 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             trainer.defense_state.epochs = exp.train.epochs;
             let (t, l, diag) = trainer.step(exp, x, &b.labels, &b.positions, &mut rng)?;
             trainer = t;
-            acc.add(&diag, exp.loss.triplet_margin().map(f64::from));
+            acc.add_device(diag, exp.loss.triplet_margin().map(f64::from));
             sum += l;
             log.write(serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l}))?;
             bar.set(i + 1, &format!("loss {:.4}", sum / (i + 1) as f64));
         }
         bar.finish();
+        // The epoch's diagnostics and the last adversarial loss, each read back once.
+        acc.flush()?;
+        trainer.settle_defense_state()?;
         let secs = t0.elapsed().as_secs_f64();
         train_seconds += secs;
         let last = epoch + 1 == exp.train.epochs;

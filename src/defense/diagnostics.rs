@@ -6,6 +6,7 @@
 
 use crate::loss::distance::Distance;
 use crate::loss::miner::Triplets;
+use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 /// CA-TRIDE's attention temperature for collapseness (its CUB value).
@@ -56,63 +57,99 @@ pub fn spc2_random_triplets(labels: &[u32]) -> Triplets {
     t
 }
 
-/// Per-triplet `(d(a,p), d(a,n))` of host embeddings.
-pub fn triplet_distances(e: &[f32], dim: usize, t: &Triplets, d: Distance) -> Vec<(f64, f64)> {
-    let row = |i: usize| &e[i * dim..(i + 1) * dim];
-    (0..t.len())
-        .map(|k| {
-            let a = row(t.anchor[k]);
-            (
-                d.host(a, row(t.positive[k])) as f64,
-                d.host(a, row(t.negative[k])) as f64,
-            )
-        })
-        .collect()
+/// A batch's diagnostics computed on the device (the six numbers of [`BatchDiagnostics`] in its
+/// field order, `[6]`), read back with the rest of the epoch's by [`Accumulator::flush`]: a
+/// training step does not wait for them.
+#[derive(Clone)]
+pub struct DeviceDiagnostics {
+    values: Tensor<1>,
+    perturbed: bool,
 }
 
-/// Diagnostics of clean host embeddings `e` `[n, dim]` on triplets `t`; `adv` are the
-/// `(d(ã,p̃), d(ã,ñ))` of the same triplets after perturbation, with the loss margin.
-pub fn batch(
-    e: &[f32],
-    dim: usize,
+impl DeviceDiagnostics {
+    /// The numbers, read back (one read).
+    pub fn read(&self) -> anyhow::Result<BatchDiagnostics> {
+        Ok(self.from_row(&crate::host::read1(&self.values)?))
+    }
+
+    fn from_row(&self, v: &[f32]) -> BatchDiagnostics {
+        let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+        BatchDiagnostics {
+            mean_distance: v[0],
+            separability: v[1],
+            hardness: v[2],
+            collapseness: v[3],
+            made_hard: self.perturbed.then_some(v[4]),
+            adversarial_hardness: self.perturbed.then_some(v[5]),
+        }
+    }
+}
+
+/// Per-triplet `d(a,p)` and `d(a,n)` `[k]` of embeddings `e` (rows indexed by `t`).
+fn pair_distances(e: &Tensor<2>, t: &Triplets, d: Distance) -> (Tensor<1>, Tensor<1>) {
+    let rows = |idx: &[usize]| crate::host::gather(e, &crate::host::index_tensor(idx, &e.device()));
+    let a = rows(&t.anchor);
+    (d.rows(a.clone(), rows(&t.positive)), d.rows(a, rows(&t.negative)))
+}
+
+/// [`attention_mean`] on the device.
+fn attention_mean_on_device(x: Tensor<1>, lambda: f64) -> Tensor<1> {
+    let w = (x.clone() - x.clone().min()).mul_scalar(-lambda).exp();
+    (w.clone() * x).sum() / w.sum()
+}
+
+/// The diagnostics of clean embeddings `e` `[n, dim]` (detached) on triplets `t`, on the device;
+/// `adv` are the perturbed embeddings with the triplets that index them and the loss margin.
+pub fn batch_on_device(
+    e: &Tensor<2>,
     t: &Triplets,
     d: Distance,
-    adv: Option<(&[(f64, f64)], f32)>,
-) -> anyhow::Result<BatchDiagnostics> {
-    let n = e.len() / dim.max(1);
-    let dm = d.host_matrix(e, n, dim)?;
+    adv: Option<(&Tensor<2>, &Triplets, f32)>,
+) -> DeviceDiagnostics {
+    let e = e.clone().detach().without_autodiff();
+    let device = e.device();
+    let n = e.dims()[0];
+    let zero = || Tensor::<1>::zeros([1], &device);
     let pairs = (n * n.saturating_sub(1)).max(1) as f64;
-    let mean_distance = dm.iter().map(|&x| x as f64).sum::<f64>() / pairs;
-    let clean = triplet_distances(e, dim, t, d);
-    let k = clean.len().max(1) as f64;
-    let hardness = clean.iter().map(|(p, n)| p - n).sum::<f64>() / k;
-    let separability = -hardness / mean_distance.max(1e-12);
-    let ap: Vec<f64> = clean.iter().map(|x| x.0).collect();
-    let an: Vec<f64> = clean.iter().map(|x| x.1).collect();
-    let collapseness = attention_mean(&ap, COLLAPSENESS_LAMBDA) - attention_mean(&an, COLLAPSENESS_LAMBDA);
-    // Both perturbation figures come from the same perturbed triplets: both or neither.
-    let (made_hard, adversarial_hardness) = adv
-        .map(|(a, m)| {
-            let m = m as f64;
-            let hit = clean
-                .iter()
-                .zip(a)
-                .filter(|((cp, cn), (ap, an))| cp - cn + m <= 0.0 && ap - an + m > 0.0)
-                .count();
-            (hit as f64 / k, a.iter().map(|(p, n)| p - n).sum::<f64>() / k)
-        })
-        .unzip();
-    Ok(BatchDiagnostics {
-        mean_distance,
-        separability,
-        hardness,
-        collapseness,
-        made_hard,
-        adversarial_hardness,
-    })
+    let mean_distance = d.matrix(e.clone()).sum().div_scalar(pairs);
+    let (hardness, collapseness, gap) = if t.is_empty() {
+        (zero(), zero(), None)
+    } else {
+        let (ap, an) = pair_distances(&e, t, d);
+        let c = attention_mean_on_device(ap.clone(), COLLAPSENESS_LAMBDA)
+            - attention_mean_on_device(an.clone(), COLLAPSENESS_LAMBDA);
+        let gap = ap - an;
+        (gap.clone().mean(), c, Some(gap))
+    };
+    let separability = hardness.clone().neg() / mean_distance.clone().clamp_min(1e-12);
+    let (made_hard, adversarial_hardness) = match (adv, gap) {
+        (Some((ae, at, margin)), Some(gap)) => {
+            let ae = ae.clone().detach().without_autodiff();
+            let (aap, aan) = pair_distances(&ae, at, d);
+            let adv_gap = aap - aan;
+            let was_easy = gap.add_scalar(margin).lower_equal_elem(0.0);
+            let now_hard = adv_gap.clone().add_scalar(margin).greater_elem(0.0);
+            (was_easy.bool_and(now_hard).float().mean(), adv_gap.mean())
+        }
+        _ => (zero(), zero()),
+    };
+    let values = Tensor::cat(
+        vec![
+            mean_distance,
+            separability,
+            hardness,
+            collapseness,
+            made_hard,
+            adversarial_hardness,
+        ],
+        0,
+    );
+    DeviceDiagnostics {
+        values,
+        perturbed: adv.is_some(),
+    }
 }
 
-/// Per-epoch means of the batch diagnostics and the collapse verdict.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct EpochDiagnostics {
     pub mean_distance: f64,
@@ -134,6 +171,8 @@ pub struct EpochDiagnostics {
 
 #[derive(Default)]
 pub struct Accumulator {
+    /// Batches whose diagnostics are still on the device, with the margin to judge them by.
+    pending: Vec<(DeviceDiagnostics, Option<f64>)>,
     sum: BatchDiagnostics,
     made_hard: f64,
     adversarial_hardness: f64,
@@ -171,6 +210,26 @@ impl Accumulator {
         }
         self.n += 1;
     }
+    /// Adds a batch whose diagnostics are still on the device (read by [`Self::flush`]).
+    pub fn add_device(&mut self, b: DeviceDiagnostics, margin: Option<f64>) {
+        self.pending.push((b, margin));
+    }
+
+    /// Reads the pending batches back, all in one read, and adds them.
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let rows = Tensor::stack::<2>(pending.iter().map(|(b, _)| b.values.clone()).collect(), 0);
+        let host = crate::host::read(&rows)?;
+        for ((b, margin), v) in pending.iter().zip(host.chunks(6)) {
+            self.add(&b.from_row(v), *margin);
+        }
+        Ok(())
+    }
+
+    /// The epoch's means (of the batches added or flushed).
     pub fn finish(&self) -> Option<EpochDiagnostics> {
         if self.n == 0 {
             return None;
@@ -197,35 +256,69 @@ impl Accumulator {
 mod tests {
     use super::*;
 
-    #[test]
-    fn hand_values() {
-        // a = (1,0), p = (0,1), n = (−1,0): d(a,p) = √2, d(a,n) = 2, d(p,n) = √2.
-        let e = [1.0, 0.0, 0.0, 1.0, -1.0, 0.0];
+    /// The diagnostics of 2-d points `e` on the triplet (0, 1, 2); `adv`: the perturbed
+    /// triplet's three points, with the margin.
+    fn device_batch(e: &[f32], adv: Option<([f32; 6], f32)>) -> DeviceDiagnostics {
+        let dev = burn::tensor::Device::default();
+        let rows =
+            |v: &[f32]| Tensor::<2>::from_data(burn::tensor::TensorData::new(v.to_vec(), [v.len() / 2, 2]), &dev);
         let t = Triplets {
             anchor: vec![0],
             positive: vec![1],
             negative: vec![2],
         };
-        let b = batch(&e, 2, &t, Distance::Euclidean, Some((&[(2.0, 1.0)], 0.2))).unwrap();
+        let adv = adv.map(|(a, m)| (rows(&a), m));
+        batch_on_device(
+            &rows(e),
+            &t,
+            Distance::Euclidean,
+            adv.as_ref().map(|(a, m)| (a, &t, *m)),
+        )
+    }
+
+    fn batch(e: &[f32], adv: Option<([f32; 6], f32)>) -> BatchDiagnostics {
+        device_batch(e, adv).read().unwrap()
+    }
+
+    #[test]
+    fn hand_values() {
+        // a = (1,0), p = (0,1), n = (−1,0): d(a,p) = √2, d(a,n) = 2, d(p,n) = √2.
+        let e = [1.0, 0.0, 0.0, 1.0, -1.0, 0.0];
+        // d(ã, p̃) = 2, d(ã, ñ) = 1 after the perturbation (and the reverse below).
+        let (hard, easy) = ([0.0, 0.0, 2.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0, 2.0, 0.0]);
+        let b = batch(&e, Some((hard, 0.2)));
         let r2 = 2f64.sqrt();
-        assert!((b.mean_distance - (2.0 * r2 + 2.0) / 3.0).abs() < 1e-6);
+        assert!((b.mean_distance - (2.0 * r2 + 2.0) / 3.0).abs() < 2e-6);
         assert!((b.hardness - (r2 - 2.0)).abs() < 1e-6);
         assert!((b.separability - (2.0 - r2) / b.mean_distance).abs() < 1e-6);
         assert!((b.collapseness - (r2 - 2.0)).abs() < 1e-6);
         assert_eq!(b.made_hard, Some(1.0));
-        assert!((b.adversarial_hardness.unwrap() - 1.0).abs() < 1e-12);
+        assert!((b.adversarial_hardness.unwrap() - 1.0).abs() < 1e-6);
         let mut acc = Accumulator::new();
         acc.add(&b, Some(0.2));
         assert!(!acc.finish().unwrap().collapsed);
         // Batches without a perturbation leave the perturbation means alone; others average.
-        acc.add(&batch(&e, 2, &t, Distance::Euclidean, None).unwrap(), Some(0.2));
-        acc.add(
-            &batch(&e, 2, &t, Distance::Euclidean, Some((&[(1.0, 2.0)], 0.2))).unwrap(),
-            Some(0.2),
-        );
+        // Batches still on the device join the ones already read at the flush.
+        let dev = |adv| {
+            let b = batch(&e, adv);
+            assert_eq!(b.made_hard.is_some(), adv.is_some());
+            b
+        };
+        acc.add(&dev(None), Some(0.2));
+        acc.add(&dev(Some((easy, 0.2))), Some(0.2));
         let f = acc.finish().unwrap();
+        // The same three batches left on the device: one read at the flush, the same means.
+        let mut pending = Accumulator::new();
+        for adv in [Some((hard, 0.2)), None, Some((easy, 0.2))] {
+            pending.add_device(device_batch(&e, adv), Some(0.2));
+        }
+        assert_eq!(pending.finish(), None);
+        let r0 = crate::host::reads();
+        pending.flush().unwrap();
+        assert_eq!(crate::host::reads() - r0, 1);
+        assert_eq!(pending.finish().unwrap(), f);
         assert_eq!(f.made_hard, Some(0.5));
-        assert!((f.adversarial_hardness.unwrap() - 0.0).abs() < 1e-12);
+        assert!((f.adversarial_hardness.unwrap() - 0.0).abs() < 1e-6);
         assert!((f.hardness - (r2 - 2.0)).abs() < 1e-6);
         acc.add(
             &BatchDiagnostics {

@@ -29,18 +29,17 @@ pub fn outer(
     labels: &[u32],
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
-    let emb = net.forward(pert.adversarial.autodiff());
-    let adv_host = crate::host::read(&emb)?;
-    let out = loss::compute(loss_cfg, emb, labels, params, rng)?;
-    let adv_loss = crate::host::scalar(&out.loss)?;
+    let emb = net.forward(pert.adversarial.clone().autodiff());
+    let out = loss::compute(loss_cfg, emb.clone(), labels, params, rng)?;
+    let adv_loss = out.loss.clone().detach().without_autodiff();
     // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs with
     // random negatives, from the diagnostics' own generator).
     let tr = out
         .triplets
         .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels));
     let (distance, margin) = super::triplet_params(loss_cfg);
-    let adv_d = diagnostics::triplet_distances(&adv_host, pert.dim, &tr, distance);
-    let diag = diagnostics::batch(&pert.clean, pert.dim, &tr, distance, Some((&adv_d, margin)))?;
+    let clean = pert.clean_tensor(&emb.device());
+    let diag = diagnostics::batch_on_device(&clean, &tr, distance, Some((&emb, &tr, margin)));
     Ok(DefendedLoss {
         loss: out.loss,
         adv_loss,

@@ -298,19 +298,18 @@ pub fn loss(
     };
     let mut embeddings = embeddings.into_iter();
     let emb = embeddings.next().context("MDProp: no clean embeddings")?;
-    let host = crate::host::read(&emb)?;
+    let tr = diagnostics::spc2_random_triplets(labels);
+    let diag = diagnostics::batch_on_device(&emb, &tr, loss_cfg.distance(), None);
     let mut total = loss::compute(loss_cfg, emb, labels, params, rng)?.loss;
-    let mut adv_total = 0.0;
+    let mut adv_total = Tensor::<1>::zeros([1], &total.device().without_autodiff());
     for e in embeddings {
         let l = loss::compute(loss_cfg, e, labels, params, rng)?.loss;
-        adv_total += crate::host::scalar(&l)?;
+        adv_total = adv_total + l.clone().detach().without_autodiff();
         total = total + l;
     }
-    let tr = diagnostics::spc2_random_triplets(labels);
-    let diag = diagnostics::batch(&host, dim, &tr, loss_cfg.distance(), None)?;
     Ok(DefendedLoss {
         loss: total,
-        adv_loss: adv_total / distributions.len().max(1) as f32,
+        adv_loss: adv_total.div_scalar(distributions.len().max(1) as f64),
         diag,
     })
 }

@@ -21,7 +21,7 @@ use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::{Int, Tensor};
-use diagnostics::BatchDiagnostics;
+use diagnostics::DeviceDiagnostics;
 use rand_chacha::ChaCha8Rng;
 
 /// A mined triplet batch laid out as rows `[a₀…a_{T−1}, p₀…, n₀…]` (images or embeddings).
@@ -76,8 +76,10 @@ pub(crate) fn select_rows(x: &Tensor<4>, idx: &[usize]) -> Tensor<4> {
 /// What one defended training step produces: the loss to minimise and the diagnostics.
 pub struct DefendedLoss {
     pub loss: Tensor<1>,
-    pub adv_loss: f32,
-    pub diag: BatchDiagnostics,
+    /// The adversarial part of the loss, detached and left on the device (HM's LGA reads it at
+    /// its next step).
+    pub adv_loss: Tensor<1>,
+    pub diag: DeviceDiagnostics,
 }
 
 /// The inner maximisation's result: the perturbed rows next to the originals. For triplet
@@ -89,6 +91,17 @@ pub struct Perturbed {
     pub dim: usize,
     pub original: Tensor<4>,
     pub adversarial: Tensor<4>,
+}
+
+impl Perturbed {
+    /// The clean embeddings as a tensor on `device` (an upload, no read).
+    pub fn clean_tensor(&self, device: &burn::tensor::Device) -> Tensor<2> {
+        let n = self.clean.len() / self.dim.max(1);
+        Tensor::<2>::from_data(
+            burn::tensor::TensorData::new(self.clean.clone(), [n, self.dim]),
+            &device.clone().without_autodiff(),
+        )
+    }
 }
 
 /// Runs only the defense's inner maximisation (on a plain device).
@@ -277,10 +290,9 @@ pub(crate) fn tuple_outcome(
     let empty = Triplets::default();
     let tr = pert.triplets.as_ref().unwrap_or(&empty);
     let stacked = TripletLayout { t: tr.len() }.stacked();
-    let adv_host = crate::host::read(&emb)?;
-    let adv = diagnostics::triplet_distances(&adv_host, pert.dim, &stacked, distance);
-    let diag = diagnostics::batch(&pert.clean, pert.dim, tr, distance, Some((&adv, margin)))?;
-    let adv_loss = crate::host::scalar(&main)?;
+    let clean = pert.clean_tensor(&emb.device());
+    let diag = diagnostics::batch_on_device(&clean, tr, distance, Some((&emb, &stacked, margin)));
+    let adv_loss = main.clone().detach().without_autodiff();
     let loss = match extra {
         Some(e) => main + e,
         None => main,
