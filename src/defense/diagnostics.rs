@@ -69,10 +69,10 @@ pub struct DeviceDiagnostics {
 impl DeviceDiagnostics {
     /// The numbers, read back (one read).
     pub fn read(&self) -> anyhow::Result<BatchDiagnostics> {
-        Ok(self.from_row(&crate::host::read1(&self.values)?))
+        Ok(self.with_row(&crate::host::read1(&self.values)?))
     }
 
-    fn from_row(&self, v: &[f32]) -> BatchDiagnostics {
+    fn with_row(&self, v: &[f32]) -> BatchDiagnostics {
         let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
         BatchDiagnostics {
             mean_distance: v[0],
@@ -224,7 +224,7 @@ impl Accumulator {
         let rows = Tensor::stack::<2>(pending.iter().map(|(b, _)| b.values.clone()).collect(), 0);
         let host = crate::host::read(&rows)?;
         for ((b, margin), v) in pending.iter().zip(host.chunks(6)) {
-            self.add(&b.from_row(v), *margin);
+            self.add(&b.with_row(v), *margin);
         }
         Ok(())
     }
