@@ -160,17 +160,28 @@ fn finished(dir: &Path) -> Option<RunReport> {
 pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
     anyhow::ensure!(opts.seeds >= 1, "--seeds must be ≥ 1");
     let method = crate::attack::registry::method(&opts.method)?;
-    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let expanded = expand_seeds(configs, opts.seeds);
     let exps = &expanded;
     let mut names = std::collections::HashSet::new();
     for exp in exps {
+        let single = std::path::Path::new(&exp.name).components().count() == 1
+            && matches!(
+                std::path::Path::new(&exp.name).components().next(),
+                Some(std::path::Component::Normal(_))
+            );
+        anyhow::ensure!(
+            single && !exp.name.contains(['/', '\\']),
+            "name = '{}': the config's name names its run folder under --out; expected a plain \
+             folder name (no '/', no '..', not absolute)",
+            exp.name
+        );
         anyhow::ensure!(
             names.insert(exp.name.clone()),
             "two configs are named '{}': names must differ (they name the run folders)",
             exp.name
         );
     }
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let mut rows = vec![];
     for exp in exps {
         let dir = opts.out.join(&exp.name);

@@ -16,6 +16,7 @@ pub mod html;
 pub mod kernel;
 pub mod loss;
 pub mod model;
+pub mod output;
 pub mod progress;
 pub mod quickstart;
 pub mod report;

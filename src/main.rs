@@ -129,6 +129,10 @@ enum Cmd {
         /// Also write the metrics as JSON to this file.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Replace --out when it exists (never a file of a run folder: model.safetensors,
+        /// run.json, config.toml, …).
+        #[arg(long)]
+        overwrite: bool,
         /// Infer with this batch-norm set instead of the clean set 0 (MDProp's ablation of
         /// inference with an auxiliary set; the model must have been trained with it).
         #[arg(long, default_value_t = 0, value_name = "K")]
@@ -196,6 +200,10 @@ enum Cmd {
         /// robustness.json).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Replace --out when it exists (never a file of a run folder: model.safetensors,
+        /// run.json, config.toml, …).
+        #[arg(long)]
+        overwrite: bool,
     },
     /// Write a trained model's embeddings, labels and item ids to a file (safetensors, NumPy
     /// .npz, or .npy), ready for faiss or a vector database.
@@ -213,6 +221,10 @@ enum Cmd {
         /// NAME.ids.npy and NAME.split.npy beside it).
         #[arg(long)]
         out: PathBuf,
+        /// Replace --out when it exists (never a file of a run folder: model.safetensors,
+        /// run.json, config.toml, …).
+        #[arg(long)]
+        overwrite: bool,
         /// Embed the adversarial images of this attack on the first --queries test items instead
         /// of the clean ones (the items an attack leaves unmoved keep their clean image).
         #[arg(long, long_help = attack_help())]
@@ -264,6 +276,10 @@ enum Cmd {
         /// Also write the timing as JSON here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Replace --out when it exists (never a file of a run folder: model.safetensors,
+        /// run.json, config.toml, …).
+        #[arg(long)]
+        overwrite: bool,
     },
 }
 
@@ -593,10 +609,11 @@ fn run(cli: Cli) -> Result<Outcome> {
             data,
             json,
             out,
+            overwrite,
             bn_set,
         } => {
             if let Some(o) = &out {
-                rdml::report::check_writable(o).context("--out")?;
+                rdml::output::check(o, overwrite).context("--out")?;
             }
             let device = open_device(flag, &[], json || quiet)?;
             let mut run = load_run(&model, data.as_deref(), &device)?;
@@ -616,7 +633,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 print!("{}", metrics_table(&m));
             }
             if let Some(o) = out {
-                write_json(&o, &m)?;
+                rdml::output::write_json(&o, &m, overwrite).context("--out")?;
             }
             return Ok(outcome(report_health(&m)));
         }
@@ -725,12 +742,13 @@ fn run(cli: Cli) -> Result<Outcome> {
             surrogate,
             repeats,
             out,
+            overwrite,
         } => {
             anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
             let pgd = budget.pgd(&profile, Default::default())?;
             let method = rdml::attack::registry::method(&budget.method)?;
             if let Some(o) = &out {
-                rdml::report::check_writable(o).context("--out")?;
+                rdml::output::check(o, overwrite).context("--out")?;
             }
             let device = open_device(flag, &[], quiet)?;
             let run_ = load_run(&model, data.as_deref(), &device)?;
@@ -784,7 +802,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 j["repeats"] = serde_json::json!({"runs": runs, "mean_std": spread});
             }
             if let Some(o) = out {
-                write_json(&o, &j)?;
+                rdml::output::write_json(&o, &j, overwrite).context("--out")?;
             }
             match write_json(&model.join(rdml::html::ROBUSTNESS_FILE), &j) {
                 Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
@@ -842,6 +860,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             data,
             split,
             out,
+            overwrite,
             attack,
             profile,
             budget,
@@ -851,9 +870,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 attack.is_none() || split == rdml::embed::Split::Test,
                 "--attack attacks test items: use it with --split test"
             );
-            for f in rdml::embed::files(&out)? {
-                rdml::report::check_writable(&f).context("--out")?;
-            }
+            rdml::output::check_files(&rdml::embed::files(&out)?, overwrite).context("--out")?;
             let device = open_device(flag, &[], quiet)?;
             let run_ = load_run(&model, data.as_deref(), &device)?;
             let (exported, what) = match &attack {
@@ -878,6 +895,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 ("split", what.clone()),
                 ("rdml", env!("CARGO_PKG_VERSION").to_string()),
             ];
+            rdml::output::check_files(&rdml::embed::files(&out)?, overwrite).context("--out")?;
             rdml::embed::write(&out, &exported, &meta)?;
             println!(
                 "Wrote {} embeddings of dimension {} ({what}) to {}.",
@@ -918,10 +936,11 @@ fn run(cli: Cli) -> Result<Outcome> {
             steps,
             random_images,
             out,
+            overwrite,
         } => {
             let exp = Experiment::load_with_defense(&config, &set, defense.as_deref())?;
             if let Some(o) = &out {
-                rdml::report::check_writable(o).context("--out")?;
+                rdml::output::check(o, overwrite).context("--out")?;
             }
             let shape = match random_images.as_deref() {
                 None => None,
@@ -944,7 +963,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 exp.name, t.seconds_per_step, t.steps, t.batch, t.item_shape
             );
             if let Some(o) = out {
-                write_json(&o, &t)?;
+                rdml::output::write_json(&o, &t, overwrite).context("--out")?;
             }
         }
         Cmd::Devices => {

@@ -129,6 +129,20 @@ fn run_json(dir: &Path) -> Option<(bool, usize)> {
     Some((v.get("completed")?.as_bool()?, epochs))
 }
 
+/// Whether `dir` is an rdml run folder (its marker, or a `run.json` that rdml wrote).
+pub fn is_run_folder(dir: &Path) -> bool {
+    dir.join(MARKER).exists() || run_json(dir).is_some()
+}
+
+/// Whether `name` is a file or folder a run writes for itself (its results, checkpoints,
+/// marker): the names no output option may take inside a run folder.
+pub fn is_own_file(name: &str) -> bool {
+    RUN_FILES
+        .iter()
+        .chain(&[CKPT, CKPT_TMP, CKPT_OLD, MARKER])
+        .any(|n| *n == name)
+}
+
 /// What `dir` holds.
 pub fn inspect(dir: &Path) -> Result<Found> {
     let meta = match std::fs::metadata(dir) {

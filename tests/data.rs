@@ -115,6 +115,44 @@ fn cub_sop_inshop_lists_and_their_errors() {
     }
 }
 
+/// Paths read from list files stay inside the data folder: `..` components and absolute paths
+/// are refused with the file, line and value named (issue 28, family 4).
+#[test]
+fn list_file_paths_never_leave_the_data_folder() {
+    let root = tmp("escape-cub");
+    let refused = |kind: DatasetKind, root: &Path, at: &str, value: &str| {
+        let err = format!("{:#}", cfg(kind, root).load(0).unwrap_err());
+        assert!(
+            err.contains(at) && err.contains(value) && err.contains("leaves the data folder"),
+            "{err}"
+        );
+    };
+    for bad in [
+        "102.C102/../../../../secret/s0.png",
+        "/etc/passwd",
+        "001.A/./../../x.png",
+    ] {
+        std::fs::write(root.join("images.txt"), format!("1 001.A/x.png\n2 {bad}\n")).unwrap();
+        refused(DatasetKind::Cub, &root, "images.txt:2", bad);
+    }
+    let sop = tmp("escape-sop");
+    let head = "image_id class_id super_class_id path\n";
+    std::fs::write(sop.join("Ebay_train.txt"), format!("{head}1 1 1 ../../outside.JPG\n")).unwrap();
+    std::fs::write(sop.join("Ebay_test.txt"), format!("{head}2 2 1 bike_final/c.JPG\n")).unwrap();
+    refused(DatasetKind::Sop, &sop, "Ebay_train.txt:2", "../../outside.JPG");
+    let shop = tmp("escape-inshop");
+    std::fs::create_dir_all(shop.join("Eval")).unwrap();
+    std::fs::write(
+        shop.join("Eval/list_eval_partition.txt"),
+        "1\nimage_name item_id evaluation_status\n/img/a.jpg id_00000001 train\n",
+    )
+    .unwrap();
+    refused(DatasetKind::Inshop, &shop, "list_eval_partition.txt:3", "/img/a.jpg");
+    for d in [root, sop, shop] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 #[test]
 fn missing_files_are_named() {
     let root = tmp("missing");

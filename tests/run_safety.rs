@@ -451,3 +451,115 @@ fn data_errors_come_before_anything_is_written() {
     assert!(!o.exists(), "training started before the test images were checked");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// No output option writes over a run's own files (even with --overwrite), over an existing file
+/// without --overwrite, or replaces a FIFO or a device it should write into (issue 28, family 1).
+#[test]
+fn output_options_never_clobber() {
+    use std::os::unix::fs::FileTypeExt;
+    let (d, run) = scratch_with_run("outputs", &[]);
+    let r = run.to_str().unwrap();
+    let own = ["model.safetensors", "run.json", "config.toml"];
+    let before: Vec<Vec<u8>> = own.iter().map(|f| bytes(&run.join(f))).collect();
+    let at = |f: &str| run.join(f).to_str().unwrap().to_string();
+    for (cmd, f) in [
+        ("embed", "model.safetensors"),
+        ("eval", "run.json"),
+        ("robustness", "config.toml"),
+    ] {
+        let o = rdml(&[cmd, "--model", r, "--out", &at(f), "--overwrite", "--quiet"]);
+        expect(
+            &o,
+            1,
+            &["--out: ", "is a file of the rdml run in", "choose another name"],
+        );
+    }
+    let after: Vec<Vec<u8>> = own.iter().map(|f| bytes(&run.join(f))).collect();
+    assert_eq!(before, after, "a run's own files are untouched");
+
+    // An unrelated existing file: refused, then replaced when asked.
+    let mine = d.join("mine.npz");
+    std::fs::write(&mine, b"unrelated").unwrap();
+    let m = mine.to_str().unwrap();
+    expect(
+        &rdml(&["embed", "--model", r, "--out", m]),
+        1,
+        &["mine.npz exists; pass --overwrite to replace it"],
+    );
+    assert_eq!(bytes(&mine), b"unrelated");
+    expect(
+        &rdml(&["embed", "--model", r, "--out", m, "--overwrite"]),
+        0,
+        &["Wrote"],
+    );
+    assert_eq!(&bytes(&mine)[..2], b"PK");
+    let j = d.join("m.json");
+    let js = j.to_str().unwrap();
+    expect(&rdml(&["eval", "--model", r, "--out", js, "--quiet"]), 0, &[]);
+    expect(
+        &rdml(&["eval", "--model", r, "--out", js, "--quiet"]),
+        1,
+        &["exists; pass --overwrite"],
+    );
+    expect(
+        &rdml(&["eval", "--model", r, "--out", js, "--quiet", "--overwrite"]),
+        0,
+        &[],
+    );
+
+    // A FIFO is written into, and stays a FIFO.
+    let fifo = d.join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let f = fifo.clone();
+        std::thread::spawn(move || String::from_utf8(std::fs::read(f).unwrap()).unwrap())
+    };
+    expect(
+        &rdml(&["eval", "--model", r, "--out", fifo.to_str().unwrap(), "--quiet"]),
+        0,
+        &[],
+    );
+    assert!(reader.join().unwrap().contains("\"recall@1\""));
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+
+    // A device is written into, never replaced: /dev/full says it is full.
+    let full = Path::new("/dev/full");
+    if std::fs::metadata(full).is_ok_and(|m| m.file_type().is_char_device()) {
+        expect(
+            &rdml(&["eval", "--model", r, "--out", "/dev/full", "--quiet"]),
+            1,
+            &["cannot write /dev/full"],
+        );
+        assert!(std::fs::symlink_metadata(full).unwrap().file_type().is_char_device());
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A config's name is a folder under `compare --out`: one that would leave it is refused before
+/// anything is written (issue 28, family 4).
+#[test]
+fn compare_run_names_stay_inside_out() {
+    let d = scratch("compare-names");
+    let out = d.join("out");
+    for name in ["../x", "/tmp/x", "a/b", ".."] {
+        let set = format!("name=\"{name}\"");
+        let o = rdml(&[
+            "compare",
+            "--configs",
+            "quickstart",
+            "--set",
+            &set,
+            "--out",
+            out.to_str().unwrap(),
+            "--epochs",
+            "1",
+            "--max-batches",
+            "1",
+        ]);
+        expect(&o, 1, &[&format!("name = '{name}'"), "expected a plain folder name"]);
+    }
+    assert!(!d.join("x").exists(), "nothing written beside --out");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -36,6 +36,12 @@ pub fn read_annotations(file: &Path) -> Result<Vec<(String, u32)>> {
             file.display(),
             i + 1
         );
+        let root = file.parent().unwrap_or(Path::new("."));
+        super::inside(
+            root,
+            path,
+            &format!("{}: annotations({}).relative_im_path", file.display(), i + 1),
+        )?;
         out.push((path.to_string(), class as u32));
     }
     Ok(out)

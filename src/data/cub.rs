@@ -19,6 +19,8 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         let (Some(_id), Some(name)) = (it.next(), it.next()) else {
             bail!("{}:{}: expected '<image_id> <image_name>'", list.display(), n + 1);
         };
+        let images = root.join("images");
+        let path = super::inside(&images, name, &format!("{}:{}", list.display(), n + 1))?;
         let prefix = name.split('.').next().unwrap_or("");
         let class = parse_int(prefix, &list, n + 1, "class prefix")?;
         ensure!(
@@ -27,7 +29,7 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
             list.display(),
             n + 1
         );
-        paths.push(root.join("images").join(name));
+        paths.push(path);
         labels.push(class as u32 - 1);
     }
     ensure!(!paths.is_empty(), "{}: no images listed", list.display());

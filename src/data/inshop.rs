@@ -44,7 +44,10 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
                 n + 1
             ),
         };
-        parts[which].0.push(root.join("Img").join(cols[0]));
+        let img = root.join("Img");
+        parts[which]
+            .0
+            .push(super::inside(&img, cols[0], &format!("{}:{}", list.display(), n + 1))?);
         parts[which].1.push(id);
     }
     let [train, query, gallery] = parts.map(|(paths, labels)| (paths, labels));

@@ -338,6 +338,23 @@ fn need_root(root: Option<PathBuf>, kind: &str) -> Result<PathBuf> {
 }
 
 /// Counts labels and makes them readable in errors.
+/// `rel` (a path read from a list file: `where_` names the file and line) joined under `root`,
+/// refused when it could leave it: an absolute path, or any `..` component.
+pub(crate) fn inside(root: &std::path::Path, rel: &str, where_: &str) -> Result<std::path::PathBuf> {
+    use std::path::Component;
+    let p = std::path::Path::new(rel);
+    let escapes = p
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    anyhow::ensure!(
+        !escapes && !rel.is_empty(),
+        "{where_}: path '{rel}' leaves the data folder (absolute, or with a '..' component); \
+         expected a path relative to {}",
+        root.display()
+    );
+    Ok(root.join(p))
+}
+
 pub(crate) fn parse_int(s: &str, file: &std::path::Path, line: usize, what: &str) -> Result<i64> {
     s.trim()
         .parse::<i64>()

@@ -26,6 +26,7 @@ fn read_list(root: &Path, file: &str) -> Result<Vec<(String, u32)>> {
         }
         let class = parse_int(cols[1], &list, n + 1, "class_id")?;
         ensure!(class >= 1, "{}:{}: class_id {class} must be ≥ 1", list.display(), n + 1);
+        super::inside(root, cols[3], &format!("{}:{}", list.display(), n + 1))?;
         out.push((cols[3].to_string(), class as u32 - 1));
     }
     ensure!(!out.is_empty(), "{}: no images listed", list.display());

@@ -1,0 +1,179 @@
+//! Where a command's output options (`--out` of eval, attack, robustness, embed, bench-step) may
+//! write: one policy, checked before any work and again at the write.
+//!
+//! - Never over a file of an rdml run folder that rdml itself writes (`model.safetensors`,
+//!   `run.json`, `config.toml`, …): those are the run's, whatever flag is given.
+//! - Into a FIFO or a character device (a terminal, `/dev/stdout`) as it is, never replacing it.
+//! - Never over anything else that is not a regular file (a socket, a block device).
+//! - Over an existing regular file only when asked (`--overwrite`); the new file is written to a
+//!   temporary file and renamed, so a reader never sees half of it, and a link at the path is
+//!   replaced rather than written through.
+
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+use std::path::Path;
+
+/// How an output path is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A regular file (new, or replaced with `--overwrite`): written atomically.
+    File,
+    /// A FIFO or character device: written into as it is.
+    Stream,
+}
+
+/// Checks that `path` may be written, and how.
+pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Some(name) = path.file_name().and_then(|n| n.to_str())
+        && crate::run_dir::is_own_file(name)
+        && crate::run_dir::is_run_folder(dir)
+    {
+        bail!(
+            "{} is a file of the rdml run in {} (rdml writes it, and it holds the run's own \
+             results); choose another name",
+            path.display(),
+            dir.display()
+        );
+    }
+    // The path as it resolves (through a link), to tell a stream from a file.
+    let Ok(meta) = std::fs::metadata(path) else {
+        crate::report::check_writable(path)?;
+        return Ok(Target::File);
+    };
+    let t = meta.file_type();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() || t.is_char_device() {
+            return Ok(Target::Stream);
+        }
+    }
+    if t.is_dir() {
+        bail!("{} is a folder; expected a file name", path.display());
+    }
+    if !t.is_file() {
+        bail!(
+            "{} is not a regular file (a socket or a block device): rdml does not write there",
+            path.display()
+        );
+    }
+    if !overwrite {
+        bail!("{} exists; pass --overwrite to replace it", path.display());
+    }
+    crate::report::check_writable(path)?;
+    Ok(Target::File)
+}
+
+/// Checks every file of a set (e.g. `embed`'s `.npy` and its side files): each must be a new or
+/// (with `overwrite`) replaceable regular file, since the set is written as files.
+pub fn check_files(paths: &[std::path::PathBuf], overwrite: bool) -> Result<()> {
+    for p in paths {
+        if check(p, overwrite)? == Target::Stream {
+            bail!("{} is a FIFO or a device; this output is a set of files", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` under [`check`]'s policy (checked again: the path may have changed
+/// while the command computed).
+pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
+    match check(path, overwrite)? {
+        Target::File => crate::report::write_atomic(path, bytes),
+        Target::Stream => {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            f.write_all(bytes)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))
+        }
+    }
+}
+
+/// [`write`] of pretty JSON.
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T, overwrite: bool) -> Result<()> {
+    let mut s = serde_json::to_string_pretty(value)?;
+    s.push('\n');
+    write(path, s.as_bytes(), overwrite)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("rdml-output-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn new_files_are_written_existing_ones_only_when_asked() {
+        let d = scratch("files");
+        let f = d.join("m.json");
+        assert_eq!(check(&f, false).unwrap(), Target::File);
+        write(&f, b"1", false).unwrap();
+        let e = write(&f, b"2", false).unwrap_err().to_string();
+        assert_eq!(e, format!("{} exists; pass --overwrite to replace it", f.display()));
+        assert_eq!(std::fs::read(&f).unwrap(), b"1");
+        write(&f, b"2", true).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"2");
+        let e = check(&d, true).unwrap_err().to_string();
+        assert!(e.ends_with("is a folder; expected a file name"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A run's own files are refused even with `--overwrite`; other names in a run are fine,
+    /// and the same names outside a run are ordinary files.
+    #[test]
+    fn a_runs_own_files_are_never_written() {
+        let d = scratch("run");
+        std::fs::write(d.join(crate::run_dir::MARKER), b"{}").unwrap();
+        for name in [
+            "model.safetensors",
+            "run.json",
+            "config.toml",
+            "report.html",
+            "robustness.json",
+        ] {
+            std::fs::write(d.join(name), b"keep").unwrap();
+            let e = write(&d.join(name), b"x", true).unwrap_err().to_string();
+            assert!(e.contains("is a file of the rdml run in"), "{name}: {e}");
+            assert_eq!(std::fs::read(d.join(name)).unwrap(), b"keep");
+        }
+        write(&d.join("metrics.json"), b"x", false).unwrap();
+        let plain = scratch("plain");
+        write(&plain.join("run.json"), b"x", false).unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&plain);
+    }
+
+    /// A FIFO is written into and stays a FIFO.
+    #[test]
+    fn a_fifo_is_written_into_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = scratch("fifo");
+        let p = d.join("pipe");
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let reader = {
+            let p = p.clone();
+            std::thread::spawn(move || std::fs::read(p).unwrap())
+        };
+        assert_eq!(check(&p, false).unwrap(), Target::Stream);
+        write(&p, b"{\"a\": 1}\n", false).unwrap();
+        assert_eq!(reader.join().unwrap(), b"{\"a\": 1}\n");
+        assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_fifo());
+        let e = check_files(std::slice::from_ref(&p), true).unwrap_err().to_string();
+        assert!(e.contains("is a FIFO or a device"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
