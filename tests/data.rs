@@ -218,3 +218,24 @@ fn random_resized_crop_changes_training_images_only() {
     assert!(err.contains("data.train_crop"), "{err}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Numbers that would wrap at the type they are read into, and repeated metric names, are
+/// refused with the file, line or key named (issue 28, family 6).
+#[test]
+fn values_that_would_wrap_or_repeat_are_refused() {
+    let sop = tmp("wrap-sop");
+    let head = "image_id class_id super_class_id path\n";
+    std::fs::write(sop.join("Ebay_train.txt"), format!("{head}1 4294967299 1 a/x.JPG\n")).unwrap();
+    std::fs::write(sop.join("Ebay_test.txt"), format!("{head}2 3 1 a/y.JPG\n")).unwrap();
+    let err = format!("{:#}", cfg(DatasetKind::Sop, &sop).load(0).unwrap_err());
+    assert!(
+        err.contains("Ebay_train.txt:2: class_id 4294967299 is out of range"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(sop);
+    let err = format!(
+        "{:#}",
+        rdml::config::Experiment::load("quickstart", &["eval.recall_ks=[1, 1, 2]".into()]).unwrap_err()
+    );
+    assert!(err.contains("eval.recall_ks lists k = 1 twice"), "{err}");
+}

@@ -25,7 +25,13 @@ fn read_list(root: &Path, file: &str) -> Result<Vec<(String, u32)>> {
             );
         }
         let class = parse_int(cols[1], &list, n + 1, "class_id")?;
-        ensure!(class >= 1, "{}:{}: class_id {class} must be ≥ 1", list.display(), n + 1);
+        ensure!(
+            (1..=i64::from(u32::MAX)).contains(&class),
+            "{}:{}: class_id {class} is out of range (1 to {})",
+            list.display(),
+            n + 1,
+            u32::MAX
+        );
         super::inside(root, cols[3], &format!("{}:{}", list.display(), n + 1))?;
         out.push((cols[3].to_string(), class as u32 - 1));
     }

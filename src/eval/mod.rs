@@ -72,6 +72,10 @@ impl EvalConfig {
             !self.recall_ks.is_empty() && self.recall_ks.iter().all(|&k| k >= 1),
             "eval.recall_ks must be non-empty, each ≥ 1"
         );
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(k) = self.recall_ks.iter().find(|&&k| !seen.insert(k)) {
+            anyhow::bail!("eval.recall_ks lists k = {k} twice: each k once (it names a metric, recall@{k})");
+        }
         ensure!(self.kmeans_iters >= 1, "eval.kmeans_iters must be ≥ 1");
         Ok(())
     }
