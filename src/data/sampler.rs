@@ -80,8 +80,18 @@ pub fn epoch_batches(cfg: &SamplerConfig, labels: &[u32], seed: u64, epoch: usiz
         SamplerConfig::Spc2 { pairs } => {
             let mut order: Vec<usize> = (0..labels.len()).filter(|&p| by_class[&labels[p]].len() >= 2).collect();
             order.shuffle(&mut rng);
-            Ok(order
-                .chunks(pairs)
+            let mut chunks: Vec<&[usize]> = order.chunks(pairs).collect();
+            // A short last chunk whose anchors share one class would be a batch without a single
+            // negative (no triplet, a NaN loss): its anchors join the batch before it instead.
+            if let [.., before, last] = chunks[..]
+                && last.iter().all(|&a| labels[a] == labels[last[0]])
+            {
+                let merged = &order[order.len() - before.len() - last.len()..];
+                chunks.truncate(chunks.len() - 2);
+                chunks.push(merged);
+            }
+            Ok(chunks
+                .into_iter()
                 .map(|chunk| {
                     let mut b = Vec::with_capacity(2 * chunk.len());
                     for &a in chunk {
@@ -148,6 +158,29 @@ mod tests {
             b,
             epoch_batches(&SamplerConfig::Spc2 { pairs: 8 }, &labels, 3, 1).unwrap()
         );
+    }
+
+    /// Issue 28: one class of 6 items beside three of 12, 8 pairs a batch: the 2-anchor tail was
+    /// sometimes one class, a batch without negatives, and the loss became NaN. Every batch
+    /// now has two classes, and every anchor still comes once.
+    #[test]
+    fn spc2_never_makes_a_batch_of_one_class() {
+        let labels: Vec<u32> = (0..42u32).map(|i| if i < 6 { 0 } else { 1 + (i - 6) % 3 }).collect();
+        let mut merged = 0;
+        for epoch in 0..200 {
+            let b = epoch_batches(&SamplerConfig::Spc2 { pairs: 8 }, &labels, 0, epoch).unwrap();
+            for x in &b {
+                assert!(
+                    x.iter().any(|&i| labels[i] != labels[x[0]]),
+                    "epoch {epoch}: one class in {x:?}"
+                );
+            }
+            let mut anchors: Vec<usize> = b.iter().flat_map(|x| x.iter().step_by(2).copied()).collect();
+            anchors.sort();
+            assert_eq!(anchors, (0..42).collect::<Vec<_>>());
+            merged += usize::from(b.len() == 5);
+        }
+        assert!(merged > 0, "some epoch had a one-class tail to merge");
     }
 
     #[test]
