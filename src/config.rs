@@ -230,8 +230,7 @@ impl Experiment {
             "{path_or_preset} is a folder; --config takes a TOML file or a preset name (`rdml presets` lists them)"
         );
         if p.is_file() {
-            let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-            return Self::from_toml(&text, &p.display().to_string(), overrides);
+            return Self::load_file(p, overrides);
         }
         if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {
             return Self::from_toml(text, &format!("preset {name}"), overrides);
@@ -242,9 +241,20 @@ impl Experiment {
         )
     }
 
+    /// A config file by its path (any path, UTF-8 or not; `load` also takes preset names).
+    pub fn load_file(p: &Path, overrides: &[String]) -> Result<Self> {
+        let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+        Self::from_toml(&text, &p.display().to_string(), overrides)
+    }
+
     pub fn to_toml(&self) -> Result<String> {
         Ok(toml::to_string_pretty(self)?)
     }
+}
+
+fn is_integer_literal(s: &str) -> bool {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s).replace('_', "");
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Applies `a.b.c=value`; the value is read as a TOML value (number, bool, array, inline table),
@@ -257,6 +267,13 @@ pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
     ensure!(!key.is_empty(), "--set {spec}: empty key");
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => t.remove("v").expect("parsed key"),
+        // An integer TOML cannot hold would otherwise become a string and be reported as one.
+        Err(_) if is_integer_literal(raw.trim()) => bail!(
+            "--set {spec}: {} is out of range (TOML integers are {} to {})",
+            raw.trim(),
+            i64::MIN,
+            i64::MAX
+        ),
         Err(_) => toml::Value::String(raw.to_string()),
     };
     let parts: Vec<&str> = key.split('.').collect();

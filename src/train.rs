@@ -460,7 +460,7 @@ fn finished_config(dir: &Path) -> Result<Experiment> {
             dir.display()
         );
     }
-    Experiment::load(&cfg.display().to_string(), &[])
+    Experiment::load_file(&cfg, &[])
 }
 
 fn load_net(dir: &Path, exp: &Experiment, item_shape: [usize; 3], device: &Device) -> Result<EmbeddingNet> {

@@ -286,6 +286,16 @@ fn values_out_of_range_are_refused() {
         ),
         (&["--defense", "garbage!!"], "kind is one of madry, est, act"),
         (&["--defense", ""], "expected an inline TOML table"),
+        // Issue 28, family 8: the real cause, not a type error or a sign.
+        (
+            &["--set", "seed=18446744073709551615"],
+            "18446744073709551615 is out of range (TOML integers are",
+        ),
+        (
+            &["--defense", "{kind=\"act\",eps=inf,step=0.01,steps=2}"],
+            "defense.eps must be a finite number, got inf",
+        ),
+        (&["--set", "eval.recall_ks=[1,1,2]"], "eval.recall_ks lists k = 1 twice"),
     ];
     for (extra, needle) in cases {
         expect(&train_into(&o, extra), 1, &[needle]);
@@ -561,5 +571,29 @@ fn compare_run_names_stay_inside_out() {
         expect(&o, 1, &[&format!("name = '{name}'"), "expected a plain folder name"]);
     }
     assert!(!d.join("x").exists(), "nothing written beside --out");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A run folder whose name is not UTF-8 trains, and the commands that read it find its config
+/// (issue 28, family 8: they said "config.toml: no such config file").
+#[test]
+fn a_run_folder_named_in_any_bytes_is_read_back() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = scratch("bytes");
+    let run = d.join(std::ffi::OsStr::from_bytes(b"run-\xff\xfe"));
+    let mut a: Vec<&std::ffi::OsStr> = vec!["train".as_ref(), "--out".as_ref(), run.as_os_str()];
+    a.extend(QUICK.iter().map(|s| std::ffi::OsStr::new(*s)));
+    let o = Command::new(env!("CARGO_BIN_EXE_rdml")).args(&a).output().unwrap();
+    expect(&o, 0, &[]);
+    let o = Command::new(env!("CARGO_BIN_EXE_rdml"))
+        .args([
+            std::ffi::OsStr::new("eval"),
+            "--model".as_ref(),
+            run.as_os_str(),
+            "--json".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    expect(&o, 0, &["\"recall@1\""]);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -55,10 +55,11 @@ impl Pgd {
     /// Validates with the keys named as `prefix` + `eps`/`step`/`steps` (`--`, `defense.`).
     pub fn validate_as(&self, prefix: &str) -> Result<()> {
         ensure!(
-            self.eps >= 0.0 && self.eps.is_finite(),
-            "{prefix}eps must be ≥ 0, got {}",
+            self.eps.is_finite(),
+            "{prefix}eps must be a finite number, got {}",
             self.eps
         );
+        ensure!(self.eps >= 0.0, "{prefix}eps must be ≥ 0, got {}", self.eps);
         // Pixels live in [0, 1]: an L∞ radius above 1 allows every image, which is no budget
         // (and usually a radius given in 0–255 units by mistake: 8/255 is written 0.0314).
         ensure!(
@@ -67,10 +68,11 @@ impl Pgd {
             self.eps
         );
         ensure!(
-            self.step >= 0.0 && self.step.is_finite(),
-            "{prefix}step must be ≥ 0, got {}",
+            self.step.is_finite(),
+            "{prefix}step must be a finite number, got {}",
             self.step
         );
+        ensure!(self.step >= 0.0, "{prefix}step must be ≥ 0, got {}", self.step);
         ensure!(self.steps >= 1, "{prefix}steps must be ≥ 1");
         Ok(())
     }
