@@ -131,6 +131,7 @@ pub const PRESETS: &[(&str, &str)] = presets![
 
 impl Experiment {
     pub fn validate(&self) -> Result<()> {
+        const MAX_BATCH_INPUT: u64 = 16 << 30;
         self.data.validate()?;
         self.model.validate()?;
         self.loss.validate(self.model.l2_normalize).context("in [loss]")?;
@@ -154,6 +155,20 @@ impl Experiment {
         let t = &self.train;
         ensure!(t.epochs >= 1, "train.epochs must be ≥ 1");
         t.sampler.validate()?;
+        // The batch's input tensor alone (3 × crop² floats an image, more for file data sets,
+        // whose items are decoded at their size first): a bound that fails here, not in an
+        // allocation that aborts the process.
+        let input = t.sampler.batch_size() as u64 * 3 * (self.data.crop as u64).pow(2) * 4;
+        ensure!(
+            input <= MAX_BATCH_INPUT,
+            "a batch of {} images of {}×{} is {} GiB of input alone, beyond rdml's limit of {} GiB: \
+             lower train.sampler.pairs (or classes × per_class) or data.crop",
+            t.sampler.batch_size(),
+            self.data.crop,
+            self.data.crop,
+            input >> 30,
+            MAX_BATCH_INPUT >> 30
+        );
         if let LossConfig::Dro { k: Some(k), .. } = self.loss {
             let b = t.sampler.batch_size();
             ensure!(

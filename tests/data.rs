@@ -239,3 +239,68 @@ fn values_that_would_wrap_or_repeat_are_refused() {
     );
     assert!(err.contains("eval.recall_ks lists k = 1 twice"), "{err}");
 }
+
+/// A PNG whose header declares `w`×`h` pixels over a few bytes of data (a decompression bomb).
+fn bomb(path: &Path, w: u32, h: u32) {
+    let chunk = |t: &[u8], d: &[u8]| {
+        let mut c = (d.len() as u32).to_be_bytes().to_vec();
+        c.extend(t);
+        c.extend(d);
+        c.extend(crc32fast::hash(&[t, d].concat()).to_be_bytes());
+        c
+    };
+    let mut ihdr = w.to_be_bytes().to_vec();
+    ihdr.extend(h.to_be_bytes());
+    ihdr.extend([8, 0, 0, 0, 0]);
+    let mut z = flate2::write::ZlibEncoder::new(vec![], flate2::Compression::best());
+    std::io::Write::write_all(&mut z, &vec![0u8; 1 << 16]).unwrap();
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(b"IDAT", &z.finish().unwrap()));
+    png.extend(chunk(b"IEND", b""));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, png).unwrap();
+}
+
+/// Declared image sizes and resize targets have limits, exceeded with an error naming the file
+/// or key, before any pixel is allocated (issue 28, family 5).
+#[test]
+fn image_sizes_have_limits() {
+    let root = tmp("bomb");
+    for c in ["a", "b", "c", "d"] {
+        png(&root.join(format!("{c}/1.png")), 1, false);
+        png(&root.join(format!("{c}/2.png")), 2, false);
+    }
+    bomb(&root.join("a/3.png"), 20000, 20000);
+    let s = cfg(DatasetKind::Folder, &root).load(0).unwrap();
+    let err = format!("{:#}", rdml::data::check::files(&s.train).unwrap_err());
+    assert!(
+        err.contains("a/3.png") && err.contains("declares 20000×20000 pixels, beyond rdml's limit"),
+        "{err}"
+    );
+    // Decoding it (what a batch does) is refused by the decoder's limits, not allocated.
+    let pos = s
+        .train
+        .indices
+        .iter()
+        .position(
+            |&i| matches!(&*s.train.source, rdml::data::Source::Files { paths, .. } if paths[i].ends_with("a/3.png")),
+        )
+        .unwrap();
+    let err = format!("{:#}", loader::load_batch(&s.train, &[pos], None).unwrap_err());
+    assert!(err.contains("a/3.png"), "{err}");
+    let mut big = cfg(DatasetKind::Folder, &root);
+    big.resize = 100_000;
+    let err = big.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("data.resize = 100000 exceeds rdml's limit of 4096"),
+        "{err}"
+    );
+    let err = format!(
+        "{:#}",
+        rdml::config::Experiment::load("quickstart", &["data.crop=4096".into(), "data.resize=4096".into()])
+            .unwrap_err()
+    );
+    assert!(err.contains("GiB of input alone"), "{err}");
+    let _ = std::fs::remove_dir_all(root);
+}

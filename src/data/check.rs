@@ -55,7 +55,7 @@ pub fn files(set: &ImageSet) -> Result<()> {
     };
     set.indices.par_iter().enumerate().try_for_each(|(pos, &i)| {
         let p = &paths[i];
-        image::ImageReader::open(p)
+        let (w, h) = image::ImageReader::open(p)
             .with_context(|| format!("{}: item {pos}: cannot open image {}", set.name, p.display()))?
             .with_guessed_format()
             .with_context(|| format!("{}: item {pos}: cannot read image {}", set.name, p.display()))?
@@ -67,6 +67,6 @@ pub fn files(set: &ImageSet) -> Result<()> {
                     p.display()
                 )
             })?;
-        Ok(())
+        super::transform::check_dimensions(w, h).with_context(|| format!("{}: item {pos}: {}", set.name, p.display()))
     })
 }

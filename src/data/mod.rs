@@ -258,9 +258,17 @@ impl DataConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
+        const MAX_RESIZE: usize = 4096;
         anyhow::ensure!(
             self.crop > 0 && self.resize >= self.crop,
             "data.crop must be in 1..=data.resize"
+        );
+        // A resize target is allocated per image and per batch: 4096 (75× the papers' 224)
+        // keeps a typo (100000: 30 GB per image) from aborting the process.
+        anyhow::ensure!(
+            self.resize <= MAX_RESIZE,
+            "data.resize = {} exceeds rdml's limit of {MAX_RESIZE} pixels (the papers use 256, cropped to 224)",
+            self.resize
         );
         anyhow::ensure!(
             self.train_fraction > 0.0 && self.train_fraction < 1.0,

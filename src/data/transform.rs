@@ -98,10 +98,12 @@ pub fn load_file(
     mut rng: Option<&mut ChaCha8Rng>,
     out: &mut [f32],
 ) -> Result<()> {
-    let img = image::ImageReader::open(path)
+    let mut reader = image::ImageReader::open(path)
         .with_context(|| format!("cannot open image {}", path.display()))?
         .with_guessed_format()
-        .with_context(|| format!("cannot read image {}", path.display()))?
+        .with_context(|| format!("cannot read image {}", path.display()))?;
+    reader.limits(decode_limits());
+    let img = reader
         .decode()
         .with_context(|| format!("{}: corrupt or unsupported image", path.display()))?
         .to_rgb8();
@@ -138,6 +140,32 @@ fn write_planes(img: &image::RgbImage, x0: usize, y0: usize, crop: usize, flip: 
             }
         }
     }
+}
+
+/// The largest image side rdml decodes (the papers' images are a few hundred pixels).
+pub const MAX_IMAGE_SIDE: u32 = 16_384;
+/// The most memory one decoded image may take (a 8K RGB photo is 100 MB).
+pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
+
+/// The image decoder's limits: a file that declares a larger image is refused before its pixels
+/// are allocated.
+pub fn decode_limits() -> image::Limits {
+    let mut l = image::Limits::default();
+    l.max_image_width = Some(MAX_IMAGE_SIDE);
+    l.max_image_height = Some(MAX_IMAGE_SIDE);
+    l.max_alloc = Some(MAX_IMAGE_BYTES);
+    l
+}
+
+/// Whether declared dimensions fit the limits; the error names what was declared.
+pub fn check_dimensions(width: u32, height: u32) -> Result<()> {
+    let bytes = u64::from(width) * u64::from(height) * 4;
+    anyhow::ensure!(
+        width <= MAX_IMAGE_SIDE && height <= MAX_IMAGE_SIDE && bytes <= MAX_IMAGE_BYTES,
+        "declares {width}×{height} pixels, beyond rdml's limit ({MAX_IMAGE_SIDE} per side and {} MiB decoded)",
+        MAX_IMAGE_BYTES >> 20
+    );
+    Ok(())
 }
 
 #[cfg(test)]
