@@ -19,6 +19,9 @@ pub const MARKER: &str = ".rdml-run";
 const CKPT: &str = "checkpoint";
 const CKPT_TMP: &str = "checkpoint.tmp";
 const CKPT_OLD: &str = "checkpoint.old";
+/// Where `--overwrite` puts the replaced run's files until the new run has a complete
+/// checkpoint.
+const REPLACED: &str = ".rdml-replaced";
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
 const RUN_FILES: &[&str] = &[
     "model.safetensors",
@@ -184,10 +187,65 @@ fn newest_checkpoint(dir: &Path) -> Option<(PathBuf, usize)> {
         })
 }
 
+/// Takes the run's lock (its marker file, created when missing).
+fn lock(dir: &Path) -> Result<File> {
+    let d = dir.display();
+    let marker = dir.join(MARKER);
+    ensure!(
+        !is_link(&marker),
+        "{} is a symbolic link; rdml does not write through links",
+        marker.display()
+    );
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&marker)
+        .with_context(|| format!("cannot create {}", marker.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            bail!("another rdml process is writing the run in {d}; wait for it or choose another --out")
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", marker.display()));
+        }
+    }
+    Ok(lock)
+}
+
+/// A replacement killed before its first checkpoint: the replaced run comes back (the new one
+/// never stood). Done under the lock, before anything else looks at the folder.
+fn restore_abandoned(dir: &Path) -> Result<()> {
+    if !dir.join(REPLACED).is_dir() || is_link(&dir.join(REPLACED)) {
+        return Ok(());
+    }
+    let _lock = lock(dir)?;
+    put_back(dir)
+}
+
+/// Removes the new run's files and moves the replaced run's back.
+fn put_back(dir: &Path) -> Result<()> {
+    let stash = dir.join(REPLACED);
+    if !stash.is_dir() {
+        return Ok(());
+    }
+    for n in RUN_FILES.iter().chain(&[CKPT, CKPT_TMP, CKPT_OLD]) {
+        remove(&dir.join(n))?;
+        if stash.join(n).exists() {
+            rename(&stash.join(n), &dir.join(n))?;
+        }
+    }
+    sync_folder(dir)?;
+    remove(&stash)
+}
+
 impl RunDir {
     /// Claims `dir` for a run started as `start`; nothing is removed or written unless the
     /// folder is rdml's and `start` allows it.
     pub fn open(dir: &Path, start: Start) -> Result<Self> {
+        restore_abandoned(dir)?;
         let found = inspect(dir)?;
         let d = dir.display();
         match (&found, start) {
@@ -206,40 +264,21 @@ impl RunDir {
             _ => {}
         }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {d}"))?;
-        let marker = dir.join(MARKER);
-        ensure!(
-            !is_link(&marker),
-            "{} is a symbolic link; rdml does not write through links",
-            marker.display()
-        );
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&marker)
-            .with_context(|| format!("cannot create {}", marker.display()))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                bail!("another rdml process is writing the run in {d}; wait for it or choose another --out")
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("cannot lock {}", marker.display()));
-            }
-        }
+        let lock = lock(dir)?;
         let mut f = &lock;
         f.set_len(0)?;
         writeln!(f, "{}", serde_json::json!({"rdml_version": env!("CARGO_PKG_VERSION")}))
-            .with_context(|| format!("cannot write {}", marker.display()))?;
+            .with_context(|| format!("cannot write {}", dir.join(MARKER).display()))?;
         let run = Self {
             path: dir.to_path_buf(),
             _lock: lock,
         };
         run.remove_leftovers()?;
         match (found, start) {
-            // A run killed in its first epoch has nothing to keep; a replaced run loses its files.
-            (Found::Started, Start::New) | (_, Start::Overwrite) => run.remove_run_files()?,
+            // A run killed in its first epoch has nothing to keep.
+            (Found::Started, Start::New) => run.remove_run_files()?,
+            // A replaced run is kept aside until the new one has a complete checkpoint.
+            (_, Start::Overwrite) => run.stash_run_files()?,
             _ => run.settle_checkpoint()?,
         }
         Ok(run)
@@ -264,6 +303,25 @@ impl RunDir {
             }
         }
         Ok(())
+    }
+
+    /// Moves the run's files into `.rdml-replaced/` (`--overwrite`).
+    fn stash_run_files(&self) -> Result<()> {
+        let stash = self.file(REPLACED);
+        remove(&stash)?;
+        std::fs::create_dir(&stash).with_context(|| format!("cannot create {}", stash.display()))?;
+        for n in RUN_FILES.iter().chain(&[CKPT, CKPT_TMP, CKPT_OLD]) {
+            let p = self.file(n);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                rename(&p, &stash.join(n))?;
+            }
+        }
+        sync_folder(&self.path)
+    }
+
+    /// A replacement that failed: the new run's files go, the replaced run's come back.
+    pub fn abandon_replacement(&self) -> Result<()> {
+        put_back(&self.path)
     }
 
     fn remove_run_files(&self) -> Result<()> {
@@ -315,7 +373,9 @@ impl RunDir {
             rename(&ck, &old)?;
         }
         rename(&tmp, &ck)?;
-        remove(&old)
+        remove(&old)?;
+        // The new run stands: the run it replaced goes.
+        remove(&self.file(REPLACED))
     }
 }
 

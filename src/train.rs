@@ -241,7 +241,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     // The sampler's own errors (too few classes for a class-balanced batch) come now, too.
     sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, 0)?;
     let shape = splits.train.item_shape();
-    let mut trainer = Trainer::new(exp, shape, &device)?;
+    let trainer = Trainer::new(exp, shape, &device)?;
     let config_toml = exp.to_toml()?;
     let start = match (opts.resume, opts.overwrite) {
         (true, _) => Start::Resume,
@@ -249,6 +249,30 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
         _ => Start::New,
     };
     let run = RunDir::open(&opts.out, start)?;
+    // A replaced run stays aside until the new one has a complete checkpoint: put it back when
+    // this one fails first (a kill is undone by the next `train` into the folder).
+    let trained = train_in(exp, opts, &run, trainer, &splits, &config_toml, &device);
+    if trained.is_err()
+        && let Err(e) = run.abandon_replacement()
+    {
+        eprintln!(
+            "warning: {}: the replaced run could not be put back: {e:#}",
+            opts.out.display()
+        );
+    }
+    trained
+}
+
+/// The epochs of [`train`], in the claimed run folder.
+fn train_in(
+    exp: &Experiment,
+    opts: &TrainOptions,
+    run: &RunDir,
+    mut trainer: Trainer,
+    splits: &crate::data::Splits,
+    config_toml: &str,
+    device: &Device,
+) -> Result<RunReport> {
     let (mut history, mut start, mut train_seconds) = (vec![], 0usize, 0.0f64);
     if opts.resume {
         let ckpt = run
@@ -378,7 +402,7 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
             epochs_done: epoch + 1,
             history: history.clone(),
             train_seconds,
-            config_toml: config_toml.clone(),
+            config_toml: config_toml.to_string(),
             defense_state: trainer.defense_state.clone(),
         };
         trainer.save_checkpoint(&run, &state)?;

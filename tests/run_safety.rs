@@ -597,3 +597,63 @@ fn a_run_folder_named_in_any_bytes_is_read_back() {
     expect(&o, 0, &["\"recall@1\""]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `train --overwrite` keeps the replaced run whole until the new one has a complete
+/// checkpoint: a replacement that fails, or is killed, before then leaves the old run
+/// byte-identical (issue 28, family 2).
+#[test]
+fn a_failed_or_killed_replacement_leaves_the_old_run_whole() {
+    let (d, run) = scratch_with_run("replace", &[]);
+    let r = run.to_str().unwrap();
+    let files = [
+        "model.safetensors",
+        "config.toml",
+        "run.json",
+        "log.jsonl",
+        "report.html",
+        "checkpoint/state.json",
+    ];
+    let before: Vec<Vec<u8>> = files.iter().map(|f| bytes(&run.join(f))).collect();
+    let same = || files.iter().map(|f| bytes(&run.join(f))).collect::<Vec<_>>() == before;
+    // Fails in its first epoch.
+    let o = train_into(&run, &["--overwrite", "--set", "train.optimizer.lr=1e30"]);
+    expect(&o, 1, &["the loss became NaN"]);
+    assert!(same(), "the replaced run is back, byte for byte");
+    assert!(!run.join(".rdml-replaced").exists());
+    // Killed in its first epoch: the next train into the folder puts the old run back first.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdml"))
+        .args([
+            "train",
+            "--out",
+            r,
+            "--overwrite",
+            "--config",
+            "quickstart",
+            "--quiet",
+            "--epochs",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !run.join(".rdml-replaced").exists() && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        run.join(".rdml-replaced").is_dir(),
+        "killed before its first checkpoint"
+    );
+    expect(&train_into(&run, &[]), 1, &["holds a finished run"]);
+    assert!(same(), "the killed replacement is undone");
+    expect(&rdml(&["eval", "--model", r, "--quiet"]), 0, &["Recall@1"]);
+    // A replacement that reaches its first checkpoint stands, and the old run is gone.
+    expect(&train_into(&run, &["--overwrite", "--set", "seed=5"]), 0, &[]);
+    assert!(!run.join(".rdml-replaced").exists());
+    assert_ne!(bytes(&run.join("model.safetensors")), before[0]);
+    let _ = std::fs::remove_dir_all(&d);
+}
