@@ -280,7 +280,7 @@ fn train_in(
             .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
         let (t, state) = trainer.load_checkpoint(&ckpt)?;
         // The same run: only the number of epochs may grow (resuming to train longer).
-        let keys: Vec<String> = config_diff(&state.config_toml, &config_toml)
+        let keys: Vec<String> = config_diff(&state.config_toml, config_toml)
             .into_iter()
             .filter(|k| k != "train.epochs")
             .collect();
@@ -317,12 +317,12 @@ fn train_in(
         let mut rng = epoch_rng(exp.seed, epoch, 2);
         let mut sum = 0.0;
         let mut acc = Accumulator::new();
-        trainer.refresh_ux_bank(exp, &splits.train, &device)?;
+        trainer.refresh_ux_bank(exp, &splits.train, device)?;
         let mut bar =
             crate::progress::Progress::new(format!("[epoch {}/{}]", epoch + 1, exp.train.epochs), nb, opts.progress);
         for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
             let b = b?;
-            let x = batch_tensor(&b, &device);
+            let x = batch_tensor(&b, device);
             trainer.defense_state.epoch = epoch;
             trainer.defense_state.epochs = exp.train.epochs;
             let (t, l, diag) = trainer.step(exp, x, &b.labels, &b.positions, &mut rng)?;
@@ -341,13 +341,7 @@ fn train_in(
         let last = epoch + 1 == exp.train.epochs;
         let due = exp.eval.every > 0 && (epoch + 1) % exp.eval.every == 0;
         let metrics = if due || last {
-            Some(eval::evaluate(
-                &trainer.net,
-                &splits.test,
-                &exp.eval,
-                exp.seed,
-                &device,
-            )?)
+            Some(eval::evaluate(&trainer.net, &splits.test, &exp.eval, exp.seed, device)?)
         } else {
             None
         };
@@ -405,7 +399,7 @@ fn train_in(
             config_toml: config_toml.to_string(),
             defense_state: trainer.defense_state.clone(),
         };
-        trainer.save_checkpoint(&run, &state)?;
+        trainer.save_checkpoint(run, &state)?;
         let partial = RunReport {
             config: exp.clone(),
             epochs: history.clone(),
