@@ -221,6 +221,7 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
             .final_metrics
             .clone()
             .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
+        let digest = crate::run_dir::model_digest(&dir)?;
         let run = load_run(&dir, None, device)?;
         let ctx = Context::new(&run.net, &run.test.query, device, false)?.with_distance(run.exp.loss.distance());
         let setup = Setup {
@@ -230,9 +231,10 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
         };
         let r = robustness(&setup)?;
         // The run's own copy, as `rdml robustness` writes it: its report shows the terms.
+        crate::run_dir::check_unchanged(&dir, &digest, crate::html::ROBUSTNESS_FILE)?;
         crate::report::write_json(
             &dir.join(crate::html::ROBUSTNESS_FILE),
-            &serde_json::json!({"model": dir, "method": opts.method, "pgd": opts.pgd, "queries": opts.queries, "seed": opts.seed, "table": r}),
+            &serde_json::json!({"model": dir, "model_digest": digest, "method": opts.method, "pgd": opts.pgd, "queries": opts.queries, "seed": opts.seed, "table": r}),
         )?;
         rows.push(Row {
             name: exp.name.clone(),

@@ -751,6 +751,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 rdml::output::check(o, overwrite).context("--out")?;
             }
             let device = open_device(flag, &[], quiet)?;
+            let digest = rdml::run_dir::model_digest(&model)?;
             let run_ = load_run(&model, data.as_deref(), &device)?;
             let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
                 .with_distance(run_.exp.loss.distance());
@@ -797,13 +798,14 @@ fn run(cli: Cli) -> Result<Outcome> {
                     r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
                 );
             }
-            let mut j = serde_json::json!({"model": model, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r});
+            let mut j = serde_json::json!({"model": model, "model_digest": digest, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r});
             if repeats > 1 {
                 j["repeats"] = serde_json::json!({"runs": runs, "mean_std": spread});
             }
             if let Some(o) = out {
                 rdml::output::write_json(&o, &j, overwrite).context("--out")?;
             }
+            rdml::run_dir::check_unchanged(&model, &digest, rdml::html::ROBUSTNESS_FILE)?;
             match write_json(&model.join(rdml::html::ROBUSTNESS_FILE), &j) {
                 Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
                 Err(e) => eprintln!("warning: the run folder's robustness.json not written: {e:#}"),
@@ -872,6 +874,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             );
             rdml::output::check_files(&rdml::embed::files(&out)?, overwrite).context("--out")?;
             let device = open_device(flag, &[], quiet)?;
+            let digest = rdml::run_dir::model_digest(&model)?;
             let run_ = load_run(&model, data.as_deref(), &device)?;
             let (exported, what) = match &attack {
                 Some(spec) => {
@@ -892,6 +895,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             };
             let meta = [
                 ("model", model.display().to_string()),
+                ("model_digest", digest),
                 ("split", what.clone()),
                 ("rdml", env!("CARGO_PKG_VERSION").to_string()),
             ];

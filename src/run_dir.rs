@@ -132,6 +132,29 @@ fn run_json(dir: &Path) -> Option<(bool, usize)> {
     Some((v.get("completed")?.as_bool()?, epochs))
 }
 
+/// The digest that names a run's weights in every record derived from them (robustness,
+/// exported embeddings): `crc32:XXXXXXXX:BYTES` of `model.safetensors`. A record whose digest
+/// is not the current model's was computed on other weights.
+pub fn model_digest(dir: &Path) -> Result<String> {
+    let p = dir.join("model.safetensors");
+    let bytes = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(format!("crc32:{:08x}:{}", crc32fast::hash(&bytes), bytes.len()))
+}
+
+/// Checks that the model whose digest was `digest` is still `dir`'s before a record derived
+/// from it is written there: a `train --overwrite` or `--resume` that finished meanwhile would
+/// otherwise get the old weights' record.
+pub fn check_unchanged(dir: &Path, digest: &str, record: &str) -> Result<()> {
+    let now = model_digest(dir)?;
+    ensure!(
+        now == digest,
+        "{}: the model changed while this ran (it was {digest}, it is {now}: retrained or \
+         replaced meanwhile); {record} not written, since it describes the old weights",
+        dir.display()
+    );
+    Ok(())
+}
+
 /// Whether `dir` is an rdml run folder (its marker, or a `run.json` that rdml wrote).
 pub fn is_run_folder(dir: &Path) -> bool {
     dir.join(MARKER).exists() || run_json(dir).is_some()

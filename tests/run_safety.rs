@@ -657,3 +657,42 @@ fn a_failed_or_killed_replacement_leaves_the_old_run_whole() {
     assert_ne!(bytes(&run.join("model.safetensors")), before[0]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A derived record names the weights it came from: the robustness scores of a run that was
+/// then trained further are not shown as the new model's (issue 28, family 3).
+#[test]
+fn a_record_of_old_weights_is_not_shown_as_the_models() {
+    let (d, run) = scratch_with_run("stale", &[]);
+    let r = run.to_str().unwrap();
+    let suite = ["robustness", "--model", r, "--queries", "8", "--steps", "1", "--quiet"];
+    expect(&rdml(&suite), 0, &["ERS"]);
+    let rec: serde_json::Value = serde_json::from_slice(&bytes(&run.join("robustness.json"))).unwrap();
+    let digest = rec["model_digest"].as_str().unwrap().to_string();
+    assert!(digest.starts_with("crc32:"), "{digest}");
+    assert!(
+        String::from_utf8(bytes(&run.join("report.html")))
+            .unwrap()
+            .contains("<b>ERS ")
+    );
+    // Trained on: the report drops the old scores and says why.
+    let mut a = vec!["--resume"];
+    a.extend(["--epochs", "2", "--max-batches", "3", "--quiet"]);
+    let mut args = vec!["train", "--out", r, "--config", "quickstart"];
+    args.extend(a);
+    args.extend(["--set", "eval.nmi=false", "--set", "train.sampler.pairs=32"]);
+    expect(&rdml(&args), 0, &[]);
+    let page = String::from_utf8(bytes(&run.join("report.html"))).unwrap();
+    assert!(!page.contains("<b>ERS "), "stale ERS shown");
+    assert!(
+        page.contains("was computed on other weights") && page.contains(&digest),
+        "no stale note"
+    );
+    // Scored again: shown again.
+    expect(&rdml(&suite), 0, &["ERS"]);
+    assert!(
+        String::from_utf8(bytes(&run.join("report.html")))
+            .unwrap()
+            .contains("<b>ERS ")
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -79,7 +79,15 @@ pub fn write_run(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Pa
         page.metrics(m)?;
     }
     match read_robustness(dir)? {
-        Some((r, budget)) => page.robustness(&r, &budget)?,
+        Some((_, _, Some(stale))) => page.note(
+            "Robustness",
+            &format!(
+                "{ROBUSTNESS_FILE} was computed on other weights ({stale}): not shown. The run was \
+                 retrained or replaced since; `rdml robustness --model {}` scores this model.",
+                dir.display()
+            ),
+        ),
+        Some((r, budget, None)) => page.robustness(&r, &budget)?,
         None => page.note(
             "Robustness",
             &format!(
@@ -135,8 +143,10 @@ fn finished_run(dir: &Path) -> Result<RunReport> {
     Ok(run)
 }
 
-/// The suite's table, and its budget in words when recorded.
-fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String)>> {
+/// The suite's table, its budget in words when recorded, and why it is stale when it was
+/// computed on other weights than the run's model now (records from before the digest was
+/// recorded are taken as they are).
+fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String, Option<String>)>> {
     let p = dir.join(ROBUSTNESS_FILE);
     if !p.is_file() {
         return Ok(None);
@@ -149,7 +159,14 @@ fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String)>> {
         .with_context(|| format!("{}: no `table`", p.display()))?;
     let table =
         serde_json::from_value(t).with_context(|| format!("{}: `table` is not a robustness table", p.display()))?;
-    Ok(Some((table, budget_words(&v))))
+    let stale = match v.get("model_digest").and_then(|d| d.as_str()) {
+        Some(d) => {
+            let now = crate::run_dir::model_digest(dir)?;
+            (d != now).then(|| format!("its model was {d}, the run's is {now}"))
+        }
+        None => None,
+    };
+    Ok(Some((table, budget_words(&v), stale)))
 }
 
 /// The `compare` folder's report.

@@ -185,3 +185,22 @@ fn config_diff_names_the_keys() {
     assert_eq!(config_diff(a, b), vec!["loss.kind", "train.epochs"]);
     assert!(config_diff(a, a).is_empty());
 }
+
+/// A record is written only for the model it was computed on: once `model.safetensors`
+/// changes (a retraining finished meanwhile), the check refuses and says why.
+#[test]
+fn a_record_for_replaced_weights_is_refused() {
+    let d = scratch("digest");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("model.safetensors"), b"weights one").unwrap();
+    let digest = model_digest(&d).unwrap();
+    assert_eq!(digest, format!("crc32:{:08x}:11", crc32fast::hash(b"weights one")));
+    check_unchanged(&d, &digest, "robustness.json").unwrap();
+    std::fs::write(d.join("model.safetensors"), b"weights two").unwrap();
+    let e = check_unchanged(&d, &digest, "robustness.json").unwrap_err().to_string();
+    assert!(
+        e.contains("the model changed while this ran") && e.contains("robustness.json not written"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
