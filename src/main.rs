@@ -872,7 +872,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 attack.is_none() || split == rdml::embed::Split::Test,
                 "--attack attacks test items: use it with --split test"
             );
-            rdml::output::check_files(&rdml::embed::files(&out)?, overwrite).context("--out")?;
+            rdml::output::check_files(&rdml::embed::output_files(&out)?, overwrite).context("--out")?;
             let device = open_device(flag, &[], quiet)?;
             let digest = rdml::run_dir::model_digest(&model)?;
             let run_ = load_run(&model, data.as_deref(), &device)?;
@@ -899,7 +899,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 ("split", what.clone()),
                 ("rdml", env!("CARGO_PKG_VERSION").to_string()),
             ];
-            rdml::output::check_files(&rdml::embed::files(&out)?, overwrite).context("--out")?;
+            rdml::output::check_files(&rdml::embed::output_files(&out)?, overwrite).context("--out")?;
             rdml::embed::write(&out, &exported, &meta)?;
             println!(
                 "Wrote {} embeddings of dimension {} ({what}) to {}.",

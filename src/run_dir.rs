@@ -155,6 +155,15 @@ pub fn check_unchanged(dir: &Path, digest: &str, record: &str) -> Result<()> {
     Ok(())
 }
 
+/// Removes a file if it exists (never a folder, never through a link: the link goes).
+pub fn remove_file(p: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => bail!("{} is a folder; expected a file", p.display()),
+        Ok(_) => std::fs::remove_file(p).with_context(|| format!("cannot remove {}", p.display())),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Whether `dir` is an rdml run folder (its marker, or a `run.json` that rdml wrote).
 pub fn is_run_folder(dir: &Path) -> bool {
     dir.join(MARKER).exists() || run_json(dir).is_some()

@@ -280,6 +280,26 @@ fn save_examples_writes_each_adversarial_image_as_png() {
         let img = image::open(dir.join(e["file"].as_str().unwrap())).unwrap();
         assert_eq!((img.width(), img.height()), (28, 28));
     }
+    // Again with fewer queries: the folder holds exactly the new set (issue 28, family 7), and
+    // while a set is being written there is no index to mistake for it.
+    std::fs::write(dir.join("mine.png"), b"a user's file").unwrap();
+    let mut w = ExampleWriter::new(&dir, "NN-CW-PGD:0.5").unwrap();
+    assert!(
+        !dir.join("NN-CW-PGD_0.5-index.json").exists(),
+        "the old index goes first"
+    );
+    let setup = Setup::white_box(&ctx, &p, 4, 4, 0);
+    rdml::attack::suite::run_saving(&setup, attack("ES").unwrap().as_ref(), Some(&mut w)).unwrap();
+    assert_eq!(w.finish().unwrap(), 4);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (0..4).map(|i| format!("NN-CW-PGD_0.5-{i:06}.png")).collect();
+    want.extend(["NN-CW-PGD_0.5-index.json".to_string(), "mine.png".to_string()]);
+    want.sort();
+    assert_eq!(names, want);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

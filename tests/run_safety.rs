@@ -696,3 +696,45 @@ fn a_record_of_old_weights_is_not_shown_as_the_models() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `embed`'s `.npy` set carries a manifest, written last and removed first: a complete set
+/// verifies, an interrupted or mixed one is refused (issue 28, family 7).
+#[test]
+fn an_npy_set_is_complete_or_recognisably_not() {
+    let (d, run) = scratch_with_run("npyset", &[]);
+    let r = run.to_str().unwrap();
+    let e = d.join("e.npy");
+    expect(
+        &rdml(&["embed", "--model", r, "--out", e.to_str().unwrap()]),
+        0,
+        &["Wrote"],
+    );
+    rdml::embed::verify_set(&e).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&bytes(&d.join("e.set.json"))).unwrap();
+    assert_eq!(manifest["members"].as_array().unwrap().len(), 4);
+    assert!(manifest["meta"]["model_digest"].as_str().unwrap().starts_with("crc32:"));
+    // A member from another set: inconsistent.
+    let f = d.join("f.npy");
+    let trained_more = ["--split", "train"];
+    let mut a = vec!["embed", "--model", r, "--out", f.to_str().unwrap()];
+    a.extend(trained_more);
+    expect(&rdml(&a), 0, &["Wrote"]);
+    std::fs::copy(d.join("f.labels.npy"), d.join("e.labels.npy")).unwrap();
+    let err = rdml::embed::verify_set(&e).unwrap_err().to_string();
+    assert!(
+        err.contains("e.labels.npy: not the file") && err.contains("inconsistent"),
+        "{err}"
+    );
+    // No manifest (a write interrupted between its renames): incomplete.
+    std::fs::remove_file(d.join("e.set.json")).unwrap();
+    let err = rdml::embed::verify_set(&e).unwrap_err().to_string();
+    assert!(err.contains("no manifest: the set is incomplete"), "{err}");
+    // Rewritten whole with --overwrite: complete again.
+    expect(
+        &rdml(&["embed", "--model", r, "--out", e.to_str().unwrap(), "--overwrite"]),
+        0,
+        &["Wrote"],
+    );
+    rdml::embed::verify_set(&e).unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -33,21 +33,44 @@ pub struct ExampleWriter {
 }
 
 impl ExampleWriter {
-    /// Checks that `dir` can be written (making it) before any work.
+    /// Checks that `dir` can be written (making it) before any work. An earlier set of the same
+    /// attack loses its index first, so that until this one is finished the folder holds no
+    /// index that could describe a mix.
     pub fn new(dir: &Path, attack_spec: &str) -> Result<Self> {
         crate::report::check_writable(&dir.join("index.json")).context("--save-examples")?;
         let stem = attack_spec.replace(':', "_").replace('=', "-").replace('/', "_");
-        Ok(Self {
+        let w = Self {
             dir: dir.to_path_buf(),
             stem,
             saved: vec![],
-        })
+        };
+        crate::run_dir::remove_file(&w.index()).context("--save-examples")?;
+        Ok(w)
     }
 
-    /// Writes `ATTACK-index.json` and returns the number of images written.
+    fn index(&self) -> PathBuf {
+        self.dir.join(format!("{}-index.json", self.stem))
+    }
+
+    /// Whether `name` is one of this attack's images (`STEM-NNNNNN.png`).
+    fn is_ours(&self, name: &str) -> bool {
+        name.strip_prefix(&format!("{}-", self.stem))
+            .and_then(|r| r.strip_suffix(".png"))
+            .is_some_and(|n| n.len() == 6 && n.bytes().all(|b| b.is_ascii_digit()))
+    }
+
+    /// Removes the images of earlier sets of this attack that this one did not write, then
+    /// writes `ATTACK-index.json`, last: the folder then holds exactly the set the index lists.
+    /// Returns the number of images written.
     pub fn finish(self) -> Result<usize> {
-        let path = self.dir.join(format!("{}-index.json", self.stem));
-        write_json(&path, &self.saved)?;
+        let kept: std::collections::HashSet<&str> = self.saved.iter().map(|e| e.file.as_str()).collect();
+        for e in std::fs::read_dir(&self.dir).with_context(|| format!("cannot read {}", self.dir.display()))? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if self.is_ours(&name) && !kept.contains(name.as_str()) {
+                crate::run_dir::remove_file(&self.dir.join(&name))?;
+            }
+        }
+        write_json(&self.index(), &self.saved)?;
         Ok(self.saved.len())
     }
 }
