@@ -302,5 +302,50 @@ fn image_sizes_have_limits() {
             .unwrap_err()
     );
     assert!(err.contains("GiB of input alone"), "{err}");
+    let err = format!(
+        "{:#}",
+        rdml::config::Experiment::load(
+            "synthetic-two-gaussians",
+            &["data.synthetic.train=1000000000000".into()]
+        )
+        .unwrap_err()
+    );
+    assert!(
+        err.contains("data.synthetic: 1000000000000 train") && err.contains("beyond rdml's limit"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(root);
+}
+
+/// Cars196's `relative_im_path` stays inside the data folder too: the fixture with its first
+/// paths rewritten to climb out is refused, naming the annotation (issue 28, family 4).
+#[test]
+fn cars_paths_never_leave_the_data_folder() {
+    use std::io::{Read, Write};
+    let good = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cars_annos.mat")).unwrap();
+    // The first element is compressed (miCOMPRESSED = 15): inflate it, rewrite, deflate.
+    let size = u32::from_le_bytes(good[132..136].try_into().unwrap()) as usize;
+    assert_eq!(u32::from_le_bytes(good[128..132].try_into().unwrap()), 15);
+    let mut plain = vec![];
+    flate2::read::ZlibDecoder::new(&good[136..136 + size])
+        .read_to_end(&mut plain)
+        .unwrap();
+    let at = plain.windows(8).position(|w| w == b"car_ims/").unwrap();
+    plain[at..at + 8].copy_from_slice(b"../ims/x");
+    let mut z = flate2::write::ZlibEncoder::new(vec![], flate2::Compression::default());
+    z.write_all(&plain).unwrap();
+    let packed = z.finish().unwrap();
+    let mut bad = good[..128].to_vec();
+    bad.extend(15u32.to_le_bytes());
+    bad.extend((packed.len() as u32).to_le_bytes());
+    bad.extend(&packed);
+    bad.extend(&good[136 + size..]);
+    let root = tmp("escape-cars");
+    std::fs::write(root.join("cars_annos.mat"), bad).unwrap();
+    let err = format!("{:#}", cfg(DatasetKind::Cars, &root).load(0).unwrap_err());
+    assert!(
+        err.contains("relative_im_path") && err.contains("leaves the data folder"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(root);
 }

@@ -484,6 +484,17 @@ fn output_options_never_clobber() {
             &["--out: ", "is a file of the rdml run in", "choose another name"],
         );
     }
+    let o = rdml(&[
+        "bench-step",
+        "--config",
+        "quickstart",
+        "--steps",
+        "1",
+        "--out",
+        &at("run.json"),
+        "--overwrite",
+    ]);
+    expect(&o, 1, &["is a file of the rdml run in"]);
     let after: Vec<Vec<u8>> = own.iter().map(|f| bytes(&run.join(f))).collect();
     assert_eq!(before, after, "a run's own files are untouched");
 

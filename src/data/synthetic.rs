@@ -33,6 +33,7 @@ impl Default for SyntheticConfig {
 
 impl SyntheticConfig {
     pub fn validate(&self) -> Result<()> {
+        const MAX_BYTES: u64 = 16 << 30;
         ensure!(
             self.shape.iter().all(|&d| d > 0),
             "data.synthetic.shape entries must be > 0"
@@ -44,6 +45,21 @@ impl SyntheticConfig {
         ensure!(
             self.train >= 4 && self.test >= 4,
             "data.synthetic.train and .test must be ≥ 4"
+        );
+        // The points are held in memory as f32: a bound that fails here, not in an allocation
+        // that aborts the process (a shape or a count with extra zeros).
+        let per: u64 = self.shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        let bytes = per
+            .saturating_mul(self.train as u64 + self.test as u64)
+            .saturating_mul(4);
+        ensure!(
+            bytes <= MAX_BYTES,
+            "data.synthetic: {} train + {} test points of shape {:?} take {} GiB, beyond rdml's limit of {} GiB",
+            self.train,
+            self.test,
+            self.shape,
+            bytes >> 30,
+            MAX_BYTES >> 30
         );
         Ok(())
     }
