@@ -69,7 +69,7 @@ fn a_triplet_step_reads_its_loss_alone() {
     assert_eq!(reads, 3);
 }
 
-/// ACT's 2 or 8 PGD steps read the same: nothing per step.
+/// ACT's 2 or 8 PGD steps read the same: nothing per step, its loss once.
 #[test]
 fn an_act_step_reads_the_same_whatever_its_pgd_steps() {
     set_stop_check_every(Some(GPU_STOP_CHECK));
@@ -77,8 +77,9 @@ fn an_act_step_reads_the_same_whatever_its_pgd_steps() {
     let (_, two, _) = step(&[&act(2)]);
     let (_, eight, _) = step(&[&act(8)]);
     assert_eq!(two, eight);
-    // The clean embeddings (for mining, on the host) and the loss.
-    assert_eq!(two, 2);
+    // Its loss alone: random negatives need no embeddings on the host, and the diagnostics
+    // wait on the device for the epoch's end.
+    assert_eq!(two, 1);
 }
 
 /// HM stops its PGD on the device (robrank's saturation test): a GPU reads the flag once per

@@ -9,14 +9,14 @@ use crate::attack::objective::shift::EmbeddingShift;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
 
 /// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings.
-pub fn perturb(cfg: &DefenseConfig, net: &EmbeddingNet, x: &Tensor<4>, clean: &[f32], dim: usize) -> Result<Tensor<4>> {
-    let n = clean.len() / dim.max(1);
-    let reference = Tensor::<2>::from_data(TensorData::new(clean.to_vec(), [n, dim]), &x.device());
-    let obj = EmbeddingShift { clean: reference };
+pub fn perturb(cfg: &DefenseConfig, net: &EmbeddingNet, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
+    let obj = EmbeddingShift {
+        clean: clean.clone().detach(),
+    };
     engine::attack(net, 0, x, None, &obj, &cfg.pgd(), 0)
 }
 
@@ -38,8 +38,7 @@ pub fn outer(
         .triplets
         .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels));
     let (distance, margin) = super::triplet_params(loss_cfg);
-    let clean = pert.clean_tensor(&emb.device());
-    let diag = diagnostics::batch_on_device(&clean, &tr, distance, Some((&emb, &tr, margin)));
+    let diag = diagnostics::batch_on_device(&pert.clean.emb, &tr, distance, Some((&emb, &tr, margin)));
     Ok(DefendedLoss {
         loss: out.loss,
         adv_loss,

@@ -145,14 +145,13 @@ pub fn regularised(
     cfg: &DefenseConfig,
     net: &EmbeddingNet,
     x: &Tensor<4>,
-    clean: &[f32],
-    dim: usize,
+    clean: &Tensor<2>,
     distance: Distance,
     lambda: f32,
     first: Tensor<4>,
 ) -> Result<(Tensor<2>, Tensor<1>)> {
     let xb = x.clone().without_autodiff();
-    let z = super::est::perturb(cfg, net, &xb, clean, dim)?;
+    let z = super::est::perturb(cfg, net, &xb, clean)?;
     let (m, n) = (first.dims()[0], xb.dims()[0]);
     let all = net.forward(Tensor::cat(
         vec![first, z, xb].into_iter().map(|v| v.autodiff()).collect(),
@@ -180,8 +179,7 @@ pub fn regularized_outer(
         cfg,
         net,
         x,
-        &pert.clean,
-        pert.dim,
+        &pert.clean.emb,
         distance,
         c.lambda,
         pert.adversarial.clone(),

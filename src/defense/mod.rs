@@ -86,21 +86,52 @@ pub struct DefendedLoss {
 /// defenses the rows are the stacked `[a, p, n]` of `triplets`; for EST the batch itself.
 pub struct Perturbed {
     pub triplets: Option<Triplets>,
-    /// Clean evaluation-mode embeddings of the batch (host, `[n, dim]`), used for mining.
-    pub clean: Vec<f32>,
+    /// Clean evaluation-mode embeddings of the batch, used for mining and the diagnostics.
+    pub clean: Clean,
     pub dim: usize,
     pub original: Tensor<4>,
     pub adversarial: Tensor<4>,
 }
 
-impl Perturbed {
-    /// The clean embeddings as a tensor on `device` (an upload, no read).
-    pub fn clean_tensor(&self, device: &burn::tensor::Device) -> Tensor<2> {
-        let n = self.clean.len() / self.dim.max(1);
-        Tensor::<2>::from_data(
-            burn::tensor::TensorData::new(self.clean.clone(), [n, self.dim]),
-            &device.clone().without_autodiff(),
-        )
+/// The batch's clean evaluation-mode embeddings (robrank mines on the model's current
+/// embeddings before perturbing): on the device, read back only by what needs them on the host
+/// (a distance-based miner, HM's hardness, the shift-based defenses), once.
+pub struct Clean {
+    pub emb: Tensor<2>,
+    host: std::cell::OnceCell<Vec<f32>>,
+}
+
+impl Clean {
+    pub fn of(net: &EmbeddingNet, x: &Tensor<4>) -> Self {
+        use burn::module::Module;
+        Self {
+            emb: net.valid().forward(x.clone().without_autodiff()),
+            host: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.emb.dims()[1]
+    }
+
+    /// The host copy, read on first use.
+    pub fn host(&self) -> Result<&[f32]> {
+        if self.host.get().is_none() {
+            let v = crate::host::read(&self.emb)?;
+            let _ = self.host.set(v);
+        }
+        Ok(self.host.get().map_or(&[][..], |v| v.as_slice()))
+    }
+
+    /// The loss's triplets: a random-negative miner needs no embeddings, the others the host
+    /// copy.
+    fn mine(&self, loss_cfg: &LossConfig, labels: &[u32], rng: &mut ChaCha8Rng) -> Result<Triplets> {
+        let rows = if loss_cfg.tuple_miner() == loss::miner::Miner::Random {
+            &[][..]
+        } else {
+            self.host()?
+        };
+        loss::mine_triplets(loss_cfg, rows, self.dim(), labels, rng)
     }
 }
 
@@ -115,16 +146,26 @@ pub fn perturb(
     rng: &mut ChaCha8Rng,
 ) -> Result<Perturbed> {
     use formulations::Formulation::{Joint, PerSample, Regularized};
-    let (clean, dim) = clean_host(net, x)?;
+    let clean = Clean::of(net, x);
+    let dim = clean.dim();
     let x = x.clone().without_autodiff();
     let (distance, _) = triplet_params(loss_cfg);
     let (tr, objective, movable): (Triplets, Box<dyn Objective>, Vec<bool>) = match cfg {
         DefenseConfig::Mdprop(_) | DefenseConfig::Advprop(_) | DefenseConfig::Est(_) => {
             let adversarial = if let DefenseConfig::Est(_) = cfg {
-                est::perturb(cfg, net, &x, &clean, dim)?
+                est::perturb(cfg, net, &x, &clean.emb)?
             } else {
                 // The first generated distribution (the others differ only in their objective).
-                let generated = mdprop::generate(cfg, &cfg.distributions(), net, &x, (&clean, dim), labels, None, rng)?;
+                let generated = mdprop::generate(
+                    cfg,
+                    &cfg.distributions(),
+                    net,
+                    &x,
+                    (clean.host()?, dim),
+                    labels,
+                    None,
+                    rng,
+                )?;
                 generated.into_iter().next().unwrap_or_else(|| x.clone())
             };
             return Ok(Perturbed {
@@ -136,23 +177,25 @@ pub fn perturb(
             });
         }
         DefenseConfig::Madry(_) => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
+            let tr = clean.mine(loss_cfg, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = layout.movable(true, true, true);
             (tr, Box::new(madry::MaxHardness { layout, distance }), movable)
         }
         DefenseConfig::Act(_) => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
+            let tr = clean.mine(loss_cfg, labels, rng)?;
             let layout = TripletLayout { t: tr.len() };
             let movable = layout.movable(false, true, true);
             (tr, Box::new(act::Collapse { layout, distance }), movable)
         }
-        DefenseConfig::CaTride(c) => ca_tride::plan(c, loss_cfg, (&clean, dim), labels, state, &x.device(), rng)?,
+        DefenseConfig::CaTride(c) => {
+            ca_tride::plan(c, loss_cfg, (clean.host()?, dim), labels, state, &x.device(), rng)?
+        }
         DefenseConfig::PositivePerturbation(_)
         | DefenseConfig::Formulation1(_)
         | DefenseConfig::Formulation2(_)
         | DefenseConfig::Formulation3(_) => {
-            let tr = loss::mine_triplets(loss_cfg, &clean, dim, labels, rng)?;
+            let tr = clean.mine(loss_cfg, labels, rng)?;
             let (original, adversarial) = match cfg {
                 DefenseConfig::PositivePerturbation(c) => {
                     positive_perturbation::perturb(cfg, c, loss_cfg, net, &x, &tr, rng)?
@@ -170,7 +213,7 @@ pub fn perturb(
             });
         }
         DefenseConfig::Hm(c) => {
-            let (tr, obj) = hm::plan(c, loss_cfg, &clean, dim, labels, state, &x.device(), rng)?;
+            let (tr, obj) = hm::plan(c, loss_cfg, clean.host()?, dim, labels, state, &x.device(), rng)?;
             let movable = TripletLayout { t: tr.len() }.movable(true, true, true);
             (tr, obj, movable)
         }
@@ -290,8 +333,7 @@ pub(crate) fn tuple_outcome(
     let empty = Triplets::default();
     let tr = pert.triplets.as_ref().unwrap_or(&empty);
     let stacked = TripletLayout { t: tr.len() }.stacked();
-    let clean = pert.clean_tensor(&emb.device());
-    let diag = diagnostics::batch_on_device(&clean, tr, distance, Some((&emb, &stacked, margin)));
+    let diag = diagnostics::batch_on_device(&pert.clean.emb, tr, distance, Some((&emb, &stacked, margin)));
     let adv_loss = main.clone().detach().without_autodiff();
     let loss = match extra {
         Some(e) => main + e,

@@ -359,6 +359,19 @@ pub struct LossOutput {
     pub triplets: Option<Triplets>,
 }
 
+impl LossConfig {
+    /// The miner [`mine_triplets`] uses for this loss (random negatives for the losses that
+    /// mine none of their own).
+    pub fn tuple_miner(&self) -> Miner {
+        match self {
+            LossConfig::Triplet { miner, .. }
+            | LossConfig::Contrastive { miner, .. }
+            | LossConfig::Margin { miner, .. } => *miner,
+            _ => Miner::Random,
+        }
+    }
+}
+
 /// Mines triplets on detached embeddings with the loss's miner.
 pub fn mine_triplets(
     cfg: &LossConfig,
@@ -434,19 +447,7 @@ pub fn compute_given(
 ) -> Result<LossOutput> {
     let [n, dim] = emb.dims();
     debug_assert_eq!(n, labels.len());
-    let random = matches!(
-        cfg,
-        LossConfig::Triplet {
-            miner: Miner::Random,
-            ..
-        } | LossConfig::Contrastive {
-            miner: Miner::Random,
-            ..
-        } | LossConfig::Margin {
-            miner: Miner::Random,
-            ..
-        }
-    );
+    let random = cfg.tuple_miner() == Miner::Random;
     let mined = |rng: &mut ChaCha8Rng| -> Result<Triplets> {
         match host {
             Some(h) => mine_triplets(cfg, h, dim, labels, rng),
