@@ -32,6 +32,16 @@ if [ -z "${CUDA_PATH:-}" ] && [ ! -f /usr/local/cuda/include/cuda_fp16.h ] && co
 fi
 out=bench/out/gpu; rm -rf "$out"; mkdir -p "$out"
 $bin devices | tee "$out/devices.txt"
+# First the numbers: each GPU route against the CPU (tests/vulkan.rs, relative error ≤ 1e-3),
+# one test at a time. The test that runs the rdml binary by its build path is skipped here.
+if [ -f "$dir/gpu-tests.xz" ]; then
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$dir/gpu-tests.xz" /tmp/rdml-gpu-tests
+    chmod +x /tmp/rdml-gpu-tests
+    for d in $devices; do
+        echo "equivalence tests on $d:"
+        RDML_GPU=$d /tmp/rdml-gpu-tests --test-threads=1 --skip a_missing_driver_or_adapter 2>&1 | tee "$out/tests-$d.txt" | grep -E "^test |test result" || true
+    done
+fi
 
 used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 # measure NAME CMD...: wall seconds and peak memory (MiB above the idle reading) of CMD.

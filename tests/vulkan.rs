@@ -1,9 +1,12 @@
-//! The Vulkan device gives the Flex results: forward and backward passes of C2F2 and a ResNet, a
+//! A GPU device gives the Flex results: forward and backward passes of C2F2 and a ResNet, a
 //! PGD step, an ACT defense step, an Adam step, and a model trained on one device evaluated on
-//! the other. Built with `--features vulkan`; CI runs them on Mesa's lavapipe, one test at a
+//! the other. Built with `--features vulkan` or `--features cuda`; the device is `RDML_GPU`
+//! (`vulkan`, the default, `cuda`, `cuda:N`, …). CI runs them on Mesa's lavapipe, one test at a
 //! time: two threads driving one wgpu device at once sometimes gave a ResNet forward pass wrong
 //! results (not seen with one thread, which is how the rdml binary drives its device).
-#![cfg(feature = "vulkan")]
+//! `bench/gpu_prepare.sh` packs this test binary, and `bench/gpu.sh` runs it on CUDA and on
+//! Vulkan before it measures anything.
+#![cfg(any(feature = "vulkan", feature = "cuda"))]
 
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
@@ -28,8 +31,12 @@ fn gpu() -> Device {
     // SAFETY: set once, before this test opens the device, from the only thread that runs
     // (CI runs these tests with --test-threads=1).
     ENV.call_once(|| unsafe { std::env::set_var("BURN_DEVICE", "flex") });
-    let s = select(DeviceChoice::Vulkan(None)).expect("a Vulkan device (CI installs Mesa's lavapipe)");
-    eprintln!("vulkan device: {}", s.description);
+    let choice: DeviceChoice = std::env::var("RDML_GPU")
+        .unwrap_or_else(|_| "vulkan".into())
+        .parse()
+        .expect("RDML_GPU: a device name");
+    let s = select(choice).unwrap_or_else(|e| panic!("{choice}: {e:#} (CI installs Mesa's lavapipe for vulkan)"));
+    eprintln!("gpu device: {}", s.description);
     s.device
 }
 
@@ -312,6 +319,7 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+#[cfg(feature = "vulkan")]
 #[test]
 fn a_missing_driver_or_adapter_is_an_error_not_a_panic() {
     let e = select(DeviceChoice::Vulkan(Some(99))).unwrap_err().to_string();

@@ -297,5 +297,8 @@ mod tests {
         let a = out_of_memory_advice("An out-of-memory error happened during launch: OutOfMemory { size: 1 }");
         assert!(a.unwrap().contains("lower the batch size"));
         assert!(out_of_memory_advice("shape mismatch").is_none());
+        // The CUDA driver's spelling.
+        assert!(out_of_memory_advice("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")").is_some());
+        assert!(out_of_memory_advice("CUDA_ERROR_OUT_OF_MEMORY").is_some());
     }
 }
