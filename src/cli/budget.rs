@@ -1,0 +1,115 @@
+//! The attack budget options shared by `attack`, `robustness`, `compare` and `embed --attack`.
+
+use anyhow::{Context as _, Result};
+use rdml::attack::suite::Context;
+
+pub fn attack_help() -> String {
+    format!(
+        "The attack: a name, with a value or KEY=VALUE pairs after ':' (robrank's spec strings such as \
+         CA:pm=+:W=1:eps=0.03137:alpha=0.011764:pgditer=32 are read, their budget keys included).\n{}",
+        rdml::attack::registry::help(rdml::attack::registry::ATTACKS)
+    )
+}
+
+pub fn profile_help() -> String {
+    format!(
+        "The attack budget; --eps, --step, --steps, --norm and --random-start change it.\n{}",
+        rdml::attack::profile::help()
+    )
+}
+
+pub fn method_help() -> String {
+    format!(
+        "How the adversarial images are made.\n{}",
+        rdml::attack::registry::help(rdml::attack::registry::METHODS)
+    )
+}
+
+/// Attack budget options shared by `attack`, `robustness` and `compare`.
+#[derive(clap::Args)]
+pub struct Budget {
+    /// L∞ (or L2) radius in pixel units [0, 1] (default: the profile's).
+    #[arg(long, allow_negative_numbers = true)]
+    pub eps: Option<f32>,
+    /// PGD step (default: the profile's).
+    #[arg(long, allow_negative_numbers = true)]
+    pub step: Option<f32>,
+    /// PGD iterations (default: the profile's).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// The norm of the budget (default linf).
+    #[arg(long, value_parser = ["linf", "l2"])]
+    pub norm: Option<String>,
+    /// Start each attack from a uniformly random point of the ball.
+    #[arg(long)]
+    pub random_start: bool,
+    /// How the adversarial images are made: white-box, nes or universal (--help says more).
+    #[arg(long, default_value = "white-box", long_help = method_help())]
+    pub method: String,
+    /// Number of test items used as queries (candidates for CA), from the start of the test split.
+    #[arg(long, default_value_t = 1024)]
+    pub queries: usize,
+    /// Items attacked at once.
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
+    /// Seed of the attacks' selections and random starts.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Reproduce robrank's GTM target index and LTM self mask (both bugs there).
+    #[arg(long)]
+    pub robrank_compat: bool,
+}
+
+impl Budget {
+    /// The profile's budget changed by the options, and by a robrank spec's keys (which must
+    /// agree with the options where both are given).
+    pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
+        use rdml::attack::engine::Norm;
+        fn both<T: PartialEq + std::fmt::Display + Copy>(
+            flag: Option<T>,
+            key: Option<T>,
+            what: &str,
+        ) -> Result<Option<T>> {
+            match (flag, key) {
+                (Some(f), Some(k)) if f != k => {
+                    anyhow::bail!("--{what} {f} and the attack spec's value {k} disagree: give one")
+                }
+                (f, k) => Ok(f.or(k)),
+            }
+        }
+        anyhow::ensure!(self.queries >= 1, "--queries must be ≥ 1");
+        anyhow::ensure!(self.batch >= 1, "--batch must be ≥ 1");
+        let o = rdml::attack::profile::Overrides {
+            eps: both(self.eps, spec.eps, "eps")?,
+            step: both(self.step, spec.step, "step")?,
+            steps: both(self.steps, spec.steps, "steps")?,
+            norm: self
+                .norm
+                .as_deref()
+                .map(|n| if n == "l2" { Norm::L2 } else { Norm::Linf }),
+            random_start: self.random_start,
+        };
+        let pgd = rdml::attack::profile::profile(profile).context("--profile")?.pgd(&o);
+        pgd.validate_as("--")?;
+        Ok(pgd)
+    }
+
+    pub fn setup<'a>(
+        &self,
+        target: &'a Context,
+        attacker: &'a Context,
+        method: &'a dyn rdml::attack::method::Method,
+        pgd: rdml::attack::engine::Pgd,
+    ) -> rdml::attack::suite::Setup<'a> {
+        rdml::attack::suite::Setup {
+            target,
+            attacker,
+            method,
+            pgd,
+            queries: self.queries,
+            batch: self.batch,
+            seed: self.seed,
+            progress: false,
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The command line: the clap types, one file per family of commands (each parses its
+//! arguments and calls the library), and the policies they share (the device line, the health
+//! verdict, the report refresh).
+
+mod attack;
+mod budget;
+mod compare;
+mod embed;
+mod eval;
+mod misc;
+mod train;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use rdml::attack::suite::Context;
+use rdml::config::Experiment;
+
+#[derive(Parser)]
+#[command(
+    name = "rdml",
+    version,
+    about = "Robust deep metric learning: train, evaluate, attack and harden embedding models"
+)]
+pub struct Cli {
+    /// Where to compute: cpu, cuda (CUDA device 0), cuda:N, vulkan (the most capable Vulkan
+    /// adapter), vulkan:N (the N-th of `rdml devices`) or auto (CUDA, else a Vulkan GPU, else
+    /// the CPU). Default: `train.device` of the config, else cpu. GPU devices need a build with
+    /// `--features cuda` or `--features vulkan`.
+    #[arg(long, global = true, value_name = "DEVICE")]
+    pub device: Option<String>,
+    /// Print only results and errors: no progress bars, no device line, no per-attack lines.
+    #[arg(long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Train the small CNN on Fashion-MNIST (shipped inside rdml) and print its retrieval metrics.
+    Quickstart(train::QuickstartArgs),
+    /// Train a model from an experiment config (a TOML file or a preset name); writes the run
+    /// folder and its report.html.
+    Train(train::TrainArgs),
+    /// Train (or load) each config under --out/<name>, run the robustness suite on each, and write
+    /// one table: clean R@1, MAP@R, NMI, ERS, ARS, training time (compare.md, compare.json,
+    /// report.html).
+    Compare(compare::CompareArgs),
+    /// Embed a trained model's test split and print its metrics.
+    Eval(eval::EvalArgs),
+    /// Run one attack on the test split of a trained model and print its score(s).
+    Attack(attack::AttackArgs),
+    /// Run robrank's ERS suite (nine attacks, ten columns), print ERS and ARS, and add them to
+    /// the run folder (robustness.json, report.html).
+    Robustness(attack::RobustnessArgs),
+    /// Write a trained model's embeddings, labels and item ids to a file (safetensors, NumPy
+    /// .npz, or .npy), ready for faiss or a vector database.
+    Embed(embed::EmbedArgs),
+    /// Write report.html of a run folder or a `compare` folder: one self-contained page with the
+    /// training curves, the metrics, the robustness terms and a retrieval grid.
+    Report(misc::ReportArgs),
+    /// List the presets, or print one.
+    Presets(misc::PresetsArgs),
+    /// List the devices this build and this machine offer for --device.
+    Devices,
+    /// Time training steps of a config (its defense included) on --device: the mean wall time
+    /// of --steps steps after one warm-up step, on the config's first batch.
+    BenchStep(misc::BenchStepArgs),
+}
+
+/// How a command ended when it did not fail.
+pub enum Outcome {
+    Done,
+    /// A model that collapsed or ranks at chance: its numbers were printed, with the verdict.
+    Unhealthy,
+}
+
+/// The exit status of a command whose model is not usable (README "Exit status").
+pub const UNHEALTHY_EXIT: i32 = 3;
+
+fn outcome(healthy: bool) -> Outcome {
+    if healthy { Outcome::Done } else { Outcome::Unhealthy }
+}
+
+/// Prints the verdict of an evaluation when it is not healthy; returns whether it is.
+fn report_health(m: &rdml::eval::Metrics) -> bool {
+    match m.health {
+        Some(h) if !h.verdict.is_healthy() => {
+            eprintln!("warning: the model is {}", h.verdict.describe(&h));
+            false
+        }
+        _ => true,
+    }
+}
+
+/// The attacking context of a transfer attack: `dir`'s model on the attacked run's test images.
+fn surrogate_context(
+    dir: Option<&std::path::Path>,
+    set: &rdml::data::ImageSet,
+    device: &burn::tensor::Device,
+    robrank_compat: bool,
+) -> Result<Option<Context>> {
+    let Some(dir) = dir else { return Ok(None) };
+    let (_, net) = rdml::train::load_model(dir, set.item_shape(), device).context("--surrogate")?;
+    Ok(Some(Context::new(&net, set, device, robrank_compat)?))
+}
+
+/// Opens the device ([`rdml::device::open`]'s policy) and says which it took.
+fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Result<burn::tensor::Device> {
+    let named: Vec<_> = configs.iter().map(|e| e.train.device).collect();
+    let s = rdml::device::open(flag, &named)?;
+    if !quiet {
+        eprintln!("device: {}", s.description);
+    }
+    Ok(s.device)
+}
+
+fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) -> Vec<String> {
+    let mut v = set.to_vec();
+    if let Some(e) = epochs {
+        v.push(format!("train.epochs={e}"));
+    }
+    if let Some(m) = max_batches {
+        v.push(format!("train.max_batches={m}"));
+    }
+    v
+}
+
+/// Writes `dir`'s report.html after a command that changed what it shows. A failure is a
+/// warning: the command's own results are already written.
+fn refresh_report(dir: &std::path::Path, data: Option<&std::path::Path>, device: &burn::tensor::Device, quiet: bool) {
+    let opts = rdml::html::ReportOptions {
+        data: data.map(|d| d.to_path_buf()),
+        ..Default::default()
+    };
+    match rdml::html::write(dir, &opts, device) {
+        Ok(p) if !quiet => eprintln!("report: {}", p.display()),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: {}/report.html not written: {e:#}", dir.display()),
+    }
+}
+
+/// Runs the command `cli` names.
+pub fn run(cli: Cli) -> Result<Outcome> {
+    let flag = cli.device.as_deref();
+    let quiet = cli.quiet;
+    if flag.is_some() && matches!(cli.cmd, Cmd::Presets { .. } | Cmd::Devices) {
+        anyhow::bail!("--device applies to the commands that compute, not to `presets` or `devices`");
+    }
+    match cli.cmd {
+        Cmd::Quickstart(a) => train::quickstart(a, flag, quiet),
+        Cmd::Train(a) => train::train(a, flag, quiet),
+        Cmd::Compare(a) => compare::compare(a, flag, quiet),
+        Cmd::Eval(a) => eval::eval(a, flag, quiet),
+        Cmd::Attack(a) => attack::attack(a, flag, quiet),
+        Cmd::Robustness(a) => attack::robustness(a, flag, quiet),
+        Cmd::Embed(a) => embed::embed(a, flag, quiet),
+        Cmd::Report(a) => misc::report(a, flag, quiet),
+        Cmd::Presets(a) => misc::presets(a),
+        Cmd::Devices => misc::devices(),
+        Cmd::BenchStep(a) => misc::bench_step(a, flag, quiet),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// `--help` says what every option of every command does.
+    #[test]
+    fn every_option_has_help() {
+        let root = Cli::command();
+        let mut missing = vec![];
+        for cmd in std::iter::once(&root).chain(root.get_subcommands()) {
+            for a in cmd.get_arguments() {
+                if a.get_help().is_none()
+                    && a.get_long_help().is_none()
+                    && a.get_id() != "help"
+                    && a.get_id() != "version"
+                {
+                    missing.push(format!("{} --{}", cmd.get_name(), a.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "options without help: {missing:?}");
+        Cli::command().debug_assert();
+    }
+}
