@@ -7,12 +7,12 @@
 
 use crate::attack::engine::Pgd;
 use crate::attack::score::MeanStd;
-use crate::attack::suite::{Context, Setup, robustness};
+use crate::attack::suite::{Setup, robustness};
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
 use crate::report::write_atomic;
 use crate::run_dir::{Found, config_diff, inspect};
-use crate::train::{RunReport, TrainOptions, load_run, train};
+use crate::train::{RunReport, TrainOptions, train};
 use anyhow::{Context as _, Result};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -221,9 +221,9 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
             .final_metrics
             .clone()
             .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
-        let digest = crate::run_dir::model_digest(&dir)?;
-        let run = load_run(&dir, None, device)?;
-        let ctx = Context::new(&run.net, &run.test.query, device, false)?.with_distance(run.exp.loss.distance());
+        let target = crate::target::Target::open(&dir, None, 0, device)?;
+        let digest = &target.digest;
+        let ctx = target.context(device, false)?;
         let setup = Setup {
             method: method.as_ref(),
             progress: opts.progress,
@@ -231,7 +231,7 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
         };
         let r = robustness(&setup)?;
         // The run's own copy, as `rdml robustness` writes it: its report shows the terms.
-        crate::run_dir::check_unchanged(&dir, &digest, crate::html::ROBUSTNESS_FILE)?;
+        crate::run_dir::check_unchanged(&dir, digest, crate::html::ROBUSTNESS_FILE)?;
         crate::report::write_json(
             &dir.join(crate::html::ROBUSTNESS_FILE),
             &serde_json::json!({"model": dir, "model_digest": digest, "method": opts.method, "pgd": opts.pgd, "queries": opts.queries, "seed": opts.seed, "table": r}),

@@ -21,6 +21,7 @@ pub mod progress;
 pub mod quickstart;
 pub mod report;
 pub mod run_dir;
+pub mod target;
 pub mod train;
 
 /// The CPU device (burn's Flex backend, rdml's own kernels). Named explicitly rather than

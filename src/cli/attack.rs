@@ -3,9 +3,8 @@
 use super::budget::{Budget, attack_help, profile_help};
 use super::{Outcome, open_device, refresh_report, surrogate_context};
 use anyhow::{Context as _, Result};
-use rdml::attack::suite::{Context, robustness as suite_robustness};
+use rdml::attack::suite::robustness as suite_robustness;
 use rdml::report::write_json;
-use rdml::train::load_run;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -71,12 +70,9 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
         .map(|d| rdml::attack::examples::ExampleWriter::new(d, &unit.spec()))
         .transpose()?;
     let device = open_device(flag, &[], json || quiet)?;
-    let mut run_ = load_run(&model, data.as_deref(), &device)?;
-    if bn_set != 0 {
-        run_.net = run_.net.with_inference_bn_set(bn_set).context("--bn-set")?;
-    }
-    let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
-        .with_distance(run_.exp.loss.distance());
+    let target = rdml::target::Target::open(&model, data.as_deref(), bn_set, &device)?;
+    let run_ = &target.run;
+    let ctx = target.context(&device, budget.robrank_compat)?;
     let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
     let setup = rdml::attack::suite::Setup {
         progress: !quiet && !json,
@@ -194,10 +190,9 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
         rdml::output::check(o, overwrite).context("--out")?;
     }
     let device = open_device(flag, &[], quiet)?;
-    let digest = rdml::run_dir::model_digest(&model)?;
-    let run_ = load_run(&model, data.as_deref(), &device)?;
-    let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
-        .with_distance(run_.exp.loss.distance());
+    let target = rdml::target::Target::open(&model, data.as_deref(), 0, &device)?;
+    let (run_, digest) = (&target.run, &target.digest);
+    let ctx = target.context(&device, budget.robrank_compat)?;
     if !ctx.clean.is_normalized() {
         eprintln!(
             "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
@@ -248,7 +243,7 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     if let Some(o) = out {
         rdml::output::write_json(&o, &j, overwrite).context("--out")?;
     }
-    rdml::run_dir::check_unchanged(&model, &digest, rdml::html::ROBUSTNESS_FILE)?;
+    rdml::run_dir::check_unchanged(&model, digest, rdml::html::ROBUSTNESS_FILE)?;
     match write_json(&model.join(rdml::html::ROBUSTNESS_FILE), &j) {
         Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
         Err(e) => eprintln!("warning: the run folder's robustness.json not written: {e:#}"),

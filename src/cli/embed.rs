@@ -3,8 +3,6 @@
 use super::budget::{Budget, attack_help, profile_help};
 use super::{Outcome, open_device};
 use anyhow::{Context as _, Result};
-use rdml::attack::suite::Context;
-use rdml::train::load_run;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -55,15 +53,14 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
     );
     rdml::output::check_files(&rdml::embed::output_files(&out)?, overwrite).context("--out")?;
     let device = open_device(flag, &[], quiet)?;
-    let digest = rdml::run_dir::model_digest(&model)?;
-    let run_ = load_run(&model, data.as_deref(), &device)?;
+    let target = rdml::target::Target::open(&model, data.as_deref(), 0, &device)?;
+    let run_ = &target.run;
     let (exported, what) = match &attack {
         Some(spec) => {
             let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(spec)?;
             let pgd = budget.pgd(&profile, spec_budget)?;
             let method = rdml::attack::registry::method(&budget.method)?;
-            let ctx = Context::new(&run_.net, &run_.test.query, &device, budget.robrank_compat)?
-                .with_distance(run_.exp.loss.distance());
+            let ctx = target.context(&device, budget.robrank_compat)?;
             let setup = rdml::attack::suite::Setup {
                 progress: !quiet,
                 ..budget.setup(&ctx, &ctx, method.as_ref(), pgd)
@@ -72,11 +69,11 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
             let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;
             (sink.out, format!("{} test items attacked by {}", r.queries, r.attack))
         }
-        None => rdml::embed::embed_split(&run_, split, &device)?,
+        None => rdml::embed::embed_split(run_, split, &device)?,
     };
     let meta = [
         ("model", model.display().to_string()),
-        ("model_digest", digest),
+        ("model_digest", target.digest.clone()),
         ("split", what.clone()),
         ("rdml", env!("CARGO_PKG_VERSION").to_string()),
     ];

@@ -111,9 +111,7 @@ pub fn write_run(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Pa
 }
 
 fn grid_rows(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Vec<grid::GridRow>> {
-    let run = crate::train::load_run(dir, opts.data.as_deref(), device)?;
-    let ctx = crate::attack::context::Context::new(&run.net, &run.test.query, device, false)?
-        .with_distance(run.exp.loss.distance());
+    let ctx = crate::target::Target::open(dir, opts.data.as_deref(), 0, device)?.context(device, false)?;
     grid::rows(&ctx, &opts.pgd, opts.grid_queries, opts.seed)
 }
 
