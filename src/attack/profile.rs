@@ -69,6 +69,30 @@ pub struct Overrides {
     pub random_start: bool,
 }
 
+/// The budget of a command: profile `name` changed by the user's `flags` and by an attack
+/// spec's own budget keys (`spec`, robrank's `eps=…:alpha=…:pgditer=…`), which must agree with
+/// the flags where both are given; validated with the keys named as flags (`--eps`, …).
+pub fn resolve(name: &str, flags: &Overrides, spec: &Overrides) -> Result<Pgd> {
+    fn both<T: PartialEq + std::fmt::Display + Copy>(flag: Option<T>, key: Option<T>, what: &str) -> Result<Option<T>> {
+        match (flag, key) {
+            (Some(f), Some(k)) if f != k => {
+                anyhow::bail!("--{what} {f} and the attack spec's value {k} disagree: give one")
+            }
+            (f, k) => Ok(f.or(k)),
+        }
+    }
+    let o = Overrides {
+        eps: both(flags.eps, spec.eps, "eps")?,
+        step: both(flags.step, spec.step, "step")?,
+        steps: both(flags.steps, spec.steps, "steps")?,
+        norm: flags.norm.or(spec.norm),
+        random_start: flags.random_start || spec.random_start,
+    };
+    let pgd = profile(name).context("--profile")?.pgd(&o);
+    pgd.validate_as("--")?;
+    Ok(pgd)
+}
+
 impl Profile {
     /// The profile's PGD budget with `o` applied; a step rule follows the final ε and steps.
     pub fn pgd(&self, o: &Overrides) -> Pgd {
@@ -95,4 +119,38 @@ pub fn help() -> String {
         .map(|p| format!("{}: {}", p.name, p.about))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod resolve_tests {
+    use super::*;
+
+    fn o(eps: Option<f32>, steps: Option<usize>) -> Overrides {
+        Overrides {
+            eps,
+            step: None,
+            steps,
+            norm: None,
+            random_start: false,
+        }
+    }
+
+    /// A spec's budget fills what the flags leave out, and a disagreement names the flag.
+    #[test]
+    fn flags_and_a_specs_budget_merge_or_disagree() {
+        let p = resolve("rob28", &o(None, None), &o(Some(0.1), Some(4))).unwrap();
+        assert_eq!((p.eps, p.steps), (0.1, 4));
+        let p = resolve("rob28", &o(Some(0.1), None), &o(Some(0.1), Some(4))).unwrap();
+        assert_eq!((p.eps, p.steps), (0.1, 4));
+        let e = resolve("rob28", &o(Some(0.2), None), &o(Some(0.1), None))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "--eps 0.2 and the attack spec's value 0.1 disagree: give one");
+        let e = format!("{:#}", resolve("rob99", &o(None, None), &o(None, None)).unwrap_err());
+        assert!(e.starts_with("--profile: unknown profile 'rob99'"), "{e}");
+        let e = resolve("rob28", &o(Some(f32::INFINITY), None), &o(None, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--eps must be a finite number"), "{e}");
+    }
 }

@@ -1,6 +1,6 @@
 //! The attack budget options shared by `attack`, `robustness`, `compare` and `embed --attack`.
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use rdml::attack::suite::Context;
 
 pub fn attack_help() -> String {
@@ -65,33 +65,27 @@ impl Budget {
     /// agree with the options where both are given).
     pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
         use rdml::attack::engine::Norm;
-        fn both<T: PartialEq + std::fmt::Display + Copy>(
-            flag: Option<T>,
-            key: Option<T>,
-            what: &str,
-        ) -> Result<Option<T>> {
-            match (flag, key) {
-                (Some(f), Some(k)) if f != k => {
-                    anyhow::bail!("--{what} {f} and the attack spec's value {k} disagree: give one")
-                }
-                (f, k) => Ok(f.or(k)),
-            }
-        }
+        use rdml::attack::profile::Overrides;
         anyhow::ensure!(self.queries >= 1, "--queries must be ≥ 1");
         anyhow::ensure!(self.batch >= 1, "--batch must be ≥ 1");
-        let o = rdml::attack::profile::Overrides {
-            eps: both(self.eps, spec.eps, "eps")?,
-            step: both(self.step, spec.step, "step")?,
-            steps: both(self.steps, spec.steps, "steps")?,
+        let flags = Overrides {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
             norm: self
                 .norm
                 .as_deref()
                 .map(|n| if n == "l2" { Norm::L2 } else { Norm::Linf }),
             random_start: self.random_start,
         };
-        let pgd = rdml::attack::profile::profile(profile).context("--profile")?.pgd(&o);
-        pgd.validate_as("--")?;
-        Ok(pgd)
+        let spec = Overrides {
+            eps: spec.eps,
+            step: spec.step,
+            steps: spec.steps,
+            norm: None,
+            random_start: false,
+        };
+        rdml::attack::profile::resolve(profile, &flags, &spec)
     }
 
     pub fn setup<'a>(
