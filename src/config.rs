@@ -203,7 +203,18 @@ impl Experiment {
         // First parse as written, so an error in the file reports its line.
         let _: Experiment = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         let mut value: toml::Value = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let mut seen: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
         for o in overrides {
+            // The same key twice would take the last value without a word.
+            if let Some((k, _)) = o.split_once('=')
+                && let Some(first) = seen.insert(k.trim(), o)
+                && first != o
+            {
+                bail!(
+                    "{} is set twice ({first} and {o}, from --set or a flag such as --epochs): give it once",
+                    k.trim()
+                );
+            }
             apply_override(&mut value, o)?;
         }
         let exp: Experiment = value

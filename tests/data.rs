@@ -238,6 +238,13 @@ fn values_that_would_wrap_or_repeat_are_refused() {
         rdml::config::Experiment::load("quickstart", &["eval.recall_ks=[1, 1, 2]".into()]).unwrap_err()
     );
     assert!(err.contains("eval.recall_ks lists k = 1 twice"), "{err}");
+    let err = format!(
+        "{:#}",
+        rdml::config::Experiment::load("quickstart", &["seed=1".into(), "seed = 2".into()]).unwrap_err()
+    );
+    assert!(err.contains("seed is set twice (seed=1 and seed = 2"), "{err}");
+    // The same value twice is no conflict.
+    rdml::config::Experiment::load("quickstart", &["seed=1".into(), "seed=1".into()]).unwrap();
 }
 
 /// A PNG whose header declares `w`×`h` pixels over a few bytes of data (a decompression bomb).
