@@ -2,6 +2,17 @@
 //! attack them and harden them, on the CPU (burn's Flex backend) or a GPU.
 //!
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
+//!
+//! The layers, each using only those before it:
+//! 1. `host`, `output`, `report`, `run_dir`, `progress`, `device`, `kernel`, `data`;
+//! 2. `model`, `loss`;
+//! 3. `eval`;
+//! 4. `attack` (one engine, objectives, units, the suite);
+//! 5. `defense`;
+//! 6. `train`, `config`;
+//! 7. the pipelines: `target` (a run opened as an attack target), `quickstart`, `compare`,
+//!    `embed`, `html`;
+//! 8. the command line (`src/cli/`, in the binary).
 
 pub mod attack;
 pub mod compare;
