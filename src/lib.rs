@@ -3,7 +3,8 @@
 //!
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
 //!
-//! The layers, each using only those before it:
+//! The layers, each meant to use only those before it (two imports still point up: `report`'s
+//! metric tables and `data::check` read `eval` types):
 //! 1. `host`, `output`, `report`, `run_dir`, `progress`, `device`, `kernel`, `data`;
 //! 2. `model`, `loss`;
 //! 3. `eval`;
