@@ -203,18 +203,10 @@ impl Experiment {
         // First parse as written, so an error in the file reports its line.
         let _: Experiment = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         let mut value: toml::Value = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
-        let mut seen: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+        for w in repeated_overrides(overrides) {
+            eprintln!("warning: {w}");
+        }
         for o in overrides {
-            // The same key twice would take the last value without a word.
-            if let Some((k, _)) = o.split_once('=')
-                && let Some(first) = seen.insert(k.trim(), o)
-                && first != o
-            {
-                bail!(
-                    "{} is set twice ({first} and {o}, from --set or a flag such as --epochs): give it once",
-                    k.trim()
-                );
-            }
             apply_override(&mut value, o)?;
         }
         let exp: Experiment = value
@@ -276,6 +268,30 @@ impl Experiment {
     pub fn to_toml(&self) -> Result<String> {
         Ok(toml::to_string_pretty(self)?)
     }
+}
+
+/// A word for each key that `overrides` give more than once with different values: the last
+/// one is used (a later `--set` overrides an earlier one, as a flag such as `--epochs` does).
+pub fn repeated_overrides(overrides: &[String]) -> Vec<String> {
+    let mut last: std::collections::BTreeMap<&str, (&str, Vec<&str>)> = std::collections::BTreeMap::new();
+    for o in overrides {
+        if let Some((k, v)) = o.split_once('=') {
+            let e = last.entry(k.trim()).or_insert((v.trim(), vec![]));
+            if e.0 != v.trim() {
+                e.1.push(e.0);
+                e.0 = v.trim();
+            }
+        }
+    }
+    last.iter()
+        .filter(|(_, (_, earlier))| !earlier.is_empty())
+        .map(|(k, (v, earlier))| {
+            format!(
+                "{k} is set more than once ({} then {v}): {v}, the last, is used",
+                earlier.join(", ")
+            )
+        })
+        .collect()
 }
 
 fn is_integer_literal(s: &str) -> bool {
