@@ -8,6 +8,7 @@ Usage: python3 tests/numpy/readback.py [RDML_BINARY]   (default target/release/r
 Prints 'N passed, N failed' and exits non-zero on a failure.
 """
 import json
+import zlib
 import os
 import subprocess
 import sys
@@ -84,6 +85,14 @@ with tempfile.TemporaryDirectory() as tmp:
           and (z["ids"] == np.arange(emb.shape[0])).all() and (z["split"] == 1).all(),
           f"embeddings {emb.shape} {emb.dtype}, labels {labels.shape}")
     check("npy equals npz", all(np.array_equal(y[k], z[k]) for k in y))
+    # The set's manifest, checked as a NumPy user would (zlib's CRC-32): the four files are
+    # the set rdml wrote, whole.
+    manifest = json.load(open(f"{stem}.set.json"))
+    members = [(os.path.join(tmp, m["file"]), m) for m in manifest["members"]]
+    check("npy set matches its manifest",
+          len(members) == 4 and all(os.path.getsize(p) == m["bytes"]
+                                    and f"{zlib.crc32(open(p, 'rb').read()):08x}" == m["crc32"] for p, m in members),
+          f"{[m['file'] for _, m in members]}")
     check("safetensors equals npz", all(np.array_equal(s[k], z[k]) for k in s) and len(s) == 4,
           f"metadata {meta}")
     check("item count is eval's", emb.shape[0] == ev["queries"] + ev["lone_queries"] or emb.shape[0] == ev["queries"],
