@@ -231,11 +231,21 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
         };
         let r = robustness(&setup)?;
         // The run's own copy, as `rdml robustness` writes it: its report shows the terms.
-        crate::run_dir::check_unchanged(&dir, digest, crate::html::ROBUSTNESS_FILE)?;
-        crate::report::write_json(
-            &dir.join(crate::html::ROBUSTNESS_FILE),
-            &serde_json::json!({"model": dir, "model_digest": digest, "method": opts.method, "pgd": opts.pgd, "queries": opts.queries, "seed": opts.seed, "table": r}),
-        )?;
+        let record = crate::attack::record::RobustnessRecord {
+            model: dir.clone(),
+            model_digest: Some(digest.clone()),
+            profile: None,
+            method: Some(opts.method.clone()),
+            surrogate: None,
+            pgd: Some(opts.pgd),
+            queries: Some(opts.queries),
+            seed: Some(opts.seed),
+            robrank_compat: false,
+            table: r.clone(),
+            repeats: None,
+        };
+        crate::run_dir::check_unchanged(&dir, digest, crate::attack::record::FILE)?;
+        crate::report::write_json(&dir.join(crate::attack::record::FILE), &record)?;
         rows.push(Row {
             name: exp.name.clone(),
             defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),

@@ -12,6 +12,7 @@ pub mod examples;
 pub mod method;
 pub mod objective;
 pub mod profile;
+pub mod record;
 pub mod registry;
 pub mod score;
 pub mod suite;

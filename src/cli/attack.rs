@@ -236,15 +236,25 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
             r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
         );
     }
-    let mut j = serde_json::json!({"model": model, "model_digest": digest, "profile": profile, "method": budget.method, "surrogate": surrogate, "pgd": pgd, "queries": budget.queries, "seed": budget.seed, "robrank_compat": budget.robrank_compat, "table": r});
-    if repeats > 1 {
-        j["repeats"] = serde_json::json!({"runs": runs, "mean_std": spread});
-    }
+    let j = rdml::attack::record::RobustnessRecord {
+        model: model.clone(),
+        model_digest: Some(digest.clone()),
+        profile: Some(profile.clone()),
+        method: Some(budget.method.clone()),
+        surrogate: surrogate.clone(),
+        pgd: Some(pgd),
+        queries: Some(budget.queries),
+        seed: Some(budget.seed),
+        robrank_compat: budget.robrank_compat,
+        table: r.clone(),
+        repeats: (repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
+    };
     if let Some(o) = out {
         rdml::output::write_json(&o, &j, overwrite).context("--out")?;
     }
-    rdml::run_dir::check_unchanged(&model, digest, rdml::html::ROBUSTNESS_FILE)?;
-    match write_json(&model.join(rdml::html::ROBUSTNESS_FILE), &j) {
+    let file = rdml::attack::record::FILE;
+    rdml::run_dir::check_unchanged(&model, digest, file)?;
+    match write_json(&model.join(file), &j) {
         Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
         Err(e) => eprintln!("warning: the run folder's robustness.json not written: {e:#}"),
     }

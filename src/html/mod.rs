@@ -56,7 +56,7 @@ impl Default for ReportOptions {
 }
 
 /// The robustness suite's output as `rdml robustness` writes it into a run folder.
-pub const ROBUSTNESS_FILE: &str = "robustness.json";
+pub const ROBUSTNESS_FILE: &str = crate::attack::record::FILE;
 
 /// Writes `dir/report.html` for a run folder or a `compare` folder; returns its path.
 pub fn write(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<PathBuf> {
@@ -149,22 +149,17 @@ fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String, Option<Stri
     if !p.is_file() {
         return Ok(None);
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&p)?).with_context(|| format!("{}: not JSON", p.display()))?;
-    let t = v
-        .get("table")
-        .cloned()
-        .with_context(|| format!("{}: no `table`", p.display()))?;
-    let table =
-        serde_json::from_value(t).with_context(|| format!("{}: `table` is not a robustness table", p.display()))?;
-    let stale = match v.get("model_digest").and_then(|d| d.as_str()) {
+    let rec: crate::attack::record::RobustnessRecord = serde_json::from_slice(&std::fs::read(&p)?)
+        .with_context(|| format!("{}: not a robustness record", p.display()))?;
+    let stale = match &rec.model_digest {
         Some(d) => {
             let now = crate::run_dir::model_digest(dir)?;
-            (d != now).then(|| format!("its model was {d}, the run's is {now}"))
+            (*d != now).then(|| format!("its model was {d}, the run's is {now}"))
         }
         None => None,
     };
-    Ok(Some((table, budget_words(&v), stale)))
+    let words = rec.budget_words();
+    Ok(Some((rec.table, words, stale)))
 }
 
 /// The `compare` folder's report.
@@ -190,7 +185,8 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
     if !sick.is_empty() {
         page.banner(&format!("Collapsed or at chance: {}", sick.join(", ")));
     }
-    let pgd = budget_words(&v);
+    let recorded: Option<Pgd> = v.get("pgd").and_then(|p| serde_json::from_value(p.clone()).ok());
+    let pgd = crate::attack::record::pgd_words(recorded.as_ref());
     let _ = write!(
         page.body,
         "<p>{} experiment(s) in <code>{}</code>; the robustness suite ({}) on {} queries, {}.</p>",
@@ -248,20 +244,6 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
 }
 
 /// The PGD budget of a suite run's JSON (`pgd`), in words.
-fn budget_words(v: &serde_json::Value) -> String {
-    match v.get("pgd").and_then(|p| serde_json::from_value::<Pgd>(p.clone()).ok()) {
-        Some(p) => format!(
-            "ε {:.4}, {} steps of {:.4}, {:?}{}",
-            p.eps,
-            p.steps,
-            p.step,
-            p.norm,
-            if p.random_start { ", random start" } else { "" }
-        ),
-        None => "budget not recorded".into(),
-    }
-}
-
 /// HTML-escapes text.
 pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
