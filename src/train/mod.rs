@@ -4,16 +4,18 @@
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
-use crate::defense::diagnostics::{self, Accumulator, DeviceDiagnostics, EpochDiagnostics};
+use crate::defense::diagnostics::{self, DeviceDiagnostics, EpochDiagnostics};
 use crate::defense::{self as defense_mod, DefenseState};
 use crate::eval::health::Verdict;
-use crate::eval::{self, Metrics, batch_tensor};
+use crate::eval::{Metrics, batch_tensor};
 use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use crate::report::{write_atomic, write_json};
 use crate::run_dir::{RunDir, RunLog, Start, config_diff};
 use anyhow::{Context, Result, bail, ensure};
+
+mod epoch;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
@@ -263,170 +265,117 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     trained
 }
 
-/// The epochs of [`train`], in the claimed run folder.
+/// The epochs of [`train`], in the claimed run folder: resume (when asked), each epoch with its
+/// checkpoint and partial `run.json`, then the model and the final `run.json`.
 fn train_in(
     exp: &Experiment,
     opts: &TrainOptions,
     run: &RunDir,
-    mut trainer: Trainer,
+    trainer: Trainer,
     splits: &crate::data::Splits,
     config_toml: &str,
     device: &Device,
 ) -> Result<RunReport> {
-    let (mut history, mut start, mut train_seconds) = (vec![], 0usize, 0.0f64);
-    if opts.resume {
-        let ckpt = run
-            .checkpoint()
-            .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
-        let (t, state) = trainer.load_checkpoint(&ckpt)?;
-        // The same run: only the number of epochs may grow (resuming to train longer).
-        let keys: Vec<String> = config_diff(&state.config_toml, config_toml)
-            .into_iter()
-            .filter(|k| k != "train.epochs")
-            .collect();
-        if !keys.is_empty() {
-            bail!(
-                "{}: the checkpoint was made with a different configuration (differs at {}); resume with the same config and overrides (see {}/run.json)",
-                opts.out.display(),
-                keys.join(", "),
-                opts.out.display()
-            );
-        }
-        ensure!(
-            state.epochs_done <= exp.train.epochs,
-            "{}: the checkpoint has {} epochs done, more than train.epochs = {}",
-            opts.out.display(),
-            state.epochs_done,
-            exp.train.epochs
-        );
+    let (mut trainer, mut done) = if opts.resume {
+        resume(exp, opts, run, trainer, config_toml)?
+    } else {
+        (trainer, Done::default())
+    };
+    let mut log = RunLog::open(&run.file("log.jsonl"), done.history.len())?;
+    for epoch in done.history.len()..exp.train.epochs {
+        let (t, rec) = epoch::run(exp, opts, trainer, splits, epoch, &mut log, device)?;
         trainer = t;
-        trainer.defense_state = state.defense_state.clone();
-        history = state.history;
-        start = state.epochs_done;
-        train_seconds = state.train_seconds;
-    }
-    let mut log = RunLog::open(&run.file("log.jsonl"), start)?;
-    for epoch in start..exp.train.epochs {
-        let t0 = Instant::now();
-        let mut batches = sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, epoch)?;
-        if let Some(m) = exp.train.max_batches {
-            batches.truncate(m);
-        }
-        let nb = batches.len();
-        let augment = Some(exp.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64));
-        let mut rng = epoch_rng(exp.seed, epoch, 2);
-        let mut sum = 0.0;
-        let mut acc = Accumulator::new();
-        trainer.refresh_ux_bank(exp, &splits.train, device)?;
-        let mut bar =
-            crate::progress::Progress::new(format!("[epoch {}/{}]", epoch + 1, exp.train.epochs), nb, opts.progress);
-        for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {
-            let b = b?;
-            let x = batch_tensor(&b, device);
-            trainer.defense_state.epoch = epoch;
-            trainer.defense_state.epochs = exp.train.epochs;
-            let (t, l, diag) = trainer.step(exp, x, &b.labels, &b.positions, &mut rng)?;
-            trainer = t;
-            acc.add_device(diag, exp.loss.triplet_margin().map(f64::from));
-            sum += l;
-            log.write(serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l}))?;
-            bar.set(i + 1, &format!("loss {:.4}", sum / (i + 1) as f64));
-        }
-        bar.finish();
-        // The epoch's diagnostics and the last adversarial loss, each read back once.
-        acc.flush()?;
-        trainer.settle_defense_state()?;
-        let secs = t0.elapsed().as_secs_f64();
-        train_seconds += secs;
-        let last = epoch + 1 == exp.train.epochs;
-        let due = exp.eval.every > 0 && (epoch + 1) % exp.eval.every == 0;
-        let metrics = if due || last {
-            Some(eval::evaluate(&trainer.net, &splits.test, &exp.eval, exp.seed, device)?)
-        } else {
-            None
-        };
-        let rec = EpochRecord {
-            epoch: epoch + 1,
-            batches: nb,
-            mean_loss: sum / nb.max(1) as f64,
-            seconds: secs,
-            metrics,
-            diagnostics: acc.finish(),
-        };
-        if let Some(d) = rec.diagnostics.as_ref().filter(|d| d.collapsed) {
-            eprintln!(
-                "warning: epoch {}: training batches inseparable: separability {:.4}, mean distance {:.4} (separability ≤ 0 in every batch, or NaN)",
-                epoch + 1,
-                d.separability,
-                d.mean_distance
-            );
-        }
-        if let Some(h) = rec
-            .metrics
-            .as_ref()
-            .and_then(|m| m.health)
-            .filter(|h| !h.verdict.is_healthy())
-        {
-            eprintln!("warning: epoch {}: {}", epoch + 1, h.verdict.describe(&h));
-        }
-        log.write(serde_json::json!({"event": "epoch", "record": rec}))?;
-        if opts.progress {
-            let m = rec.metrics.as_ref().map(|m| {
-                format!(
-                    " R@1 {:.4} MAP@R {:.4}{}",
-                    m.recall_at(1).unwrap_or(0.0),
-                    m.retrieval.map_at_r,
-                    m.nmi.map(|v| format!(" NMI {v:.4}")).unwrap_or_default()
-                )
-            });
-            eprintln!(
-                "epoch {}/{}: loss {:.4}, {:.1} s{}",
-                epoch + 1,
-                exp.train.epochs,
-                rec.mean_loss,
-                secs,
-                m.unwrap_or_default()
-            );
-            if let Some(d) = &rec.diagnostics {
-                eprintln!("  {}", diagnostics_line(d));
-            }
-        }
-        history.push(rec);
+        done.train_seconds += rec.seconds;
+        done.history.push(rec);
         let state = CheckpointState {
             epochs_done: epoch + 1,
-            history: history.clone(),
-            train_seconds,
+            history: done.history.clone(),
+            train_seconds: done.train_seconds,
             config_toml: config_toml.to_string(),
             defense_state: trainer.defense_state.clone(),
         };
         trainer.save_checkpoint(run, &state)?;
-        let partial = RunReport {
-            config: exp.clone(),
-            epochs: history.clone(),
-            train_seconds,
-            final_metrics: None,
-            completed: false,
-            rdml_version: env!("CARGO_PKG_VERSION").into(),
-            verdict: None,
-        };
-        write_json(&run.file("run.json"), &partial)?;
+        write_json(&run.file("run.json"), &done.report(exp, false))?;
     }
     // The saved model is the evaluation-mode snapshot (running statistics of the last step).
     trainer.net.valid().save(&run.file("model.safetensors"))?;
     write_atomic(&run.file("config.toml"), config_toml.as_bytes())?;
-    let final_metrics = history.last().and_then(|r| r.metrics.clone());
-    let verdict = final_metrics.as_ref().and_then(|m| m.health).map(|h| h.verdict);
-    let report = RunReport {
-        config: exp.clone(),
-        epochs: history,
-        train_seconds,
-        final_metrics,
-        completed: true,
-        rdml_version: env!("CARGO_PKG_VERSION").into(),
-        verdict,
-    };
+    let report = done.report(exp, true);
     write_json(&run.file("run.json"), &report)?;
     Ok(report)
+}
+
+/// The epochs a run has finished, and their training time.
+#[derive(Default)]
+struct Done {
+    history: Vec<EpochRecord>,
+    train_seconds: f64,
+}
+
+impl Done {
+    /// `run.json`: partial after each epoch, complete (with the final metrics' verdict) at the end.
+    fn report(&self, exp: &Experiment, completed: bool) -> RunReport {
+        let final_metrics = completed
+            .then(|| self.history.last().and_then(|r| r.metrics.clone()))
+            .flatten();
+        let verdict = final_metrics.as_ref().and_then(|m| m.health).map(|h| h.verdict);
+        RunReport {
+            config: exp.clone(),
+            epochs: self.history.clone(),
+            train_seconds: self.train_seconds,
+            final_metrics,
+            completed,
+            rdml_version: env!("CARGO_PKG_VERSION").into(),
+            verdict,
+        }
+    }
+}
+
+/// The newest complete checkpoint of `run`, refused when it was made with another config (only
+/// `train.epochs` may grow).
+fn resume(
+    exp: &Experiment,
+    opts: &TrainOptions,
+    run: &RunDir,
+    trainer: Trainer,
+    config_toml: &str,
+) -> Result<(Trainer, Done)> {
+    let ckpt = run
+        .checkpoint()
+        .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
+    let (mut trainer, state) = trainer.load_checkpoint(&ckpt)?;
+    let keys: Vec<String> = config_diff(&state.config_toml, config_toml)
+        .into_iter()
+        .filter(|k| k != "train.epochs")
+        .collect();
+    if !keys.is_empty() {
+        bail!(
+            "{}: the checkpoint was made with a different configuration (differs at {}); resume with the same config and overrides (see {}/run.json)",
+            opts.out.display(),
+            keys.join(", "),
+            opts.out.display()
+        );
+    }
+    ensure!(
+        state.epochs_done <= exp.train.epochs,
+        "{}: the checkpoint has {} epochs done, more than train.epochs = {}",
+        opts.out.display(),
+        state.epochs_done,
+        exp.train.epochs
+    );
+    trainer.defense_state = state.defense_state.clone();
+    let done = Done {
+        history: state.history,
+        train_seconds: state.train_seconds,
+    };
+    ensure!(
+        done.history.len() == state.epochs_done,
+        "{}: the checkpoint's state.json lists {} epoch records for {} epochs done",
+        ckpt.display(),
+        done.history.len(),
+        state.epochs_done
+    );
+    Ok((trainer, done))
 }
 
 /// A finished run, loaded for evaluation or attack.
@@ -485,18 +434,6 @@ fn load_net(dir: &Path, exp: &Experiment, item_shape: [usize; 3], device: &Devic
     let mut model_cfg = exp.model.clone();
     model_cfg.pretrained = None;
     EmbeddingNet::new(&model_cfg, item_shape, device)?.load(&dir.join("model.safetensors"))
-}
-
-/// The epoch's collapse diagnostics on one line (the run log has them as JSON).
-fn diagnostics_line(d: &EpochDiagnostics) -> String {
-    let mut s = format!(
-        "mean distance {:.4}, separability {:.4}, hardness {:.4}, collapseness {:.4}",
-        d.mean_distance, d.separability, d.hardness, d.collapseness
-    );
-    if let (Some(m), Some(h)) = (d.made_hard, d.adversarial_hardness) {
-        s += &format!(", perturbed hardness {h:.4}, made hard {:.1} %", 100.0 * m);
-    }
-    s
 }
 
 /// What [`time_steps`] measured.
