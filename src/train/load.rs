@@ -1,0 +1,65 @@
+//! Opening a finished run folder: its config, its weights (checked), and its test split.
+
+use crate::config::Experiment;
+use crate::model::EmbeddingNet;
+use anyhow::{Context, Result, bail, ensure};
+use burn::tensor::Device;
+use std::path::Path;
+
+/// A finished run, loaded for evaluation or attack.
+pub struct LoadedRun {
+    pub exp: Experiment,
+    pub net: EmbeddingNet,
+    /// The test split (of `data` when given, else of the run's config).
+    pub test: crate::data::EvalSet,
+}
+
+/// Loads a trained model from a finished run folder (`config.toml` + `model.safetensors`) and
+/// its test split, from `data` instead of the config's folder when given. Refuses an unfinished
+/// run, a damaged weights file and non-finite weights. Only the test split is read.
+pub fn load_run(dir: &Path, data: Option<&Path>, device: &Device) -> Result<LoadedRun> {
+    let mut exp = finished_config(dir)?;
+    if let Some(d) = data {
+        exp.data.use_folder(d);
+    }
+    let test = exp
+        .data
+        .load_test(exp.seed)
+        .with_context(|| format!("{}: cannot load the run's test split", dir.display()))?;
+    let net = load_net(dir, &exp, test.query.item_shape(), device)?;
+    Ok(LoadedRun { exp, net, test })
+}
+
+/// Loads only the model of a finished run, for images of `item_shape` (a transfer attack's
+/// surrogate, made on another run's test images); its own data need not be present.
+pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result<(Experiment, EmbeddingNet)> {
+    let exp = finished_config(dir)?;
+    let net = load_net(dir, &exp, item_shape, device)?;
+    Ok((exp, net))
+}
+
+/// The config of a finished run folder.
+fn finished_config(dir: &Path) -> Result<Experiment> {
+    let cfg = dir.join("config.toml");
+    ensure!(
+        cfg.is_file(),
+        "{}: not a finished rdml run (no config.toml; train it first or resume it)",
+        dir.display()
+    );
+    if let Ok(bytes) = std::fs::read(dir.join("run.json"))
+        && let Ok(r) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && r.get("completed").and_then(|c| c.as_bool()) == Some(false)
+    {
+        bail!(
+            "{}: the run is not finished (run.json says completed = false); resume it with `rdml train --resume`",
+            dir.display()
+        );
+    }
+    Experiment::load_file(&cfg, &[])
+}
+
+fn load_net(dir: &Path, exp: &Experiment, item_shape: [usize; 3], device: &Device) -> Result<EmbeddingNet> {
+    let mut model_cfg = exp.model.clone();
+    model_cfg.pretrained = None;
+    EmbeddingNet::new(&model_cfg, item_shape, device)?.load(&dir.join("model.safetensors"))
+}
