@@ -275,8 +275,8 @@ pub fn loss(
     ux: Option<UxTargets>,
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
-    let (clean, dim) = super::clean_host(net, &x)?;
-    let generated = generate(cfg, distributions, net, &x, (&clean, dim), labels, ux, rng)?;
+    let clean = super::Clean::of(net, &x);
+    let generated = generate(cfg, distributions, net, &x, (clean.host()?, clean.dim()), labels, ux, rng)?;
     let n = labels.len();
     let shared = matches!(cfg, DefenseConfig::Mdprop(c) if !c.separate_bn);
     let embeddings: Vec<Tensor<2>> = if shared {

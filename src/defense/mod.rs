@@ -273,15 +273,6 @@ pub fn defended_loss(
     }
 }
 
-/// The clean embeddings in evaluation mode (host), for mining: robrank mines on the model's
-/// current embeddings before perturbing.
-pub(crate) fn clean_host(net: &EmbeddingNet, x: &Tensor<4>) -> Result<(Vec<f32>, usize)> {
-    use burn::module::Module;
-    let e = net.valid().forward(x.clone().without_autodiff());
-    let [_, d] = e.dims();
-    Ok((crate::host::read(&e)?, d))
-}
-
 /// The triplet loss's distance and margin (validated: triplet-based defenses need that loss).
 pub(crate) fn triplet_params(loss_cfg: &LossConfig) -> (Distance, f32) {
     (loss_cfg.distance(), loss_cfg.triplet_margin().unwrap_or(0.2))
