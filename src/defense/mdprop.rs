@@ -276,7 +276,16 @@ pub fn loss(
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
     let clean = super::Clean::of(net, &x);
-    let generated = generate(cfg, distributions, net, &x, (clean.host()?, clean.dim()), labels, ux, rng)?;
+    let generated = generate(
+        cfg,
+        distributions,
+        net,
+        &x,
+        (clean.host()?, clean.dim()),
+        labels,
+        ux,
+        rng,
+    )?;
     let n = labels.len();
     let shared = matches!(cfg, DefenseConfig::Mdprop(c) if !c.separate_bn);
     let embeddings: Vec<Tensor<2>> = if shared {
