@@ -169,7 +169,7 @@ impl Experiment {
             input >> 30,
             MAX_BATCH_INPUT >> 30
         );
-        if let LossConfig::Dro { k: Some(k), .. } = self.loss {
+        if let LossConfig::Dro(crate::loss::dro_config::DroConfig { k: Some(k), .. }) = self.loss {
             let b = t.sampler.batch_size();
             ensure!(
                 k <= b * (b - 1),
@@ -229,7 +229,7 @@ impl Experiment {
             ensure!(
                 table.is_some(),
                 "--defense {d:?}: expected an inline TOML table such as '{{kind=\"act\",eps=0.302,step=0.0118,steps=32}}', or none; kind is one of {}",
-                crate::defense::config::KINDS.join(", ")
+                crate::defense::DefenseConfig::KINDS.join(", ")
             );
             o.push(format!("defense={d}"));
         }
@@ -364,7 +364,8 @@ mod tests {
     #[test]
     fn positive_perturbation_preset_steps_twice_eps_over_iterations() {
         let e = Experiment::load("fashion-c2f2-positive-perturbation", &[]).unwrap();
-        let (eps, step, steps) = e.defense.as_ref().unwrap().params().budget();
+        let b = e.defense.as_ref().unwrap().unit().budget();
+        let (eps, step, steps) = (b.eps, b.step, b.steps);
         assert_eq!(steps, 5);
         assert!((step - 2.0 * eps / steps as f32).abs() < 1e-7, "step {step}, ε {eps}");
     }
@@ -377,7 +378,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.train.epochs, 3);
-        assert!(matches!(e.loss, LossConfig::Triplet { margin, .. } if margin == 0.5));
+        assert_eq!(e.loss.triplet_margin(), Some(0.5));
         let err = format!(
             "{:#}",
             Experiment::load("fashion-c2f2-triplet", &["train.epochz=3".into()]).unwrap_err()

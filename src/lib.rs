@@ -26,6 +26,7 @@ pub mod eval;
 pub mod host;
 pub mod html;
 pub mod kernel;
+mod kinds;
 pub mod loss;
 pub mod model;
 pub mod output;

@@ -6,7 +6,7 @@ use common::small;
 
 use burn::tensor::{Device, Tensor};
 use rdml::attack::cw::{CwLinf, cw_linf};
-use rdml::attack::engine::{Norm, Objective, Pgd, attack};
+use rdml::attack::engine::{Norm, Objective, Pgd, Request};
 use rdml::attack::objective::shift::EmbeddingShift;
 use rdml::attack::registry::attack as named;
 use rdml::attack::suite::{Context, aggregate, ars_rank_term, ers, run};
@@ -29,7 +29,11 @@ fn engine_respects_budgets_and_frozen_rows() {
             random_start: true,
         };
         let obj = EmbeddingShift { clean: clean.clone() };
-        let xa = attack(&net, 0, &x, Some(&[true, false, true, true]), &obj, &pgd, 3).unwrap();
+        let xa = Request::new(&net, &obj, &pgd)
+            .movable(Some(&[true, false, true, true]))
+            .seed(3)
+            .run(&x)
+            .unwrap();
         let d = (xa.clone() - x.clone()).into_data().try_to_vec::<f32>().unwrap();
         let per = 28 * 28;
         let row = |i: usize| &d[i * per..(i + 1) * per];
@@ -51,7 +55,9 @@ fn engine_respects_budgets_and_frozen_rows() {
             norm: Norm::Linf,
             random_start: false,
         };
-        let xa = attack(&net, 0, &x, None, &EmbeddingShift { clean: clean.clone() }, &pgd, 0).unwrap();
+        let xa = Request::new(&net, &EmbeddingShift { clean: clean.clone() }, &pgd)
+            .run(&x)
+            .unwrap();
         let s: f32 = (net.forward(xa) - clean.clone())
             .powi_scalar(2)
             .sum()
@@ -253,7 +259,9 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
         norm: Norm::Linf,
         random_start: false,
     };
-    let xp = attack(&net, 0, &x, None, &EmbeddingShift { clean: clean.clone() }, &pgd, 0).unwrap();
+    let xp = Request::new(&net, &EmbeddingShift { clean: clean.clone() }, &pgd)
+        .run(&x)
+        .unwrap();
     let reach = (net.forward(xp) - clean.clone())
         .powi_scalar(2)
         .sum_dim(1)

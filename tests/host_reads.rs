@@ -151,7 +151,7 @@ impl rdml::attack::engine::Objective for MeanDown {
 /// its flag is read (every step, every 3 or 8, never), and reads nothing else.
 #[test]
 fn the_early_stop_gives_the_same_images_however_often_it_is_read() {
-    use rdml::attack::engine::{attack, attack_checking};
+    use rdml::attack::engine::Request;
     let (net, test) = common::small();
     let dev = Device::default();
     let b = load_batch(&test, &(0..8).collect::<Vec<_>>(), None).unwrap();
@@ -164,7 +164,7 @@ fn the_early_stop_gives_the_same_images_however_often_it_is_read() {
         random_start: false,
     };
     let mean = |x: &burn::tensor::Tensor<4>| rdml::host::scalar(&net.valid().forward(x.clone()).mean()).unwrap();
-    let free = attack(&net, 0, &x, None, &MeanDown(None), &pgd, 0).unwrap();
+    let free = Request::new(&net, &MeanDown(None), &pgd).run(&x).unwrap();
     let (l0, l_end) = (mean(&x), mean(&free));
     assert!(l_end < l0, "{l_end} < {l0}");
     let bound = Some((l0 + l_end) / 2.0);
@@ -172,8 +172,11 @@ fn the_early_stop_gives_the_same_images_however_often_it_is_read() {
     let free = host4(&free);
     let mut runs = vec![];
     for every in [1, 3, 8, 0] {
-        let (adv, reads) =
-            reads_during(|| attack_checking(&net, 0, &x, None, &MeanDown(bound), &pgd, 0, every).unwrap());
+        let (adv, reads) = reads_during(|| {
+            Request::new(&net, &MeanDown(bound), &pgd)
+                .run_checking(&x, every)
+                .unwrap()
+        });
         if every == 0 {
             assert_eq!(reads, 0);
         }

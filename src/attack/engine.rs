@@ -101,7 +101,7 @@ pub trait Objective {
 
 /// An early stop, decided on the device from the last losses, so that a step waits on nothing:
 /// once it holds, the images stop changing (the later steps leave them as they are), and the
-/// engine leaves the loop at its next look at the flag ([`attack_checking`]).
+/// engine leaves the loop at its next look at the flag ([`Request::run_checking`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StopRule {
     /// Stop before step k when |loss_{k−1} − loss_{k−2}| < `tol` (robrank's saturation test).
@@ -133,28 +133,6 @@ impl Target<'_> {
     }
 }
 
-/// Runs the attack on `x` (`[b, c, h, w]` in [0, 1], on a plain device) and returns the
-/// adversarial images. `movable` (per row, optional) freezes the rows marked `false`: their
-/// embeddings are computed once (evaluation mode makes rows independent) and only the movable rows
-/// are forwarded at each step, while the objective still sees all `b` embeddings in order.
-/// `seed` drives the random start. The early-stop flag is looked at every step on the CPU, where
-/// a read costs nothing, and every [`GPU_STOP_CHECK`] steps on a GPU.
-pub fn attack(
-    model: &EmbeddingNet,
-    bn_set: usize,
-    x: &Tensor<4>,
-    movable: Option<&[bool]>,
-    objective: &dyn Objective,
-    pgd: &Pgd,
-    seed: u64,
-) -> Result<Tensor<4>> {
-    let on_cpu = x.device().without_autodiff() == crate::default_device();
-    let every = CHECK_EVERY
-        .with(Cell::get)
-        .unwrap_or(if on_cpu { 1 } else { GPU_STOP_CHECK });
-    attack_checking(model, bn_set, x, movable, objective, pgd, seed, every)
-}
-
 /// How many steps a GPU runs between two reads of the early-stop flag.
 pub const GPU_STOP_CHECK: usize = 8;
 
@@ -163,97 +141,142 @@ thread_local! {
 }
 
 /// Makes this thread's attacks read their early-stop flag every `n` steps (`None`: by device,
-/// as [`attack`] says), e.g. to count on the CPU the reads a GPU makes. Results do not change.
+/// as [`Request::run`] says), e.g. to count on the CPU the reads a GPU makes. Results do not change.
 pub fn set_stop_check_every(n: Option<usize>) {
     CHECK_EVERY.with(|c| c.set(n));
 }
 
-/// [`attack`], reading the objective's early-stop flag back every `check_every` steps (0:
-/// never). The images are the same for every `check_every`: steps after the stop leave them be.
-/// Nothing else is read back from the device.
-#[allow(clippy::too_many_arguments)]
-pub fn attack_checking(
-    model: &EmbeddingNet,
-    bn_set: usize,
-    x: &Tensor<4>,
-    movable: Option<&[bool]>,
-    objective: &dyn Objective,
-    pgd: &Pgd,
-    seed: u64,
-    check_every: usize,
-) -> Result<Tensor<4>> {
-    pgd.validate()?;
-    let model = model.valid();
-    let target = Target { model: &model, bn_set };
-    let device: Device = x.device().without_autodiff();
-    let x0 = x.clone().without_autodiff();
-    let [b, _, _, _] = x0.dims();
-    if let Some(m) = movable {
-        ensure!(m.len() == b, "attack: {} movable flags for {b} rows", m.len());
-    }
-    let all_move = movable.is_none_or(|m| m.iter().all(|&t| t));
-    let index = |v: &[usize]| -> Tensor<1, Int> {
-        Tensor::<1, Int>::from_data(
-            TensorData::new(v.iter().map(|&i| i as i64).collect(), [v.len()]),
-            &device,
-        )
-    };
-    // Rows that move, rows that stay, and the order that puts [moving; fixed] back into place.
-    let (moving, fixed): (Vec<usize>, Vec<usize>) = match movable {
-        Some(m) if !all_move => (0..b).partition(|&i| m[i]),
-        _ => ((0..b).collect(), vec![]),
-    };
-    if moving.is_empty() {
-        return Ok(x0);
-    }
-    let mut inverse = vec![0usize; b];
-    for (pos, &row) in moving.iter().chain(&fixed).enumerate() {
-        inverse[row] = pos;
-    }
-    let (inverse, restore) = (index(&inverse), !fixed.is_empty());
-    let x_move0 = if restore {
-        x0.clone().select(0, index(&moving))
-    } else {
-        x0.clone()
-    };
-    let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
-    let mut xa = random_start(&x_move0, pgd, seed);
-    let rule = objective.stop_rule();
-    let (mut last, mut before): (Option<Tensor<1>>, Option<Tensor<1>>) = (None, None);
-    let mut stopped: Option<Tensor<1, Bool>> = None;
-    for k in 0..pgd.steps {
-        if let Some(now) = rule.and_then(|r| r.holds(last.as_ref(), before.as_ref())) {
-            let s = match stopped.take() {
-                Some(s) => s.bool_or(now),
-                None => now,
-            };
-            if check_every > 0 && k % check_every == 0 && crate::host::scalar(&s.clone().float())? > 0.0 {
-                break;
-            }
-            stopped = Some(s);
+/// One run of the engine: the model as it infers with batch-norm set `bn_set`, the objective it
+/// minimises, the budget, the rows that may move (`None`: all) and the random start's seed.
+pub struct Request<'a> {
+    pub model: &'a EmbeddingNet,
+    pub bn_set: usize,
+    pub objective: &'a dyn Objective,
+    pub pgd: &'a Pgd,
+    pub movable: Option<&'a [bool]>,
+    pub seed: u64,
+}
+
+impl<'a> Request<'a> {
+    /// `objective` under `pgd` on the clean BN set, every row moving, seed 0.
+    pub fn new(model: &'a EmbeddingNet, objective: &'a dyn Objective, pgd: &'a Pgd) -> Self {
+        Self {
+            model,
+            bn_set: 0,
+            objective,
+            pgd,
+            movable: None,
+            seed: 0,
         }
-        let xi = xa.clone().autodiff().require_grad();
-        let moved = target.embed(xi.clone());
-        let emb = match &fixed_emb {
-            Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
-            None => moved,
-        };
-        let loss = objective.loss(emb, k);
-        before = last.take();
-        last = rule.map(|_| loss.clone().detach().without_autodiff());
-        let grads = loss.backward();
-        let Some(g) = xi.grad(&grads) else { break };
-        let next = descend(xa.clone(), &x_move0, g.without_autodiff(), pgd);
-        xa = match &stopped {
-            Some(s) => next.mask_where(s.clone().reshape([1, 1, 1, 1]).expand(xa.shape()), xa),
-            None => next,
-        };
     }
-    Ok(if restore {
-        Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)
-    } else {
-        xa
-    })
+
+    pub fn bn_set(self, bn_set: usize) -> Self {
+        Self { bn_set, ..self }
+    }
+
+    pub fn movable(self, movable: Option<&'a [bool]>) -> Self {
+        Self { movable, ..self }
+    }
+
+    pub fn seed(self, seed: u64) -> Self {
+        Self { seed, ..self }
+    }
+
+    /// Runs the attack on `x` (`[b, c, h, w]` in [0, 1], on a plain device) and returns the
+    /// adversarial images. Rows that may not move have their embeddings computed once
+    /// (evaluation mode makes rows independent) and only the movable rows are forwarded at each
+    /// step, while the objective still sees all `b` embeddings in order. The early-stop flag is
+    /// looked at every step on the CPU, where a read costs nothing, and every
+    /// [`GPU_STOP_CHECK`] steps on a GPU.
+    pub fn run(&self, x: &Tensor<4>) -> Result<Tensor<4>> {
+        let on_cpu = x.device().without_autodiff() == crate::default_device();
+        let every = CHECK_EVERY
+            .with(Cell::get)
+            .unwrap_or(if on_cpu { 1 } else { GPU_STOP_CHECK });
+        self.run_checking(x, every)
+    }
+
+    /// [`Request::run`], reading the objective's early-stop flag back every `check_every` steps
+    /// (0: never). The images are the same for every `check_every`: steps after the stop leave
+    /// them be. Nothing else is read back from the device.
+    pub fn run_checking(&self, x: &Tensor<4>, check_every: usize) -> Result<Tensor<4>> {
+        let (pgd, objective, movable) = (self.pgd, self.objective, self.movable);
+        pgd.validate()?;
+        let model = self.model.valid();
+        let target = Target {
+            model: &model,
+            bn_set: self.bn_set,
+        };
+        let device: Device = x.device().without_autodiff();
+        let x0 = x.clone().without_autodiff();
+        let [b, _, _, _] = x0.dims();
+        if let Some(m) = movable {
+            ensure!(m.len() == b, "attack: {} movable flags for {b} rows", m.len());
+        }
+        let all_move = movable.is_none_or(|m| m.iter().all(|&t| t));
+        let index = |v: &[usize]| -> Tensor<1, Int> {
+            Tensor::<1, Int>::from_data(
+                TensorData::new(v.iter().map(|&i| i as i64).collect(), [v.len()]),
+                &device,
+            )
+        };
+        // Rows that move, rows that stay, and the order that puts [moving; fixed] back into place.
+        let (moving, fixed): (Vec<usize>, Vec<usize>) = match movable {
+            Some(m) if !all_move => (0..b).partition(|&i| m[i]),
+            _ => ((0..b).collect(), vec![]),
+        };
+        if moving.is_empty() {
+            return Ok(x0);
+        }
+        let mut inverse = vec![0usize; b];
+        for (pos, &row) in moving.iter().chain(&fixed).enumerate() {
+            inverse[row] = pos;
+        }
+        let (inverse, restore) = (index(&inverse), !fixed.is_empty());
+        let x_move0 = if restore {
+            x0.clone().select(0, index(&moving))
+        } else {
+            x0.clone()
+        };
+        let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
+        let mut xa = random_start(&x_move0, pgd, self.seed);
+        let rule = objective.stop_rule();
+        let (mut last, mut before): (Option<Tensor<1>>, Option<Tensor<1>>) = (None, None);
+        let mut stopped: Option<Tensor<1, Bool>> = None;
+        for k in 0..pgd.steps {
+            if let Some(now) = rule.and_then(|r| r.holds(last.as_ref(), before.as_ref())) {
+                let s = match stopped.take() {
+                    Some(s) => s.bool_or(now),
+                    None => now,
+                };
+                if check_every > 0 && k % check_every == 0 && crate::host::scalar(&s.clone().float())? > 0.0 {
+                    break;
+                }
+                stopped = Some(s);
+            }
+            let xi = xa.clone().autodiff().require_grad();
+            let moved = target.embed(xi.clone());
+            let emb = match &fixed_emb {
+                Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
+                None => moved,
+            };
+            let loss = objective.loss(emb, k);
+            before = last.take();
+            last = rule.map(|_| loss.clone().detach().without_autodiff());
+            let grads = loss.backward();
+            let Some(g) = xi.grad(&grads) else { break };
+            let next = descend(xa.clone(), &x_move0, g.without_autodiff(), pgd);
+            xa = match &stopped {
+                Some(s) => next.mask_where(s.clone().reshape([1, 1, 1, 1]).expand(xa.shape()), xa),
+                None => next,
+            };
+        }
+        Ok(if restore {
+            Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)
+        } else {
+            xa
+        })
+    }
 }
 
 /// The start of a PGD run from clean images `x0`: `x0` itself, or with `pgd.random_start` a

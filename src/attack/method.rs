@@ -8,7 +8,7 @@ pub mod universal;
 
 use super::context::Context;
 use super::cw::{CwLinf, cw_linf};
-use super::engine::{Pgd, attack};
+use super::engine::{Pgd, Request};
 use super::unit::{Optimiser, Plan};
 use anyhow::Result;
 use burn::tensor::Tensor;
@@ -82,7 +82,10 @@ impl Method for WhiteBox {
         _fitted: Option<&Tensor<4>>,
     ) -> Result<Perturbed> {
         let images = match optimiser {
-            Optimiser::Pgd => attack(&attacker.model, 0, x, plan.movable(), plan.objective(), pgd, seed)?,
+            Optimiser::Pgd => Request::new(&attacker.model, plan.objective(), pgd)
+                .movable(plan.movable())
+                .seed(seed)
+                .run(x)?,
             Optimiser::CwLinf { rounds } => {
                 let cw = CwLinf {
                     eps: pgd.eps,

@@ -1,4 +1,4 @@
-//! Attacks: one engine ([`engine::attack`]) driven by objectives ([`objective`]), plus Carlini and
+//! Attacks: one engine ([`engine::Request`]) driven by objectives ([`objective`]), plus Carlini and
 //! Wagner's L∞ optimiser ([`cw`]) over the same objectives. Each attack is a unit
 //! ([`unit::Attack`], one file per family in [`units`]) and each way of moving the images a
 //! [`method::Method`]; [`registry`] names them, [`suite`] runs them over a [`context`], and

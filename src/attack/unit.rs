@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 /// The optimiser an attack is defined with.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Optimiser {
-    /// Projected gradient steps ([`super::engine::attack`]).
+    /// Projected gradient steps ([`super::engine::Request`]).
     Pgd,
     /// Carlini and Wagner's L∞ algorithm ([`super::cw::cw_linf`]), allowed `rounds × steps`
     /// optimiser steps per row in all.

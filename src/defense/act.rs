@@ -3,10 +3,43 @@
 //! `d(p̃, ñ)`, Eq. 4) while the anchor stays clean, and the model learns to separate them again
 //! with `L_T(a, p̃, ñ)` (Eq. 2).
 
-use super::TripletLayout;
+use super::triplets::{TripletLayout, TripletPlan, perturb_triplets};
+use super::unit::{Budget, Clean, Defense, Perturbed, Step};
 use crate::attack::engine::Objective;
 use crate::loss::distance::Distance;
+use anyhow::Result;
 use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+
+/// ACT's parameters (`[defense] kind = "act"`): the PGD budget alone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Act(pub Budget);
+
+impl Defense for Act {
+    fn budget(&self) -> Budget {
+        self.0
+    }
+
+    fn triplet_based(&self) -> bool {
+        true
+    }
+
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        let clean = Clean::of(step.net, &step.x);
+        let triplets = clean.mine(step.loss, step.labels, step.rng)?;
+        let layout = TripletLayout { t: triplets.len() };
+        let plan = TripletPlan {
+            movable: layout.movable(false, true, true),
+            objective: Box::new(Collapse {
+                layout,
+                distance: step.loss.distance(),
+            }),
+            triplets,
+        };
+        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+    }
+}
 
 /// Eq. 4: minimise `mean d(p̃, ñ)`; the anchor rows are frozen by the plan, not by this loss.
 pub struct Collapse {

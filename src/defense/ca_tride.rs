@@ -4,11 +4,16 @@
 //! `L_ANP = max(−C + Δ_TR, 0)`, Eq. 11–12). `C` is the collapseness of Eq. 5–6; PGD stops once the
 //! loss vanishes. Training: `L_T(Ã, P, N) + L_TR` after ANP (Eq. 13–14), `L_T(A, P̃, Ñ)` after CAP.
 
-use super::{DefenseState, TripletLayout};
-use crate::attack::engine::{Objective, StopRule};
+use super::triplets::{self, TripletLayout, TripletPlan, perturb_triplets};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
+use crate::attack::engine::{Objective, Pgd, StopRule};
 use crate::loss::distance::Distance;
+use crate::loss::miner::{Miner, Mining};
+use crate::loss::{self, LossConfig};
+use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// CA-TRIDE's parameters (`[defense] kind = "ca-tride"`).
@@ -74,11 +79,53 @@ fn yes() -> bool {
     true
 }
 
-impl super::config::DefenseParams for CaTrideConfig {
-    fn budget(&self) -> (f32, f32, usize) {
-        (self.eps, self.step, self.steps)
+impl Defense for CaTrideConfig {
+    fn budget(&self) -> Budget {
+        Budget {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+        }
     }
-    fn validate(&self, _loss: &crate::loss::LossConfig) -> anyhow::Result<()> {
+
+    /// The progressive step when on.
+    fn pgd(&self, state: &DefenseState) -> Pgd {
+        Pgd {
+            step: self.step_at(state),
+            ..self.budget().pgd()
+        }
+    }
+
+    fn triplet_based(&self) -> bool {
+        true
+    }
+
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        let clean = Clean::of(step.net, &step.x);
+        let device = step.x.device().without_autodiff();
+        let plan = plan(
+            self,
+            step.loss,
+            (clean.host()?, clean.dim()),
+            step.labels,
+            step.state,
+            &device,
+            step.rng,
+        )?;
+        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+    }
+
+    /// `L_T(A, P̃, Ñ)` after CAP; after ANP, plus `L_TR` (Eq. 13–14).
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        if is_cap(self.mode, step.state) {
+            triplets::adversarial_outcome(step, &pert, None)
+        } else {
+            anp_outer(self, step, &pert)
+        }
+    }
+
+    fn validate(&self, _loss: &LossConfig) -> Result<()> {
         anyhow::ensure!(
             self.lambda.is_finite() && self.lambda > 0.0,
             "defense.lambda must be > 0"
@@ -288,29 +335,24 @@ pub fn top_rank_triplet(
 /// CA-TRIDE's inner maximisation for one batch: triplets mined on the clean embeddings (by the
 /// semihard margin schedule of Eq. 32 when on), and CAP (p, n move) or ANP (the anchor moves)
 /// by the mode's alternation.
-#[allow(clippy::too_many_arguments)]
-pub fn plan(
+fn plan(
     c: &CaTrideConfig,
-    loss_cfg: &crate::loss::LossConfig,
+    loss_cfg: &LossConfig,
     (clean, dim): (&[f32], usize),
     labels: &[u32],
     state: &DefenseState,
     device: &burn::tensor::Device,
-    rng: &mut rand_chacha::ChaCha8Rng,
-) -> anyhow::Result<(crate::loss::miner::Triplets, Box<dyn Objective>, Vec<bool>)> {
-    use crate::loss::{self, LossConfig, miner::Miner};
-    let (distance, base_margin) = super::triplet_params(loss_cfg);
+    rng: &mut ChaCha8Rng,
+) -> Result<TripletPlan> {
+    let (distance, base_margin) = triplets::triplet_params(loss_cfg);
     let tr = match margin_schedule(c.margin_schedule, base_margin, state.epoch, state.epochs) {
-        Some(m) => {
-            let semihard = LossConfig::Triplet {
-                distance,
+        Some(margin) => {
+            let semihard = Mining {
                 miner: Miner::Semihard,
-                margin: m,
-                anchors: Default::default(),
-                cutoff: 0.0,
-                nonzero_loss_cutoff: None,
+                margin,
+                ..Mining::default()
             };
-            loss::mine_triplets(&semihard, clean, dim, labels, rng)?
+            loss::mine(&semihard, distance, clean, dim, labels, rng)?
         }
         None => loss::mine_triplets(loss_cfg, clean, dim, labels, rng)?,
     };
@@ -328,29 +370,29 @@ pub fn plan(
         adversary: c.adversary,
         lambda: if c.code_weighting { -c.lambda } else { c.lambda },
         code_anp: c.code_anp,
-        clean_anchor: super::host_rows(clean, &tr.anchor, dim, device),
+        clean_anchor: triplets::host_rows(clean, &tr.anchor, dim, device),
         top_rank: c.tpr,
         collapse_aware: c.collapse_aware,
     };
-    Ok((tr, Box::new(obj), movable))
+    Ok(TripletPlan {
+        triplets: tr,
+        objective: Box::new(obj),
+        movable,
+    })
 }
 
 /// The outer loss after ANP: the triplet loss on the perturbed triplets plus the top-rank
 /// triplet term `L_TR` (Eq. 13), which "w/o TPR" drops.
-pub fn anp_outer(
-    c: &CaTrideConfig,
-    loss_cfg: &crate::loss::LossConfig,
-    net: &crate::model::EmbeddingNet,
-    pert: &super::Perturbed,
-) -> anyhow::Result<super::DefendedLoss> {
-    let emb = net.forward(pert.adversarial.clone().autodiff());
+fn anp_outer(c: &CaTrideConfig, step: &Step, pert: &Perturbed) -> Result<DefendedLoss> {
+    let loss_cfg = step.loss;
+    let emb = step.net.forward(pert.adversarial.clone().autodiff());
     if !c.tpr {
-        return super::triplet_outcome(loss_cfg, pert, emb, None);
+        return triplets::triplet_outcome(loss_cfg, pert, emb, None);
     }
     let (a, p, n) = TripletLayout { t: emb.dims()[0] / 3 }.split(emb.clone());
-    let d = super::triplet_params(loss_cfg).0;
+    let d = triplets::triplet_params(loss_cfg).0;
     let l_tr = top_rank_triplet(a, p, n, d, c.gamma_tr, c.beta_tr, c.tr_hinge);
-    super::triplet_outcome(loss_cfg, pert, emb, Some(l_tr))
+    triplets::triplet_outcome(loss_cfg, pert, emb, Some(l_tr))
 }
 
 #[cfg(test)]

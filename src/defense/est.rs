@@ -3,45 +3,64 @@
 //! attack, from the clean point), and the configured loss — with its own miner — is computed on
 //! the shifted embeddings only.
 
-use super::{DefendedLoss, DefenseConfig, Perturbed, diagnostics};
-use crate::attack::engine;
+use super::diagnostics;
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use crate::attack::engine::{Pgd, Request};
 use crate::attack::objective::shift::EmbeddingShift;
-use crate::loss::{self, LossConfig, LossParams};
+use crate::loss;
 use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::Tensor;
-use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// EST's parameters (`[defense] kind = "est"`): the PGD budget alone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Est(pub Budget);
+
+impl Defense for Est {
+    fn budget(&self) -> Budget {
+        self.0
+    }
+
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        let clean = Clean::of(step.net, &step.x);
+        let x = step.x.clone().without_autodiff();
+        let adversarial = shift(step.net, &self.pgd(step.state), &x, &clean.emb)?;
+        Ok(Perturbed {
+            triplets: None,
+            dim: clean.dim(),
+            clean,
+            original: x,
+            adversarial,
+        })
+    }
+
+    /// The configured loss on the training-mode embeddings of the shifted batch.
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        let emb = step.net.forward(pert.adversarial.clone().autodiff());
+        let out = loss::compute(step.loss, emb.clone(), step.labels, step.params, step.rng)?;
+        let adv_loss = out.loss.clone().detach().without_autodiff();
+        // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs
+        // with random negatives, from the diagnostics' own generator).
+        let tr = out
+            .triplets
+            .unwrap_or_else(|| diagnostics::spc2_random_triplets(step.labels));
+        let (distance, margin) = super::triplets::triplet_params(step.loss);
+        let diag = diagnostics::batch_on_device(&pert.clean.emb, &tr, distance, Some((&emb, &tr, margin)));
+        Ok(DefendedLoss {
+            loss: out.loss,
+            adv_loss,
+            diag,
+        })
+    }
+}
 
 /// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings.
-pub fn perturb(cfg: &DefenseConfig, net: &EmbeddingNet, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
+pub fn shift(net: &EmbeddingNet, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
     let obj = EmbeddingShift {
         clean: clean.clone().detach(),
     };
-    engine::attack(net, 0, x, None, &obj, &cfg.pgd(), 0)
-}
-
-/// The configured loss on the training-mode embeddings of the shifted batch.
-pub fn outer(
-    loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
-    params: &LossParams,
-    pert: Perturbed,
-    labels: &[u32],
-    rng: &mut ChaCha8Rng,
-) -> Result<DefendedLoss> {
-    let emb = net.forward(pert.adversarial.clone().autodiff());
-    let out = loss::compute(loss_cfg, emb.clone(), labels, params, rng)?;
-    let adv_loss = out.loss.clone().detach().without_autodiff();
-    // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs with
-    // random negatives, from the diagnostics' own generator).
-    let tr = out
-        .triplets
-        .unwrap_or_else(|| diagnostics::spc2_random_triplets(labels));
-    let (distance, margin) = super::triplet_params(loss_cfg);
-    let diag = diagnostics::batch_on_device(&pert.clean.emb, &tr, distance, Some((&emb, &tr, margin)));
-    Ok(DefendedLoss {
-        loss: out.loss,
-        adv_loss,
-        diag,
-    })
+    Request::new(net, &obj, pgd).run(x)
 }

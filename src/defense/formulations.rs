@@ -18,15 +18,48 @@
 //! - Formulation 3 (Eq. 13) adds `λ·max_z d_θ(z, x_i)`, one embedding-shift PGD over the batch's
 //!   images, and a forward of the shifted and clean images.
 
-use super::{DefenseConfig, Perturbed, TripletLayout, select_rows};
-use crate::attack::engine::{self, Objective};
+use super::triplets::{self, TripletLayout, select_rows};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use crate::attack::engine::{Objective, Pgd, Request};
 use crate::loss::LossConfig;
-use crate::loss::distance::Distance;
 use crate::loss::miner::Triplets;
-use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
+
+/// Formulation 1's parameters (`[defense] kind = "formulation-1"`): the PGD budget alone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Joint(pub Budget);
+
+/// Formulation 2's parameters (`[defense] kind = "formulation-2"`): the PGD budget alone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct PerSample(pub Budget);
+
+impl Defense for Joint {
+    fn budget(&self) -> Budget {
+        self.0
+    }
+    fn validate(&self, loss: &LossConfig) -> Result<()> {
+        tuple_loss_only("formulation-1", loss)
+    }
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        perturb(Formulation::Joint, step, &self.pgd(step.state))
+    }
+}
+
+impl Defense for PerSample {
+    fn budget(&self) -> Budget {
+        self.0
+    }
+    fn validate(&self, loss: &LossConfig) -> Result<()> {
+        tuple_loss_only("formulation-2", loss)
+    }
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        perturb(Formulation::PerSample, step, &self.pgd(step.state))
+    }
+}
 
 /// Formulation 3's parameters: the embedding-shift budget and λ.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -39,10 +72,26 @@ pub struct RegularizedConfig {
     pub lambda: f32,
 }
 
-impl super::config::DefenseParams for RegularizedConfig {
-    fn budget(&self) -> (f32, f32, usize) {
-        (self.eps, self.step, self.steps)
+impl Defense for RegularizedConfig {
+    fn budget(&self) -> Budget {
+        Budget {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+        }
     }
+
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        perturb(Formulation::Regularized, step, &self.pgd(step.state))
+    }
+
+    /// The clean tuple loss plus the regulariser.
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        let (emb, reg) = regularised(step, &self.pgd(step.state), &pert, self.lambda)?;
+        triplets::triplet_outcome(step.loss, &pert, emb, Some(reg))
+    }
+
     fn validate(&self, loss: &LossConfig) -> Result<()> {
         anyhow::ensure!(
             self.lambda.is_finite() && self.lambda >= 0.0,
@@ -56,7 +105,7 @@ impl super::config::DefenseParams for RegularizedConfig {
 /// The formulations need a tuple loss: `l̂` is defined on pairs and triplets (Eq. 7–8).
 pub(crate) fn tuple_loss_only(kind: &str, loss: &LossConfig) -> Result<()> {
     anyhow::ensure!(
-        matches!(loss, LossConfig::Triplet { .. } | LossConfig::Contrastive { .. }),
+        matches!(loss, LossConfig::Triplet(_) | LossConfig::Contrastive(_)),
         "defense {kind} is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
         loss.name()
     );
@@ -82,20 +131,29 @@ pub struct TupleLoss {
 
 impl Objective for TupleLoss {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
-        super::tuple_loss(&self.loss, &emb, &self.triplets).neg()
+        triplets::tuple_loss(&self.loss, &emb, &self.triplets).neg()
     }
 }
 
-/// The inner maximisation of formulation `f` on the batch `x` (plain device) with its mined
-/// triplets: the stacked `[a, p, n]` rows before and after.
-pub fn perturb(
-    f: Formulation,
-    cfg: &DefenseConfig,
-    loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
-    x: &Tensor<4>,
-    tr: &Triplets,
-) -> Result<(Tensor<4>, Tensor<4>)> {
+/// The inner maximisation of formulation `f` on the step's batch with the triplets mined on its
+/// clean embeddings: the stacked `[a, p, n]` rows before and after.
+fn perturb(f: Formulation, step: &mut Step, pgd: &Pgd) -> Result<Perturbed> {
+    let clean = Clean::of(step.net, &step.x);
+    let tr = clean.mine(step.loss, step.labels, step.rng)?;
+    let (original, adversarial) = inner(f, step, &tr, pgd)?;
+    Ok(Perturbed {
+        triplets: Some(tr),
+        dim: clean.dim(),
+        clean,
+        original,
+        adversarial,
+    })
+}
+
+/// Formulation `f`'s images: the stacked `[a, p, n]` rows of `tr` before and after.
+fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tensor<4>, Tensor<4>)> {
+    let (net, loss_cfg) = (step.net, step.loss);
+    let x = &step.x.clone().without_autodiff();
     let stacked = TripletLayout::gather_index(tr);
     let original = select_rows(x, &stacked);
     let n = x.dims()[0];
@@ -106,7 +164,7 @@ pub fn perturb(
                 triplets: tr.clone(),
                 loss: loss_cfg.clone(),
             };
-            let z = engine::attack(net, 0, x, None, &obj, &cfg.pgd(), 0)?;
+            let z = Request::new(net, &obj, pgd).run(x)?;
             select_rows(&z, &stacked)
         }
         // Rows [z; x]: each anchor's z meets the clean positives and negatives of its tuples, so
@@ -126,7 +184,7 @@ pub fn perturb(
             for &a in &tr.anchor {
                 movable[a] = true;
             }
-            let z = engine::attack(net, 0, &rows, Some(&movable), &obj, &cfg.pgd(), 0)?;
+            let z = Request::new(net, &obj, pgd).movable(Some(&movable)).run(&rows)?;
             let t = tr.len();
             let anchors = select_rows(&z, &tr.anchor);
             let rest = original.clone().narrow(0, t, 2 * t);
@@ -137,21 +195,15 @@ pub fn perturb(
     Ok((original, adversarial))
 }
 
-/// The training-mode embeddings of `first` and Eq. 13's regulariser
-/// `λ·(1/n) Σ_i d_θ(z_i, x_i)`, `z_i` the embedding-shift attack on every image of the batch `x`
-/// (the equation sums over all n samples, not only anchors). One forward of `[first; z; x]`.
-#[allow(clippy::too_many_arguments)]
-pub fn regularised(
-    cfg: &DefenseConfig,
-    net: &EmbeddingNet,
-    x: &Tensor<4>,
-    clean: &Tensor<2>,
-    distance: Distance,
-    lambda: f32,
-    first: Tensor<4>,
-) -> Result<(Tensor<2>, Tensor<1>)> {
-    let xb = x.clone().without_autodiff();
-    let z = super::est::perturb(cfg, net, &xb, clean)?;
+/// The training-mode embeddings of the perturbed rows and Eq. 13's regulariser
+/// `λ·(1/n) Σ_i d_θ(z_i, x_i)`, `z_i` the embedding-shift attack under `pgd` on every image of
+/// the batch (the equation sums over all n samples, not only anchors). One forward of
+/// `[perturbed; z; x]`.
+pub(crate) fn regularised(step: &Step, pgd: &Pgd, pert: &Perturbed, lambda: f32) -> Result<(Tensor<2>, Tensor<1>)> {
+    let (net, distance) = (step.net, step.loss.distance());
+    let first = pert.adversarial.clone();
+    let xb = step.x.clone().without_autodiff();
+    let z = super::est::shift(net, pgd, &xb, &pert.clean.emb)?;
     let (m, n) = (first.dims()[0], xb.dims()[0]);
     let all = net.forward(Tensor::cat(
         vec![first, z, xb].into_iter().map(|v| v.autodiff()).collect(),
@@ -163,26 +215,4 @@ pub fn regularised(
         all.narrow(0, m + n, n),
     );
     Ok((e_first, distance.rows(e_z, e_x).mean().mul_scalar(lambda)))
-}
-
-/// Formulation 3's outer loss: the clean tuple loss plus the regulariser.
-pub fn regularized_outer(
-    cfg: &DefenseConfig,
-    c: &RegularizedConfig,
-    loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
-    x: &Tensor<4>,
-    pert: Perturbed,
-) -> Result<super::DefendedLoss> {
-    let (distance, _) = super::triplet_params(loss_cfg);
-    let (emb, reg) = regularised(
-        cfg,
-        net,
-        x,
-        &pert.clean.emb,
-        distance,
-        c.lambda,
-        pert.adversarial.clone(),
-    )?;
-    super::triplet_outcome(loss_cfg, &pert, emb, Some(reg))
 }

@@ -5,18 +5,43 @@
 //! `‖max(0, H_D − H̃_S)‖²` (ET), then trained with `L_T(ã, p̃, ñ)` plus the intra-class structure
 //! term `L_ICS = λ·L_T(a, ã, p; 0)`.
 
-use super::{DefendedLoss, DefenseState, Destination, HmObjective, Perturbed, TripletLayout};
+use super::triplets::{self, TripletLayout, TripletPlan, hardness, perturb_triplets};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 use crate::attack::engine::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{self, Anchors, MineOptions, Miner, Triplets};
-use crate::model::EmbeddingNet;
 use anyhow::Result;
-use burn::tensor::Device;
 use burn::tensor::activation::relu;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+/// Destination hardness of Hardness Manipulation: another miner's triplets, or LGA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Destination {
+    Random,
+    Semihard,
+    Softhard,
+    Distance,
+    Hardest,
+    /// Linear gradual adversary `g_LGA(ℓ̄_{t−1}) = −γ·ℓ̄_{t−1}/γ` (clamped to [0, γ]) of HM.
+    Lga,
+}
+
+/// How HM aligns the source hardness with the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HmObjective {
+    /// `mean(min(0, H̃_S − H_D)²)`: stops at the destination.
+    #[default]
+    Et,
+    /// robrank's "KL" on L1-normalised hardness vectors.
+    Kl,
+    /// `mean((H̃_S − H_D)²)`.
+    L2,
+}
 
 /// HM's parameters (`[defense] kind = "hm"`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -36,15 +61,60 @@ pub struct HmConfig {
     pub ics: Option<f32>,
 }
 
-impl super::config::DefenseParams for HmConfig {
-    fn budget(&self) -> (f32, f32, usize) {
-        (self.eps, self.step, self.steps)
+impl Defense for HmConfig {
+    fn budget(&self) -> Budget {
+        Budget {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+        }
     }
+
     fn validate(&self, _loss: &LossConfig) -> Result<()> {
         if let Some(l) = self.ics {
             anyhow::ensure!(l.is_finite() && l >= 0.0, "defense.ics must be ≥ 0, got {l}");
         }
         Ok(())
+    }
+
+    fn triplet_based(&self) -> bool {
+        true
+    }
+
+    fn reads_previous_loss(&self) -> bool {
+        true
+    }
+
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        let clean = Clean::of(step.net, &step.x);
+        let device = step.x.device().without_autodiff();
+        let (triplets, objective) = plan(
+            self,
+            step.loss,
+            clean.host()?,
+            clean.dim(),
+            step.labels,
+            step.state,
+            &device,
+            step.rng,
+        )?;
+        // Source and destination the same miner: nothing to manipulate, no row moves.
+        let moves = !skips_attack(self);
+        let movable = TripletLayout { t: triplets.len() }.movable(moves, moves, moves);
+        let plan = TripletPlan {
+            triplets,
+            objective,
+            movable,
+        };
+        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+    }
+
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        match self.ics {
+            Some(lambda) => outer_with_ics(step, pert, lambda),
+            None => triplets::adversarial_outcome(step, &pert, None),
+        }
     }
 }
 
@@ -75,7 +145,7 @@ impl Manipulate {
 impl Objective for Manipulate {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
         let (a, p, n) = self.layout.split(emb);
-        let hs = super::hardness(a, p, n, self.distance);
+        let hs = hardness(a, p, n, self.distance);
         let hd = self.dest.clone();
         match self.objective {
             HmObjective::Et => (hs - hd).clamp_max(0.0).powi_scalar(2).mean(),
@@ -163,7 +233,7 @@ pub fn plan(
         objective,
         ..
     } = *cfg;
-    let (distance, margin) = super::triplet_params(loss_cfg);
+    let (distance, margin) = triplets::triplet_params(loss_cfg);
     let (tr, hd) = source_and_destination(
         clean,
         dim,
@@ -179,21 +249,16 @@ pub fn plan(
 }
 
 /// `L_T(ã, p̃, ñ) + λ·L_T(a, ã, p; 0)`: one training-mode forward of `[ã, p̃, ñ, a, p]`.
-pub fn outer_with_ics(
-    loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
-    x: &Tensor<4>,
-    pert: Perturbed,
-    lambda: f32,
-) -> Result<DefendedLoss> {
-    let (distance, _) = super::triplet_params(loss_cfg);
+fn outer_with_ics(step: &Step, pert: Perturbed, lambda: f32) -> Result<DefendedLoss> {
+    let (loss_cfg, net, x) = (step.loss, step.net, &step.x);
+    let (distance, _) = triplets::triplet_params(loss_cfg);
     let t = pert.triplets.as_ref().map_or(0, |tr| tr.len());
     let idx: Vec<usize> = pert
         .triplets
         .as_ref()
         .map(|tr| [tr.anchor.clone(), tr.positive.clone()].concat())
         .unwrap_or_default();
-    let clean_ap = super::select_rows(x, &idx);
+    let clean_ap = triplets::select_rows(x, &idx);
     let all = net.forward(Tensor::cat(vec![pert.adversarial.clone().autodiff(), clean_ap], 0));
     let adv_e = all.clone().narrow(0, 0, 3 * t);
     let (a, p) = (all.clone().narrow(0, 3 * t, t), all.narrow(0, 4 * t, t));
@@ -201,5 +266,5 @@ pub fn outer_with_ics(
     let ics = relu(distance.rows(a.clone(), a_adv) - distance.rows(a, p))
         .mean()
         .mul_scalar(lambda);
-    super::triplet_outcome(loss_cfg, &pert, adv_e, Some(ics))
+    triplets::triplet_outcome(loss_cfg, &pert, adv_e, Some(ics))
 }

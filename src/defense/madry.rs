@@ -2,20 +2,53 @@
 //! (a, p, n) are all perturbed to maximise the triplet hardness `d(ã,p̃) − d(ã,ñ)`, and the model
 //! is trained on the triplet loss of the perturbed triplet.
 
-use super::TripletLayout;
+use super::triplets::{TripletLayout, TripletPlan, hardness, perturb_triplets};
+use super::unit::{Budget, Clean, Defense, Perturbed, Step};
 use crate::attack::engine::Objective;
-use crate::loss;
+use crate::loss::distance::Distance;
+use anyhow::Result;
 use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+
+/// Madry's parameters (`[defense] kind = "madry"`): the PGD budget alone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Madry(pub Budget);
+
+impl Defense for Madry {
+    fn budget(&self) -> Budget {
+        self.0
+    }
+
+    fn triplet_based(&self) -> bool {
+        true
+    }
+
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        let clean = Clean::of(step.net, &step.x);
+        let triplets = clean.mine(step.loss, step.labels, step.rng)?;
+        let layout = TripletLayout { t: triplets.len() };
+        let plan = TripletPlan {
+            movable: layout.movable(true, true, true),
+            objective: Box::new(MaxHardness {
+                layout,
+                distance: step.loss.distance(),
+            }),
+            triplets,
+        };
+        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+    }
+}
 
 /// Minimises `mean(d(ã,ñ) − d(ã,p̃))`, i.e. maximises the hardness of every triplet.
 pub struct MaxHardness {
     pub layout: TripletLayout,
-    pub distance: loss::distance::Distance,
+    pub distance: Distance,
 }
 
 impl Objective for MaxHardness {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
         let (a, p, n) = self.layout.split(emb);
-        super::hardness(a, p, n, self.distance).mean().neg()
+        hardness(a, p, n, self.distance).mean().neg()
     }
 }

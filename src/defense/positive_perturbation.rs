@@ -5,12 +5,12 @@
 //! our tuple layout; Appendix F's negative and anchor targets and formulation 3's regulariser
 //! (Eq. 13, over every image of the batch) are options.
 
-use super::{DefendedLoss, DefenseConfig, Perturbed, TripletLayout, triplet_params};
-use crate::attack::engine::Objective;
+use super::triplets::{self, TripletLayout, triplet_params};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use crate::attack::engine::{Objective, Request};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::Triplets;
-use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use rand::Rng;
@@ -37,10 +37,43 @@ pub struct PositivePerturbationConfig {
     pub regularizer: Option<f32>,
 }
 
-impl super::config::DefenseParams for PositivePerturbationConfig {
-    fn budget(&self) -> (f32, f32, usize) {
-        (self.eps, self.step, self.steps)
+impl Defense for PositivePerturbationConfig {
+    fn budget(&self) -> Budget {
+        Budget {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+        }
     }
+
+    /// The stacked rows of the mined tuples before and after `ρ`.
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+        let clean = Clean::of(step.net, &step.x);
+        let tr = clean.mine(step.loss, step.labels, step.rng)?;
+        let (rows, rho, movable) = plan(self, step.loss, &tr, step.rng);
+        let original = triplets::select_rows(&step.x.clone().without_autodiff(), &rows);
+        let pgd = self.pgd(step.state);
+        let adversarial = if movable.iter().any(|&m| m) && pgd.step > 0.0 {
+            Request::new(step.net, &rho, &pgd)
+                .movable(Some(&movable))
+                .run(&original)?
+        } else {
+            original.clone()
+        };
+        Ok(Perturbed {
+            triplets: Some(tr),
+            dim: clean.dim(),
+            clean,
+            original,
+            adversarial,
+        })
+    }
+
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        outer(self, step, pert)
+    }
+
     fn validate(&self, loss: &LossConfig) -> Result<()> {
         anyhow::ensure!(
             (0.0..=1.0).contains(&self.rate),
@@ -100,7 +133,7 @@ impl Objective for Rho {
 
 /// Appendix F's per-pair anchor perturbation: the anchor target under the contrastive loss.
 pub fn per_pair(c: &PositivePerturbationConfig, loss: &LossConfig) -> bool {
-    c.target == PerturbTarget::Anchor && matches!(loss, LossConfig::Contrastive { .. })
+    c.target == PerturbTarget::Anchor && matches!(loss, LossConfig::Contrastive(_))
 }
 
 /// The rows to perturb (indices into the batch), the objective and which rows may move: the
@@ -143,63 +176,25 @@ pub fn plan(
     (rows, rho, movable)
 }
 
-/// The inner maximisation on the batch `x` (plain device) with its mined triplets: the stacked
-/// rows before and after `ρ`.
-pub fn perturb(
-    cfg: &DefenseConfig,
-    c: &PositivePerturbationConfig,
-    loss: &LossConfig,
-    net: &EmbeddingNet,
-    x: &Tensor<4>,
-    tr: &Triplets,
-    rng: &mut ChaCha8Rng,
-) -> Result<(Tensor<4>, Tensor<4>)> {
-    let (rows, rho, movable) = plan(c, loss, tr, rng);
-    let original = super::select_rows(x, &rows);
-    let pgd = cfg.pgd();
-    let adversarial = if movable.iter().any(|&m| m) && pgd.step > 0.0 {
-        crate::attack::engine::attack(net, 0, &original, Some(&movable), &rho, &pgd, 0)?
-    } else {
-        original.clone()
-    };
-    Ok((original, adversarial))
-}
-
 /// The configured tuple loss (triplet or contrastive) on the stacked rows, per pair for the
 /// contrastive anchor target, plus formulation 3's regulariser when asked.
-pub fn outer(
-    cfg: &DefenseConfig,
-    c: &PositivePerturbationConfig,
-    loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
-    x: &Tensor<4>,
-    pert: Perturbed,
-) -> Result<DefendedLoss> {
-    let (distance, _) = triplet_params(loss_cfg);
+fn outer(c: &PositivePerturbationConfig, step: &Step, pert: Perturbed) -> Result<DefendedLoss> {
+    let loss_cfg = step.loss;
     let (emb, reg) = match c.regularizer {
         Some(lambda) => {
-            let (e, r) = super::formulations::regularised(
-                cfg,
-                net,
-                x,
-                &pert.clean.emb,
-                distance,
-                lambda,
-                pert.adversarial.clone(),
-            )?;
+            let (e, r) = super::formulations::regularised(step, &c.pgd(step.state), &pert, lambda)?;
             (e, Some(r))
         }
-        None => (net.forward(pert.adversarial.clone().autodiff()), None),
+        None => (step.net.forward(pert.adversarial.clone().autodiff()), None),
     };
     let (pos_margin, neg_margin) = match loss_cfg {
-        LossConfig::Contrastive {
-            pos_margin, neg_margin, ..
-        } if per_pair(c, loss_cfg) => (*pos_margin, *neg_margin),
-        _ => return super::triplet_outcome(loss_cfg, &pert, emb, reg),
+        LossConfig::Contrastive(l) if per_pair(c, loss_cfg) => (l.pos_margin, l.neg_margin),
+        _ => return triplets::triplet_outcome(loss_cfg, &pert, emb, reg),
     };
     let t = pert.triplets.as_ref().map_or(0, Triplets::len);
     let second = emb.clone().narrow(0, 3 * t, t);
     let (a, p, n) = TripletLayout { t }.split(emb.clone().narrow(0, 0, 3 * t));
+    let distance = triplet_params(loss_cfg).0;
     let main = crate::loss::contrastive::contrastive_pairs(a, p, second, n, distance, pos_margin, neg_margin);
-    super::tuple_outcome(loss_cfg, &pert, emb.narrow(0, 0, 3 * t), main, reg)
+    triplets::tuple_outcome(loss_cfg, &pert, emb.narrow(0, 0, 3 * t), main, reg)
 }

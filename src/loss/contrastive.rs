@@ -4,9 +4,68 @@
 
 use super::distance::Distance;
 use super::miner::Triplets;
+use super::miner::{Anchors, Miner, Mining};
+use super::unit::{Batch, Loss, LossOutput};
 use crate::host::{gather, index_tensor};
+use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// The contrastive loss's parameters (`[loss] kind = "contrastive"`) and its miner's (whose
+/// semihard window is m⁻).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Contrastive {
+    #[serde(default = "super::distance::normalized_euclidean")]
+    pub distance: Distance,
+    #[serde(default = "super::miner::random")]
+    pub miner: Miner,
+    #[serde(default)]
+    pub pos_margin: f32,
+    #[serde(default = "one")]
+    pub neg_margin: f32,
+    #[serde(default)]
+    pub anchors: Anchors,
+    #[serde(default)]
+    pub cutoff: f32,
+    #[serde(default)]
+    pub nonzero_loss_cutoff: Option<f32>,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+impl Loss for Contrastive {
+    fn distance(&self) -> Distance {
+        self.distance
+    }
+
+    fn mining(&self) -> Option<Mining> {
+        Some(Mining {
+            miner: self.miner,
+            anchors: self.anchors,
+            margin: self.neg_margin,
+            cutoff: self.cutoff,
+            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
+        })
+    }
+
+    fn validate(&self) -> Result<()> {
+        super::unit::non_negative(self.pos_margin, "pos_margin")?;
+        super::unit::non_negative(self.neg_margin, "neg_margin")
+    }
+
+    fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {
+        let t = batch.triplets(self, rng)?;
+        Ok(LossOutput {
+            loss: contrastive_loss(&batch.emb, &t, self.distance, self.pos_margin, self.neg_margin),
+            triplets: Some(t),
+        })
+    }
+}
 
 pub fn contrastive_loss(
     emb: &Tensor<2>,

@@ -14,6 +14,11 @@ pub enum Distance {
     Cosine,
 }
 
+/// The distance the triplet and contrastive losses default to.
+pub(crate) fn normalized_euclidean() -> Distance {
+    Distance::NormalizedEuclidean
+}
+
 impl Distance {
     /// Whether the distance assumes unit-norm embeddings.
     pub fn needs_normalized(self) -> bool {

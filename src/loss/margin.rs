@@ -4,9 +4,96 @@
 
 use super::distance::Distance;
 use super::miner::Triplets;
+use super::miner::{Anchors, Miner, Mining};
+use super::unit::{Batch, Loss, LossOutput};
 use crate::host::{gather, index_tensor};
+use anyhow::{Result, ensure};
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// The margin loss's parameters (`[loss] kind = "margin"`; Wu et al.'s defaults) and its
+/// miner's.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Margin {
+    #[serde(default = "distance_weighted")]
+    pub miner: Miner,
+    #[serde(default = "alpha")]
+    pub margin: f32,
+    /// The initial boundary β (trained with the model).
+    #[serde(default = "beta")]
+    pub beta: f32,
+    /// β's learning rate.
+    #[serde(default = "beta_lr")]
+    pub beta_lr: f64,
+    #[serde(default)]
+    pub nu: f32,
+    #[serde(default)]
+    pub anchors: Anchors,
+    #[serde(default = "cutoff")]
+    pub cutoff: f32,
+    #[serde(default = "nonzero_loss_cutoff")]
+    pub nonzero_loss_cutoff: Option<f32>,
+}
+
+fn distance_weighted() -> Miner {
+    Miner::Distance
+}
+fn alpha() -> f32 {
+    0.2
+}
+fn beta() -> f32 {
+    0.6
+}
+fn beta_lr() -> f64 {
+    5e-4
+}
+fn cutoff() -> f32 {
+    0.5
+}
+fn nonzero_loss_cutoff() -> Option<f32> {
+    Some(1.4)
+}
+
+impl Loss for Margin {
+    fn distance(&self) -> Distance {
+        Distance::NormalizedEuclidean
+    }
+
+    fn mining(&self) -> Option<Mining> {
+        Some(Mining {
+            miner: self.miner,
+            anchors: self.anchors,
+            margin: self.margin,
+            cutoff: self.cutoff,
+            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
+        })
+    }
+
+    fn validate(&self) -> Result<()> {
+        super::unit::non_negative(self.margin, "margin")?;
+        ensure!(self.beta_lr >= 0.0, "loss.beta_lr must be ≥ 0");
+        Ok(())
+    }
+
+    fn trainable_beta(&self) -> Option<f32> {
+        Some(self.beta)
+    }
+
+    fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {
+        let t = batch.triplets(self, rng)?;
+        let b = match &batch.params.beta {
+            Some(p) => p.val(),
+            None => Tensor::<1>::from_floats([self.beta], &batch.emb.device()),
+        };
+        Ok(LossOutput {
+            loss: margin_loss(&batch.emb, &t, self.distance(), self.margin, b, self.nu),
+            triplets: Some(t),
+        })
+    }
+}
 
 pub fn margin_loss(
     emb: &Tensor<2>,

@@ -33,6 +33,10 @@ pub enum Anchors {
     /// Every item is an anchor, with a random other item of its class as positive.
     All,
 }
+/// The miner the triplet and contrastive losses default to (robrank's random negatives).
+pub(crate) fn random() -> Miner {
+    Miner::Random
+}
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Triplets {
@@ -47,6 +51,31 @@ impl Triplets {
     }
     pub fn is_empty(&self) -> bool {
         self.anchor.is_empty()
+    }
+}
+
+/// A tuple loss's mining settings (`miner`, `anchors`, `cutoff`, `nonzero_loss_cutoff` of its
+/// `[loss]` table, and the margin of its semihard window), read by [`crate::loss::mine`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mining {
+    pub miner: Miner,
+    pub anchors: Anchors,
+    /// The semihard window (the triplet and margin losses' margin, the contrastive loss's m⁻).
+    pub margin: f32,
+    pub cutoff: f32,
+    pub nonzero_loss_cutoff: Option<f32>,
+}
+
+impl Default for Mining {
+    /// Random negatives on SPC-2 pairs: what the losses without a miner of their own get.
+    fn default() -> Self {
+        Self {
+            miner: Miner::Random,
+            anchors: Anchors::Pairs,
+            margin: 0.2,
+            cutoff: 0.0,
+            nonzero_loss_cutoff: None,
+        }
     }
 }
 

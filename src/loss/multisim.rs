@@ -3,7 +3,62 @@
 //! (i,k) if `S_ik + ε > min_j S_ij` over positives. Loss per anchor:
 //! `1/α log(1 + Σ_P e^{−α(S_ij − λ)}) + 1/β log(1 + Σ_N e^{β(S_ik − λ)})`, averaged over anchors.
 
+use super::distance::Distance;
+use super::unit::{Batch, Loss, LossOutput};
+use anyhow::{Result, ensure};
 use burn::tensor::{Tensor, TensorData};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Multi-similarity's parameters (`[loss] kind = "multi-similarity"`; Wang et al.'s α, β, λ, ε).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MultiSimilarity {
+    #[serde(default = "alpha")]
+    pub alpha: f32,
+    #[serde(default = "beta")]
+    pub beta: f32,
+    #[serde(default = "base")]
+    pub base: f32,
+    #[serde(default = "epsilon")]
+    pub epsilon: f32,
+}
+
+fn alpha() -> f32 {
+    2.0
+}
+fn beta() -> f32 {
+    40.0
+}
+fn base() -> f32 {
+    0.5
+}
+fn epsilon() -> f32 {
+    0.1
+}
+
+impl Loss for MultiSimilarity {
+    fn distance(&self) -> Distance {
+        Distance::Cosine
+    }
+
+    fn validate(&self) -> Result<()> {
+        ensure!(
+            self.alpha > 0.0 && self.beta > 0.0,
+            "loss.alpha and loss.beta must be > 0"
+        );
+        Ok(())
+    }
+
+    fn compute(&self, batch: &Batch, _rng: &mut ChaCha8Rng) -> Result<LossOutput> {
+        let s = batch.emb.clone().matmul(batch.emb.clone().transpose());
+        let (pm, nm) = ms_masks(&crate::host::read(&s)?, batch.labels, self.epsilon);
+        Ok(LossOutput {
+            loss: multisim_loss(s, pm, nm, self.alpha, self.beta, self.base),
+            triplets: None,
+        })
+    }
+}
 
 /// Host-side pair mining; returns (positive mask, negative mask), row-major `n × n`.
 pub fn ms_masks(sim: &[f32], labels: &[u32], epsilon: f32) -> (Vec<f32>, Vec<f32>) {

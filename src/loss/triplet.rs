@@ -4,9 +4,65 @@
 
 use super::distance::Distance;
 use super::miner::Triplets;
+use super::miner::{Anchors, Miner, Mining};
+use super::unit::{Batch, Loss, LossOutput};
 use crate::host::{gather, index_tensor};
+use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// The triplet loss's parameters (`[loss] kind = "triplet"`) and its miner's.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Triplet {
+    #[serde(default = "super::distance::normalized_euclidean")]
+    pub distance: Distance,
+    #[serde(default = "super::miner::random")]
+    pub miner: Miner,
+    #[serde(default = "margin")]
+    pub margin: f32,
+    #[serde(default)]
+    pub anchors: Anchors,
+    #[serde(default)]
+    pub cutoff: f32,
+    #[serde(default)]
+    pub nonzero_loss_cutoff: Option<f32>,
+}
+
+fn margin() -> f32 {
+    0.2
+}
+
+impl Loss for Triplet {
+    fn distance(&self) -> Distance {
+        self.distance
+    }
+
+    fn mining(&self) -> Option<Mining> {
+        Some(Mining {
+            miner: self.miner,
+            anchors: self.anchors,
+            margin: self.margin,
+            cutoff: self.cutoff,
+            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
+        })
+    }
+
+    fn validate(&self) -> Result<()> {
+        super::unit::non_negative(self.margin, "margin")?;
+        super::unit::non_negative(self.cutoff, "cutoff")
+    }
+
+    fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {
+        let t = batch.triplets(self, rng)?;
+        Ok(LossOutput {
+            loss: triplet_loss(&batch.emb, &t, self.distance, self.margin),
+            triplets: Some(t),
+        })
+    }
+}
 
 /// Per-triplet losses `[t]` and the distances `(d(a,p), d(a,n))`.
 pub fn triplet_terms(

@@ -81,7 +81,7 @@ pub struct Trainer {
     pub loss_params: LossParams,
     pub defense_state: DefenseState,
     /// MDProp's UX target features (Eq. 8), rebuilt at every epoch start by [`Trainer::refresh_ux_bank`].
-    pub ux_bank: Option<crate::defense::mdprop::UxBank>,
+    pub ux_bank: Option<crate::defense::UxBank>,
     /// The last step's adversarial loss, on the device until [`Trainer::settle_defense_state`]
     /// reads it into `defense_state.prev_loss` (HM's steps, the epoch's checkpoint).
     pending_adv_loss: Option<burn::tensor::Tensor<1>>,
@@ -118,10 +118,10 @@ impl Trainer {
         let ux = exp.defense.as_ref().is_some_and(|d| {
             d.distributions()
                 .iter()
-                .any(|g| matches!(g, crate::defense::mdprop::Generated::Ux { .. }))
+                .any(|g| matches!(g, crate::defense::Generated::Ux { .. }))
         });
         if ux {
-            let bank = crate::defense::mdprop::UxBank::build(&self.net, train, exp.eval.batch_size, device)?;
+            let bank = crate::defense::UxBank::build(&self.net, train, exp.eval.batch_size, device)?;
             self.ux_bank = Some(bank);
         }
         Ok(())
@@ -140,13 +140,13 @@ impl Trainer {
         let (loss_t, diag) = match &exp.defense {
             Some(d) => {
                 // Only HM's linear gradual adversary reads the last step's adversarial loss.
-                if matches!(d, crate::defense::DefenseConfig::Hm(_)) {
+                if d.unit().reads_previous_loss() {
                     self.settle_defense_state()?;
                 }
                 let ux = self
                     .ux_bank
                     .as_ref()
-                    .map(|bank| crate::defense::mdprop::UxTargets { bank, items });
+                    .map(|bank| crate::defense::UxTargets { bank, items });
                 let out = defense_mod::defended_loss(
                     d,
                     &exp.loss,
@@ -186,7 +186,7 @@ impl Trainer {
         let g_net = GradientsParams::from_module(&mut grads, &self.net);
         let g_loss = GradientsParams::from_module(&mut grads, &self.loss_params);
         self.net = self.optim.step(exp.train.optimizer.lr, self.net, g_net);
-        if let LossConfig::Margin { beta_lr, .. } = exp.loss
+        if let LossConfig::Margin(crate::loss::margin::Margin { beta_lr, .. }) = exp.loss
             && self.loss_params.beta.is_some()
         {
             self.loss_params = self.optim_loss.step(beta_lr, self.loss_params, g_loss);

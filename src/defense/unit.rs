@@ -1,0 +1,184 @@
+//! The interface every defense implements: an inner maximisation (which rows of a training batch
+//! move, toward what, under which budget) and the outer loss the model is trained on; with the
+//! budget, the training step a defense sees and what it returns.
+
+use super::diagnostics::DeviceDiagnostics;
+use super::generated::{Generated, UxTargets};
+use crate::attack::engine::{Norm, Pgd};
+use crate::loss::miner::{Miner, Triplets};
+use crate::loss::{self, LossConfig, LossParams};
+use crate::model::EmbeddingNet;
+use anyhow::Result;
+use burn::tensor::Tensor;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// One defense (`[defense] kind = …`), implemented by its config type in its own file.
+pub trait Defense {
+    /// The inner maximisation's L∞ budget, in pixel units.
+    fn budget(&self) -> Budget;
+
+    /// This step's PGD (CA-TRIDE's progressive step grows with the epoch).
+    fn pgd(&self, _state: &DefenseState) -> Pgd {
+        self.budget().pgd()
+    }
+
+    /// Checks the parameters beyond the budget, against the loss they train with.
+    fn validate(&self, _loss: &LossConfig) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether it perturbs mined triplets and so trains on the triplet loss.
+    fn triplet_based(&self) -> bool {
+        false
+    }
+
+    /// The generated distributions of MDProp / AdvProp-D, each with its own BN set.
+    fn distributions(&self) -> Vec<Generated> {
+        vec![]
+    }
+
+    /// Batch-norm sets the model needs: one per distribution, the clean one included.
+    fn bn_sets(&self) -> usize {
+        1 + self.distributions().len()
+    }
+
+    /// Whether a step reads the previous step's adversarial loss (HM's LGA).
+    fn reads_previous_loss(&self) -> bool {
+        false
+    }
+
+    /// The inner maximisation alone (evaluation-mode model, plain device).
+    fn perturb(&self, step: &mut Step) -> Result<Perturbed>;
+
+    /// The inner maximisation, then the outer loss on the training-mode forward of the
+    /// perturbed batch; by default the configured tuple loss over the perturbed `[a, p, n]`.
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        super::triplets::adversarial_outcome(step, &pert, None)
+    }
+}
+
+/// The PGD budget alone (`eps`, `step`, `steps` in pixel units): the parameters of Madry, EST,
+/// ACT, AdvProp-D and seed 000's formulations 1 and 2.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    pub eps: f32,
+    pub step: f32,
+    pub steps: usize,
+}
+
+impl Budget {
+    /// L∞ PGD from the clean point, as every defense's inner maximisation runs.
+    pub fn pgd(self) -> Pgd {
+        Pgd {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+            norm: Norm::Linf,
+            random_start: false,
+        }
+    }
+}
+
+/// State a defense carries from one training step to the next (checkpointed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DefenseState {
+    /// The previous step's adversarial triplet loss (LGA's ℓ̄_{t−1}); robrank starts at 2.0.
+    pub prev_loss: f32,
+    pub steps_done: u64,
+    /// The current epoch (0-based) and the run's epoch count, for schedules.
+    #[serde(default)]
+    pub epoch: usize,
+    #[serde(default)]
+    pub epochs: usize,
+}
+
+impl Default for DefenseState {
+    fn default() -> Self {
+        Self {
+            prev_loss: 2.0,
+            steps_done: 0,
+            epoch: 0,
+            epochs: 1,
+        }
+    }
+}
+
+/// One defended training step as a defense sees it.
+pub struct Step<'a> {
+    /// The configured loss (and its miner).
+    pub loss: &'a LossConfig,
+    pub params: &'a LossParams,
+    pub net: &'a EmbeddingNet,
+    /// The batch, on the autodiff device.
+    pub x: Tensor<4>,
+    pub labels: &'a [u32],
+    pub state: &'a DefenseState,
+    /// MDProp's UX targets (the training-set features and the batch items' positions).
+    pub ux: Option<UxTargets<'a>>,
+    pub rng: &'a mut ChaCha8Rng,
+}
+
+/// What one defended training step produces: the loss to minimise and the diagnostics.
+pub struct DefendedLoss {
+    pub loss: Tensor<1>,
+    /// The adversarial part of the loss, detached and left on the device (HM's LGA reads it at
+    /// its next step).
+    pub adv_loss: Tensor<1>,
+    pub diag: DeviceDiagnostics,
+}
+
+/// The inner maximisation's result: the perturbed rows next to the originals. For triplet
+/// defenses the rows are the stacked `[a, p, n]` of `triplets`; for EST the batch itself.
+pub struct Perturbed {
+    pub triplets: Option<Triplets>,
+    /// Clean evaluation-mode embeddings of the batch, used for mining and the diagnostics.
+    pub clean: Clean,
+    pub dim: usize,
+    pub original: Tensor<4>,
+    pub adversarial: Tensor<4>,
+}
+
+/// The batch's clean evaluation-mode embeddings (robrank mines on the model's current
+/// embeddings before perturbing): on the device, read back only by what needs them on the host
+/// (a distance-based miner, HM's hardness, the shift-based defenses), once.
+pub struct Clean {
+    pub emb: Tensor<2>,
+    host: std::cell::OnceCell<Vec<f32>>,
+}
+
+impl Clean {
+    pub fn of(net: &EmbeddingNet, x: &Tensor<4>) -> Self {
+        use burn::module::Module;
+        Self {
+            emb: net.valid().forward(x.clone().without_autodiff()),
+            host: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.emb.dims()[1]
+    }
+
+    /// The host copy, read on first use.
+    pub fn host(&self) -> Result<&[f32]> {
+        if self.host.get().is_none() {
+            let v = crate::host::read(&self.emb)?;
+            let _ = self.host.set(v);
+        }
+        Ok(self.host.get().map_or(&[][..], |v| v.as_slice()))
+    }
+
+    /// The loss's triplets: a random-negative miner needs no embeddings, the others the host
+    /// copy.
+    pub fn mine(&self, loss_cfg: &LossConfig, labels: &[u32], rng: &mut ChaCha8Rng) -> Result<Triplets> {
+        let rows = if loss_cfg.tuple_miner() == Miner::Random {
+            &[][..]
+        } else {
+            self.host()?
+        };
+        loss::mine_triplets(loss_cfg, rows, self.dim(), labels, rng)
+    }
+}

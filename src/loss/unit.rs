@@ -1,0 +1,107 @@
+//! The interface every loss implements, and the batch it sees.
+
+use super::LossParams;
+use super::distance::Distance;
+use super::miner::{self, MineOptions, Miner, Mining, Triplets};
+use anyhow::{Result, ensure};
+use burn::tensor::Tensor;
+use rand_chacha::ChaCha8Rng;
+
+/// One loss: its parameters' checks, the distance it and its miner use, and its value on a batch.
+pub trait Loss {
+    /// The distance the loss (and its miner) uses.
+    fn distance(&self) -> Distance;
+
+    /// Its tuple mining settings; `None` for the losses that mine no tuples (a defense then
+    /// draws random negatives on SPC-2 pairs, [`Mining::default`]).
+    fn mining(&self) -> Option<Mining> {
+        None
+    }
+
+    /// Whether it needs L2-normalised embeddings (by its distance, unless it says otherwise).
+    fn needs_normalized(&self) -> bool {
+        self.distance().needs_normalized()
+    }
+
+    /// Checks its parameters; an error names the key (`loss.margin`) and what is expected.
+    fn validate(&self) -> Result<()>;
+
+    /// The initial value of a trainable scalar the loss owns (the margin loss's β).
+    fn trainable_beta(&self) -> Option<f32> {
+        None
+    }
+
+    /// The loss on one batch.
+    fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput>;
+}
+
+/// `v` as a finite number ≥ 0, or an error naming `loss.{what}`.
+pub(crate) fn non_negative(v: f32, what: &str) -> Result<()> {
+    ensure!(
+        v.is_finite() && v >= 0.0,
+        "loss.{what} must be a finite number ≥ 0, got {v}"
+    );
+    Ok(())
+}
+
+/// What a loss evaluation returns: the scalar loss and, for triplet-based losses, the triplets.
+pub struct LossOutput {
+    pub loss: Tensor<1>,
+    pub triplets: Option<Triplets>,
+}
+
+/// A batch of embeddings `[n, d]` with its labels, as a loss sees it.
+pub struct Batch<'a> {
+    pub emb: Tensor<2>,
+    pub labels: &'a [u32],
+    pub params: &'a LossParams,
+    /// The embeddings' host copy, when the caller has read it already.
+    pub(crate) host: Option<&'a [f32]>,
+}
+
+impl Batch<'_> {
+    /// Triplets mined with `loss`'s settings on the detached embeddings, read from the device
+    /// only for a miner that needs distances (random negatives do not).
+    pub fn triplets(&self, loss: &dyn Loss, rng: &mut ChaCha8Rng) -> Result<Triplets> {
+        let mining = loss.mining().unwrap_or_default();
+        let dim = self.emb.dims()[1];
+        match self.host {
+            Some(h) => mine(&mining, loss.distance(), h, dim, self.labels, rng),
+            None if mining.miner == Miner::Random => mine(&mining, loss.distance(), &[], dim, self.labels, rng),
+            None => mine(
+                &mining,
+                loss.distance(),
+                &crate::host::read(&self.emb)?,
+                dim,
+                self.labels,
+                rng,
+            ),
+        }
+    }
+}
+
+/// Mines triplets on detached host embeddings `[n, dim]` with `mining`'s settings.
+pub fn mine(
+    mining: &Mining,
+    distance: Distance,
+    host: &[f32],
+    dim: usize,
+    labels: &[u32],
+    rng: &mut ChaCha8Rng,
+) -> Result<Triplets> {
+    let n = labels.len();
+    // Random negatives need no distances.
+    let dist = if mining.miner == Miner::Random {
+        vec![]
+    } else {
+        distance.host_matrix(host, n, dim)?
+    };
+    let pairs = miner::anchor_pairs(labels, mining.anchors, rng);
+    let opt = MineOptions {
+        margin: mining.margin,
+        dim,
+        cutoff: mining.cutoff,
+        nonzero_loss_cutoff: mining.nonzero_loss_cutoff,
+    };
+    Ok(miner::mine(mining.miner, &dist, labels, &pairs, &opt, rng))
+}
