@@ -65,7 +65,7 @@ fn main() -> Result<()> {
         res.insert(name.into(), per.into());
     }
     let json = serde_json::json!({"framework": "rdml", "seconds_per_step": res});
-    rdml::report::write_atomic(
+    rdml::atomic::write_atomic(
         std::path::Path::new(&out),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;

@@ -74,7 +74,7 @@ fn main() -> Result<()> {
         rows.push(serde_json::Value::Object(line));
     }
     let json = serde_json::json!({"unit": "ms per loss forward+backward (best of reps)", "dim": dim, "per_class": 5, "rows": rows});
-    rdml::report::write_atomic(
+    rdml::atomic::write_atomic(
         std::path::Path::new(&out),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;

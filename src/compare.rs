@@ -5,12 +5,12 @@
 //! per seed (`DIR/<name>-seed<S>`) and the table gives each column's mean ± sample std over the
 //! seeds, as the DML literature reports (Roth et al.).
 
+use crate::atomic::write_atomic;
 use crate::attack::engine::Pgd;
 use crate::attack::score::MeanStd;
 use crate::attack::suite::{Setup, robustness};
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
-use crate::report::write_atomic;
 use crate::run_dir::{Found, config_diff, inspect};
 use crate::train::{RunReport, TrainOptions, train};
 use anyhow::{Context as _, Result};
@@ -150,8 +150,8 @@ pub fn summaries(exps: &[Experiment], rows: &[Row], seeds: usize) -> Vec<SeedSum
 }
 
 fn finished(dir: &Path) -> Option<RunReport> {
-    let r: RunReport = serde_json::from_slice(&std::fs::read(dir.join("run.json")).ok()?).ok()?;
-    r.completed.then_some(r)
+    crate::run_dir::status(dir).filter(|s| s.completed)?;
+    serde_json::from_slice(&std::fs::read(dir.join(crate::run_dir::RUN)).ok()?).ok()
 }
 
 /// Trains (or loads) and scores every experiment; writes `compare.json` and `compare.md`.
@@ -188,7 +188,7 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
         let wanted = exp.to_toml()?;
         let reuse = match finished(&dir) {
             Some(r) if !opts.overwrite => {
-                let saved = std::fs::read_to_string(dir.join("config.toml")).unwrap_or_default();
+                let saved = std::fs::read_to_string(dir.join(crate::run_dir::CONFIG)).unwrap_or_default();
                 let diff = config_diff(&saved, &wanted);
                 anyhow::ensure!(
                     diff.is_empty(),
@@ -245,7 +245,7 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
             repeats: None,
         };
         crate::run_dir::check_unchanged(&dir, digest, crate::attack::record::FILE)?;
-        crate::report::write_json(&dir.join(crate::attack::record::FILE), &record)?;
+        crate::atomic::write_json(&dir.join(crate::attack::record::FILE), &record)?;
         rows.push(Row {
             name: exp.name.clone(),
             defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),

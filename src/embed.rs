@@ -6,10 +6,10 @@
 //! `ids` i64 `[n]` (the item's position in its part of the data set, as `eval` and the attacks
 //! number test items); `split` u8 `[n]` (0 training, 1 test queries, 2 test gallery).
 
+use crate::atomic::write_atomic;
 use crate::attack::examples::AdversarialSink;
 use crate::eval::knn::Embeddings;
 use crate::model::EmbeddingNet;
-use crate::report::write_atomic;
 use anyhow::{Context as _, Result, bail, ensure};
 use burn::tensor::Tensor;
 use std::path::{Path, PathBuf};
@@ -230,7 +230,7 @@ pub fn write(path: &Path, e: &Exported, meta: &[(&str, String)]) -> Result<()> {
             }
             let meta: serde_json::Map<String, serde_json::Value> =
                 meta.iter().map(|(k, v)| (k.to_string(), v.clone().into())).collect();
-            crate::report::write_json(&manifest, &serde_json::json!({"members": members, "meta": meta}))
+            crate::atomic::write_json(&manifest, &serde_json::json!({"members": members, "meta": meta}))
         }
     }
 }

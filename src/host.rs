@@ -61,3 +61,12 @@ pub fn index_tensor(idx: &[usize], device: &Device) -> Tensor<1, Int> {
 pub fn gather(emb: &Tensor<2>, idx: &Tensor<1, Int>) -> Tensor<2> {
     emb.clone().select(0, idx.clone())
 }
+
+/// Rows `idx` of host embeddings `[n, dim]` as a `[t, dim]` tensor on `device`.
+pub fn rows(host: &[f32], idx: &[usize], dim: usize, device: &burn::tensor::Device) -> Tensor<2> {
+    let v: Vec<f32> = idx
+        .iter()
+        .flat_map(|&i| host[i * dim..(i + 1) * dim].iter().copied())
+        .collect();
+    Tensor::<2>::from_data(burn::tensor::TensorData::new(v, [idx.len(), dim]), device)
+}

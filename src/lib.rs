@@ -15,6 +15,7 @@
 //!    `embed`, `html`;
 //! 8. the command line (`src/cli/`, in the binary).
 
+pub mod atomic;
 pub mod attack;
 pub mod compare;
 pub mod config;

@@ -41,7 +41,7 @@ pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
     }
     // The path as it resolves (through a link), to tell a stream from a file.
     let Ok(meta) = std::fs::metadata(path) else {
-        crate::report::check_writable(path)?;
+        crate::atomic::check_writable(path)?;
         return Ok(Target::File);
     };
     let t = meta.file_type();
@@ -64,7 +64,7 @@ pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
     if !overwrite {
         bail!("{} exists; pass --overwrite to replace it", path.display());
     }
-    crate::report::check_writable(path)?;
+    crate::atomic::check_writable(path)?;
     Ok(Target::File)
 }
 
@@ -83,7 +83,7 @@ pub fn check_files(paths: &[std::path::PathBuf], overwrite: bool) -> Result<()> 
 /// while the command computed).
 pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
     match check(path, overwrite)? {
-        Target::File => crate::report::write_atomic(path, bytes),
+        Target::File => crate::atomic::write_atomic(path, bytes),
         Target::Stream => {
             let mut f = std::fs::OpenOptions::new()
                 .write(true)

@@ -2,12 +2,12 @@
 //! when installed, else the test split shipped inside rdml), evaluated, then attacked with the
 //! nearest-neighbour attack at robrank's rob28 budget on 512 test queries; `report.json` holds it.
 
+use crate::atomic::write_json;
 use crate::attack::profile::{Overrides, profile};
 use crate::attack::suite::{AttackResult, Context, run};
 use crate::attack::{engine::Pgd, registry};
 use crate::config::Experiment;
 use crate::eval::Metrics;
-use crate::report::write_json;
 use crate::run_dir::{Found, inspect};
 use crate::train::{RunReport, TrainOptions, load_run, train};
 use anyhow::{Context as _, Result, bail};

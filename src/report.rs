@@ -1,75 +1,6 @@
-//! Writing results: atomic files (temporary file, then rename), JSON, and plain-text tables.
+//! Results as plain-text tables for the terminal: metrics, one attack, the ERS/ARS table.
 
 use crate::eval::Metrics;
-use anyhow::{Context, Result, ensure};
-use std::io::Write;
-use std::path::Path;
-
-/// Writes `bytes` to `path` through a temporary file in the same folder, so that a reader never
-/// sees a half-written file. The temporary file is created exclusively (never through a link
-/// planted under its name) and removed if the write fails; the rename replaces a link at `path`
-/// rather than writing through it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    check_writable(path)?;
-    let tmp = temp_name(path);
-    let _ = std::fs::remove_file(&tmp);
-    let written = (|| -> Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .with_context(|| format!("cannot create a file in {}", parent(path).display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        f.sync_all().ok();
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
-fn parent(path: &Path) -> &Path {
-    path.parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-}
-
-/// `.NAME.PID.tmp` beside `path`: hidden, and distinct per process.
-fn temp_name(path: &Path) -> std::path::PathBuf {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
-}
-
-/// Checks, before any work, that `path` can be written as a file: its folder exists (or can be
-/// made) and `path` is not a folder. Commands call it on their `--out` before computing.
-pub fn check_writable(path: &Path) -> Result<()> {
-    ensure!(
-        !path.as_os_str().is_empty() && path.file_name().is_some(),
-        "{}: expected a file name",
-        path.display()
-    );
-    ensure!(!path.is_dir(), "{} is a folder; expected a file name", path.display());
-    let dir = parent(path);
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    ensure!(dir.is_dir(), "{} is not a folder", dir.display());
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-        let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
-        ensure!(ok, "{}: permission denied (cannot write files there)", dir.display());
-    }
-    Ok(())
-}
-
-pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut s = serde_json::to_string_pretty(value)?;
-    s.push('\n');
-    write_atomic(path, s.as_bytes())
-}
 
 /// A two-column table of the metrics, for the terminal.
 pub fn metrics_table(m: &Metrics) -> String {
@@ -111,7 +42,7 @@ pub fn attack_table(r: &crate::attack::score::AttackResult) -> String {
 }
 
 /// The ERS/ARS table of a suite run, for the terminal (without its closing ERS/ARS line).
-pub fn robustness_table(r: &crate::attack::score::Robustness) -> String {
+pub fn robustness_table(r: &crate::attack::robustness::Robustness) -> String {
     let mut s = format!("{:<6} {:>9} {:>9} {:>9}\n", "column", "raw", "ERS term", "ARS term");
     for row in &r.rows {
         s.push_str(&format!(
@@ -133,7 +64,7 @@ pub fn spread_table(rows: &[(crate::attack::column::Column, crate::attack::score
 }
 
 /// The raw ERS columns as mean ± std over repeated suite runs, for the terminal.
-pub fn robustness_spread_table(s: &crate::attack::score::RobustnessSpread) -> String {
+pub fn robustness_spread_table(s: &crate::attack::robustness::RobustnessSpread) -> String {
     let mut out = format!("{:<6} {:>9} {:>9}\n", "column", "raw mean", "std");
     for (c, m) in &s.raw {
         out.push_str(&format!("{:<6} {:>9.3} {:>9.3}\n", c.name(), m.mean, m.std));

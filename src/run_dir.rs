@@ -23,15 +23,22 @@ const CKPT_OLD: &str = "checkpoint.old";
 /// checkpoint.
 const REPLACED: &str = ".rdml-replaced";
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
-const RUN_FILES: &[&str] = &[
-    "model.safetensors",
-    "config.toml",
-    "run.json",
-    "log.jsonl",
-    "report.json",
-    "robustness.json",
-    "report.html",
-];
+const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT];
+
+/// The trained weights (saved from the evaluation-mode model).
+pub const MODEL: &str = "model.safetensors";
+/// The resolved experiment config the run trained with.
+pub const CONFIG: &str = "config.toml";
+/// The run's record: per-epoch metrics and whether it completed ([`status`]).
+pub const RUN: &str = "run.json";
+/// One JSON line per event (start, epoch, end) of every attempt.
+pub const LOG: &str = "log.jsonl";
+/// The robustness suite's last table ([`crate::attack::record`]).
+pub const ROBUSTNESS: &str = "robustness.json";
+/// The self-contained report page.
+pub const REPORT: &str = "report.html";
+/// A checkpoint's trainer state, beside its weights.
+pub const STATE: &str = "state.json";
 
 /// How `train` may treat what is already in its output folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,21 +129,55 @@ fn checkpoint_epochs(dir: &Path) -> Option<usize> {
 
 /// A `run.json` written by rdml: `(completed, epochs)`.
 fn run_json(dir: &Path) -> Option<(bool, usize)> {
-    let p = dir.join("run.json");
+    status(dir).map(|s| (s.completed, s.epochs.len()))
+}
+
+/// What a run's `run.json` says of it (the fields every version of rdml wrote).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct RunStatus {
+    pub rdml_version: String,
+    pub completed: bool,
+    pub epochs: Vec<serde::de::IgnoredAny>,
+}
+
+/// `dir`'s run status, or `None` when it has no `run.json` written by rdml (a link is not read).
+pub fn status(dir: &Path) -> Option<RunStatus> {
+    let p = dir.join(RUN);
     if is_link(&p) {
         return None;
     }
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
-    v.get("rdml_version")?;
-    let epochs = v.get("epochs")?.as_array()?.len();
-    Some((v.get("completed")?.as_bool()?, epochs))
+    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+}
+
+/// Checks that `dir` holds a finished run with its weights: the one "is this run finished" of
+/// every command that reads a run.
+pub fn check_finished(dir: &Path) -> Result<RunStatus> {
+    let p = dir.join(RUN);
+    ensure!(
+        p.is_file(),
+        "{}: not an rdml run folder (no run.json; a run folder is what `rdml train --out` writes, a compare folder holds compare.json)",
+        dir.display()
+    );
+    let run = status(dir).with_context(|| format!("{}: not a run.json written by rdml", p.display()))?;
+    ensure!(
+        run.completed,
+        "{}: the run is not finished (run.json says completed = false, {} epoch(s) done); resume it with `rdml train --resume`",
+        dir.display(),
+        run.epochs.len()
+    );
+    ensure!(
+        dir.join(MODEL).is_file(),
+        "{}: the run has no model.safetensors",
+        dir.display()
+    );
+    Ok(run)
 }
 
 /// The digest that names a run's weights in every record derived from them (robustness,
 /// exported embeddings): `crc32:XXXXXXXX:BYTES` of `model.safetensors`. A record whose digest
 /// is not the current model's was computed on other weights.
 pub fn model_digest(dir: &Path) -> Result<String> {
-    let p = dir.join("model.safetensors");
+    let p = dir.join(MODEL);
     let bytes = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
     Ok(format!("crc32:{:08x}:{}", crc32fast::hash(&bytes), bytes.len()))
 }

@@ -87,7 +87,7 @@ fn report_embed_and_flat_metrics_of_a_small_run() {
     let ctx = rdml::attack::context::Context::new(&loaded.net, &loaded.test.query, &dev, false).unwrap();
     let setup = rdml::attack::suite::Setup::white_box(&ctx, &opts(0).pgd, 16, 16, 0);
     let r = rdml::attack::suite::robustness(&setup).unwrap();
-    rdml::report::write_json(&dir.join("robustness.json"), &serde_json::json!({"table": r})).unwrap();
+    rdml::atomic::write_json(&dir.join("robustness.json"), &serde_json::json!({"table": r})).unwrap();
     let html = std::fs::read_to_string(write(&dir, &opts(0), &dev).unwrap()).unwrap();
     assert_eq!(html.matches("<svg").count(), 5);
     assert!(html.contains(&format!("ERS {:.1}", r.ers)) && html.contains("<td>GTT</td>"));

@@ -2,7 +2,7 @@
 //! item, named by the attack and the item's index in the test split, with `index.json` listing
 //! them in `ATTACK-index.json` (index, label, file, and the L∞ size of the perturbation applied).
 
-use crate::report::{write_atomic, write_json};
+use crate::atomic::{write_atomic, write_json};
 use anyhow::{Context as _, Result, ensure};
 use burn::tensor::Tensor;
 use serde::Serialize;
@@ -37,7 +37,7 @@ impl ExampleWriter {
     /// attack loses its index first, so that until this one is finished the folder holds no
     /// index that could describe a mix.
     pub fn new(dir: &Path, attack_spec: &str) -> Result<Self> {
-        crate::report::check_writable(&dir.join("index.json")).context("--save-examples")?;
+        crate::atomic::check_writable(&dir.join("index.json")).context("--save-examples")?;
         let stem = attack_spec.replace(':', "_").replace('=', "-").replace('/', "_");
         let w = Self {
             dir: dir.to_path_buf(),

@@ -2,12 +2,12 @@
 //! folder (and to `--out`), and what the report reads back. One type, one file name.
 
 use super::engine::Pgd;
-use super::score::Robustness;
+use super::robustness::Robustness;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The record's name in a run folder.
-pub const FILE: &str = "robustness.json";
+pub const FILE: &str = crate::run_dir::ROBUSTNESS;
 
 /// One suite run on one model. Every field but `table` may be missing (files of earlier
 /// versions, or written by hand) and then reads as absent.

@@ -6,7 +6,7 @@ use super::context::embed_tensor;
 use super::engine::Pgd;
 pub use super::examples::AdversarialSink;
 use super::method::{Batch, Method, WhiteBox};
-use super::registry;
+use super::score::repeat_seed;
 use super::unit::Attack;
 use crate::data::loader;
 use crate::eval::batch_tensor;
@@ -19,14 +19,8 @@ use std::time::Instant;
 
 pub use super::column::Column;
 pub use super::context::Context;
-pub use super::score::{AttackResult, Robustness, Row, aggregate, ars_rank_term, ers};
-
-/// robrank's ERS suite, in its column order.
-pub const ERS_SUITE: [&str; 9] = ["CA+", "CA-", "QA+", "QA-", "TMA", "ES", "LTM", "GTM", "GTT"];
-
-pub fn ers_suite() -> Result<Vec<Box<dyn Attack>>> {
-    ERS_SUITE.iter().map(|s| registry::attack(s)).collect()
-}
+pub use super::robustness::{ERS_SUITE, Robustness, Row, aggregate, ers, ers_suite};
+pub use super::score::{AttackResult, ars_rank_term};
 
 /// Who attacks whom, how, and on how many items.
 #[derive(Clone, Copy)]
@@ -206,4 +200,40 @@ pub fn robustness(setup: &Setup) -> Result<Robustness> {
         results.push(r);
     }
     aggregate(results)
+}
+
+/// `attack` run `repeats` times with seeds [`repeat_seed`]`(setup.seed, k)` (selections and
+/// random starts differ), the first run's images given to `sink`.
+pub fn run_repeated(
+    setup: &Setup,
+    attack: &dyn Attack,
+    repeats: usize,
+    sink: Option<&mut dyn AdversarialSink>,
+) -> Result<Vec<AttackResult>> {
+    anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
+    let mut runs = vec![run_saving(setup, attack, sink)?];
+    for k in 1..repeats {
+        let s = Setup {
+            seed: repeat_seed(setup.seed, k),
+            ..*setup
+        };
+        runs.push(run_with(&s, attack)?);
+    }
+    Ok(runs)
+}
+
+/// The ERS suite run `repeats` times with seeds [`repeat_seed`]`(setup.seed, k)`.
+pub fn robustness_repeated(setup: &Setup, repeats: usize) -> Result<Vec<Robustness>> {
+    anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
+    (0..repeats)
+        .map(|k| {
+            if repeats > 1 && setup.progress {
+                eprintln!("run {} of {repeats}", k + 1);
+            }
+            robustness(&Setup {
+                seed: repeat_seed(setup.seed, k),
+                ..*setup
+            })
+        })
+        .collect()
 }

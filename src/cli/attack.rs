@@ -3,8 +3,7 @@
 use super::budget::{Budget, attack_help, profile_help};
 use super::{Outcome, open_device, refresh_report, surrogate_context};
 use anyhow::{Context as _, Result};
-use rdml::attack::suite::robustness as suite_robustness;
-use rdml::report::write_json;
+use rdml::atomic::write_json;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -78,21 +77,11 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
         progress: !quiet && !json,
         ..budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd)
     };
-    let r = rdml::attack::suite::run_saving(
-        &setup,
-        unit.as_ref(),
-        writer
-            .as_mut()
-            .map(|w| w as &mut dyn rdml::attack::examples::AdversarialSink),
-    )?;
-    let mut runs = vec![r.clone()];
-    for k in 1..repeats {
-        let s = rdml::attack::suite::Setup {
-            seed: rdml::attack::score::repeat_seed(budget.seed, k),
-            ..setup
-        };
-        runs.push(rdml::attack::suite::run_with(&s, unit.as_ref())?);
-    }
+    let sink = writer
+        .as_mut()
+        .map(|w| w as &mut dyn rdml::attack::examples::AdversarialSink);
+    let runs = rdml::attack::suite::run_repeated(&setup, unit.as_ref(), repeats, sink)?;
+    let r = runs[0].clone();
     if let (Some(w), Some(d)) = (writer, &save_examples) {
         let n = w.finish()?;
         if !quiet {
@@ -203,19 +192,9 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
         progress: !quiet,
         ..budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd)
     };
-    let mut runs = vec![];
-    for k in 0..repeats {
-        if repeats > 1 && !quiet {
-            eprintln!("run {} of {repeats}", k + 1);
-        }
-        let s = rdml::attack::suite::Setup {
-            seed: rdml::attack::score::repeat_seed(budget.seed, k),
-            ..setup
-        };
-        runs.push(suite_robustness(&s)?);
-    }
+    let runs = rdml::attack::suite::robustness_repeated(&setup, repeats)?;
     let r = &runs[0];
-    let spread = rdml::attack::score::robustness_spread(&runs);
+    let spread = rdml::attack::robustness::robustness_spread(&runs);
     if repeats > 1 {
         print!("{}", rdml::report::robustness_spread_table(&spread));
         println!(

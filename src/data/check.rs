@@ -5,12 +5,12 @@
 
 use super::{ImageSet, Source, Splits};
 use crate::data::sampler::SamplerConfig;
-use crate::eval::EvalConfig;
 use anyhow::{Context, Result, ensure};
 use rayon::prelude::*;
 
-/// Checks `splits` for training with `sampler` and evaluation with `eval`.
-pub fn for_training(splits: &Splits, sampler: &SamplerConfig, eval: &EvalConfig) -> Result<()> {
+/// Checks `splits` for training with `sampler` and for evaluation; returns the number of gallery
+/// items a query is ranked against (for the caller's Recall@k check).
+pub fn for_training(splits: &Splits, sampler: &SamplerConfig) -> Result<usize> {
     let train = &splits.train;
     ensure!(!train.is_empty(), "{}: the training split is empty", train.name);
     let b = sampler.batch_size();
@@ -25,11 +25,12 @@ pub fn for_training(splits: &Splits, sampler: &SamplerConfig, eval: &EvalConfig)
         }
     );
     files(train)?;
-    for_evaluation(splits, eval)
+    for_evaluation(splits)
 }
 
-/// Checks the test side of `splits` for evaluation with `eval`.
-pub fn for_evaluation(splits: &Splits, eval: &EvalConfig) -> Result<()> {
+/// Checks the test side of `splits` for evaluation; returns the number of gallery items a query
+/// is ranked against.
+pub fn for_evaluation(splits: &Splits) -> Result<usize> {
     let t = &splits.test;
     ensure!(
         !t.query.is_empty(),
@@ -45,7 +46,7 @@ pub fn for_evaluation(splits: &Splits, eval: &EvalConfig) -> Result<()> {
         None => t.query.len() - 1,
     };
     files(&t.query)?;
-    crate::eval::check_recall_ks(&eval.recall_ks, gallery)
+    Ok(gallery)
 }
 
 /// Reads the header of every image file of `set`.

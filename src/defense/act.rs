@@ -3,8 +3,8 @@
 //! `d(p̃, ñ)`, Eq. 4) while the anchor stays clean, and the model learns to separate them again
 //! with `L_T(a, p̃, ñ)` (Eq. 2).
 
-use super::triplets::{TripletLayout, TripletPlan, perturb_triplets};
-use super::unit::{Budget, Clean, Defense, Perturbed, Step};
+use super::triplets::{TripletLayout, TripletPlan, adversarial_outcome, perturb_triplets};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
@@ -38,6 +38,11 @@ impl Defense for Act {
             triplets,
         };
         perturb_triplets(step, clean, plan, &self.pgd(step.state))
+    }
+
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        adversarial_outcome(step, &pert, None)
     }
 }
 

@@ -370,7 +370,7 @@ fn plan(
         adversary: c.adversary,
         lambda: if c.code_weighting { -c.lambda } else { c.lambda },
         code_anp: c.code_anp,
-        clean_anchor: triplets::host_rows(clean, &tr.anchor, dim, device),
+        clean_anchor: crate::host::rows(clean, &tr.anchor, dim, device),
         top_rank: c.tpr,
         collapse_aware: c.collapse_aware,
     };

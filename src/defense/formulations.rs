@@ -47,6 +47,10 @@ impl Defense for Joint {
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
         perturb(Formulation::Joint, step, &self.pgd(step.state))
     }
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        triplets::adversarial_outcome(step, &pert, None)
+    }
 }
 
 impl Defense for PerSample {
@@ -58,6 +62,10 @@ impl Defense for PerSample {
     }
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
         perturb(Formulation::PerSample, step, &self.pgd(step.state))
+    }
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        triplets::adversarial_outcome(step, &pert, None)
     }
 }
 

@@ -2,7 +2,6 @@
 //! other classes (Eq. 3), unadversarial examples toward the item's own class in the training set
 //! (Eq. 8), and the training-set feature bank UX draws its targets from.
 
-use super::triplets::host_rows;
 use crate::attack::engine::Objective;
 use crate::attack::objective::targets::{TowardSets, TowardTargets};
 use crate::model::EmbeddingNet;
@@ -117,7 +116,7 @@ pub fn ux_objective(
         let targets = (0..t)
             .map(|_| {
                 let idx: Vec<usize> = sets.iter().map(|s| s[rng.random_range(0..s.len())]).collect();
-                host_rows(&ux.bank.features, &idx, ux.bank.dim, device)
+                crate::host::rows(&ux.bank.features, &idx, ux.bank.dim, device)
             })
             .collect();
         return Ok(Box::new(TowardTargets { targets }));
@@ -139,7 +138,7 @@ pub fn ux_objective(
             w[i * m + column[&j]] = 1.0 / set.len() as f32;
         }
     }
-    let candidates = host_rows(&ux.bank.features, &order, ux.bank.dim, device);
+    let candidates = crate::host::rows(&ux.bank.features, &order, ux.bank.dim, device);
     let cand_sq = candidates.clone().powi_scalar(2).sum_dim(1).reshape([1, m]);
     let weights = Tensor::<2>::from_data(TensorData::new(w, [labels.len(), m]), device);
     Ok(Box::new(TowardSets {

@@ -2,8 +2,8 @@
 //! (a, p, n) are all perturbed to maximise the triplet hardness `d(ã,p̃) − d(ã,ñ)`, and the model
 //! is trained on the triplet loss of the perturbed triplet.
 
-use super::triplets::{TripletLayout, TripletPlan, hardness, perturb_triplets};
-use super::unit::{Budget, Clean, Defense, Perturbed, Step};
+use super::triplets::{TripletLayout, TripletPlan, adversarial_outcome, hardness, perturb_triplets};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
@@ -37,6 +37,11 @@ impl Defense for Madry {
             triplets,
         };
         perturb_triplets(step, clean, plan, &self.pgd(step.state))
+    }
+
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
+        let pert = self.perturb(step)?;
+        adversarial_outcome(step, &pert, None)
     }
 }
 

@@ -8,7 +8,6 @@
 
 use super::diagnostics;
 use super::generated::{Generated, UxTargets, pick_targets, ux_objective};
-use super::triplets::host_rows;
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::{Objective, Pgd, Request};
 use crate::attack::objective::targets::TowardTargets;
@@ -132,7 +131,7 @@ impl Propagation {
                 (t, false) => Box::new(TowardTargets {
                     targets: pick_targets(labels, t.unwrap_or(1), false, rng)
                         .iter()
-                        .map(|idx| host_rows(host, idx, dim, &x.device()))
+                        .map(|idx| crate::host::rows(host, idx, dim, &x.device()))
                         .collect(),
                 }),
             };

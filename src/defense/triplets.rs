@@ -59,15 +59,6 @@ pub(crate) fn select_rows(x: &Tensor<4>, idx: &[usize]) -> Tensor<4> {
     x.clone().select(0, i)
 }
 
-/// Rows `idx` of host embeddings `[n, dim]` as a `[t, dim]` tensor on `device`.
-pub(crate) fn host_rows(host: &[f32], idx: &[usize], dim: usize, device: &burn::tensor::Device) -> Tensor<2> {
-    let v: Vec<f32> = idx
-        .iter()
-        .flat_map(|&i| host[i * dim..(i + 1) * dim].iter().copied())
-        .collect();
-    Tensor::<2>::from_data(burn::tensor::TensorData::new(v, [idx.len(), dim]), device)
-}
-
 /// The triplet loss's distance and margin (validated: triplet-based defenses need that loss).
 pub(crate) fn triplet_params(loss_cfg: &LossConfig) -> (Distance, f32) {
     (loss_cfg.distance(), loss_cfg.triplet_margin().unwrap_or(0.2))

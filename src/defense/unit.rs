@@ -52,11 +52,8 @@ pub trait Defense {
     fn perturb(&self, step: &mut Step) -> Result<Perturbed>;
 
     /// The inner maximisation, then the outer loss on the training-mode forward of the
-    /// perturbed batch; by default the configured tuple loss over the perturbed `[a, p, n]`.
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        super::triplets::adversarial_outcome(step, &pert, None)
-    }
+    /// perturbed batch (for the triplet defenses, [`super::triplets::adversarial_outcome`]).
+    fn loss(&self, step: &mut Step) -> Result<DefendedLoss>;
 }
 
 /// The PGD budget alone (`eps`, `step`, `steps` in pixel units): the parameters of Madry, EST,

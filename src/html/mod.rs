@@ -10,20 +10,20 @@
 pub mod grid;
 pub mod plot;
 
+use crate::atomic::write_atomic;
 use crate::attack::engine::Pgd;
-use crate::attack::score::Robustness;
+use crate::attack::robustness::Robustness;
 use crate::compare::Row as CompareRow;
 use crate::eval::Metrics;
-use crate::report::write_atomic;
 use crate::train::RunReport;
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use base64::Engine as _;
 use burn::tensor::Device;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The file every report is written to, in the folder it describes.
-pub const FILE: &str = "report.html";
+pub const FILE: &str = crate::run_dir::REPORT;
 
 /// What the report computes besides reading the folder.
 #[derive(Debug, Clone)]
@@ -117,28 +117,10 @@ fn grid_rows(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Vec<gr
 
 /// `run.json` of a finished run, or an error naming what is missing.
 fn finished_run(dir: &Path) -> Result<RunReport> {
-    let p = dir.join("run.json");
-    ensure!(
-        p.is_file(),
-        "{}: not an rdml run folder (no run.json; a run folder is what `rdml train --out` writes, a compare folder holds compare.json)",
-        dir.display()
-    );
-    let run: RunReport =
-        serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?)
-            .with_context(|| format!("{}: not a run.json written by rdml", p.display()))?;
-    if !run.completed {
-        bail!(
-            "{}: the run is not finished (run.json says completed = false, {} epoch(s) done); resume it with `rdml train --resume`",
-            dir.display(),
-            run.epochs.len()
-        );
-    }
-    ensure!(
-        dir.join("model.safetensors").is_file(),
-        "{}: the run has no model.safetensors",
-        dir.display()
-    );
-    Ok(run)
+    crate::run_dir::check_finished(dir)?;
+    let p = dir.join(crate::run_dir::RUN);
+    serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?)
+        .with_context(|| format!("{}: not a run.json written by rdml", p.display()))
 }
 
 /// The suite's table, its budget in words when recorded, and why it is stale when it was

@@ -233,7 +233,7 @@ impl EmbeddingNet {
         let bytes = store
             .get_bytes()
             .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
-        crate::report::write_atomic(path, &bytes)
+        crate::atomic::write_atomic(path, &bytes)
     }
 
     /// Loads weights saved by [`save`](Self::save) into a model of the same configuration,

@@ -2,6 +2,7 @@
 
 use crate::config::Experiment;
 use crate::model::EmbeddingNet;
+use crate::run_dir;
 use anyhow::{Context, Result, bail, ensure};
 use burn::tensor::Device;
 use std::path::Path;
@@ -40,16 +41,13 @@ pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result
 
 /// The config of a finished run folder.
 fn finished_config(dir: &Path) -> Result<Experiment> {
-    let cfg = dir.join("config.toml");
+    let cfg = dir.join(run_dir::CONFIG);
     ensure!(
         cfg.is_file(),
         "{}: not a finished rdml run (no config.toml; train it first or resume it)",
         dir.display()
     );
-    if let Ok(bytes) = std::fs::read(dir.join("run.json"))
-        && let Ok(r) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        && r.get("completed").and_then(|c| c.as_bool()) == Some(false)
-    {
+    if run_dir::status(dir).is_some_and(|s| !s.completed) {
         bail!(
             "{}: the run is not finished (run.json says completed = false); resume it with `rdml train --resume`",
             dir.display()
@@ -61,5 +59,5 @@ fn finished_config(dir: &Path) -> Result<Experiment> {
 fn load_net(dir: &Path, exp: &Experiment, item_shape: [usize; 3], device: &Device) -> Result<EmbeddingNet> {
     let mut model_cfg = exp.model.clone();
     model_cfg.pretrained = None;
-    EmbeddingNet::new(&model_cfg, item_shape, device)?.load(&dir.join("model.safetensors"))
+    EmbeddingNet::new(&model_cfg, item_shape, device)?.load(&dir.join(run_dir::MODEL))
 }

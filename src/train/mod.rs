@@ -1,6 +1,7 @@
 //! The training loop: sampled batches → model → loss → Adam, per-epoch evaluation, checkpoints
 //! after every epoch (resumable), a JSON-lines log and `run.json`.
 
+use crate::atomic::{write_atomic, write_json};
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
@@ -11,8 +12,7 @@ use crate::eval::{Metrics, batch_tensor};
 use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
-use crate::report::{write_atomic, write_json};
-use crate::run_dir::{RunDir, RunLog, Start, config_diff};
+use crate::run_dir::{self, RunDir, RunLog, Start, config_diff};
 use anyhow::{Context, Result, bail, ensure};
 
 mod epoch;
@@ -202,13 +202,13 @@ impl Trainer {
             self.optim.save(tmp.join("optim.bpk")).map_err(err)?;
             self.optim_loss.save(tmp.join("optim_loss.bpk")).map_err(err)?;
             // Last: a checkpoint folder with a readable state.json is complete.
-            write_json(&tmp.join("state.json"), state)
+            write_json(&tmp.join(run_dir::STATE), state)
         })
     }
 
     fn load_checkpoint(mut self, dir: &Path) -> Result<(Self, CheckpointState)> {
         let state: CheckpointState = serde_json::from_slice(
-            &std::fs::read(dir.join("state.json"))
+            &std::fs::read(dir.join(run_dir::STATE))
                 .with_context(|| format!("{}: no checkpoint to resume", dir.display()))?,
         )
         .with_context(|| format!("{}/state.json is corrupt", dir.display()))?;
@@ -242,7 +242,8 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     );
     let device = device.clone().autodiff();
     let splits = exp.data.load(exp.seed)?;
-    crate::data::check::for_training(&splits, &exp.train.sampler, &exp.eval)?;
+    let gallery = crate::data::check::for_training(&splits, &exp.train.sampler)?;
+    crate::eval::check_recall_ks(&exp.eval.recall_ks, gallery)?;
     // The sampler's own errors (too few classes for a class-balanced batch) come now, too.
     sampler::epoch_batches(&exp.train.sampler, &splits.train.labels, exp.seed, 0)?;
     let shape = splits.train.item_shape();
@@ -284,7 +285,7 @@ fn train_in(
     } else {
         (trainer, Done::default())
     };
-    let mut log = RunLog::open(&run.file("log.jsonl"), done.history.len())?;
+    let mut log = RunLog::open(&run.file(run_dir::LOG), done.history.len())?;
     for epoch in done.history.len()..exp.train.epochs {
         let (t, rec) = epoch::run(exp, opts, trainer, splits, epoch, &mut log, device)?;
         trainer = t;
@@ -298,13 +299,13 @@ fn train_in(
             defense_state: trainer.defense_state.clone(),
         };
         trainer.save_checkpoint(run, &state)?;
-        write_json(&run.file("run.json"), &done.report(exp, false))?;
+        write_json(&run.file(run_dir::RUN), &done.report(exp, false))?;
     }
     // The saved model is the evaluation-mode snapshot (running statistics of the last step).
-    trainer.net.valid().save(&run.file("model.safetensors"))?;
-    write_atomic(&run.file("config.toml"), config_toml.as_bytes())?;
+    trainer.net.valid().save(&run.file(run_dir::MODEL))?;
+    write_atomic(&run.file(run_dir::CONFIG), config_toml.as_bytes())?;
     let report = done.report(exp, true);
-    write_json(&run.file("run.json"), &report)?;
+    write_json(&run.file(run_dir::RUN), &report)?;
     Ok(report)
 }
 

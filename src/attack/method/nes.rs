@@ -8,7 +8,7 @@
 use crate::attack::context::Context;
 use crate::attack::engine::{Objective, Pgd, descend, random_start};
 use crate::attack::method::{Method, Perturbed, moving_rows};
-use crate::attack::registry::Params;
+use crate::attack::spec::Params;
 use crate::attack::unit::{Optimiser, Plan};
 use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result, ensure};

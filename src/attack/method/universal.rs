@@ -9,7 +9,7 @@
 use crate::attack::context::Context;
 use crate::attack::engine::{Norm, Pgd};
 use crate::attack::method::{Batch, Method, Perturbed, moving_rows};
-use crate::attack::registry::Params;
+use crate::attack::spec::Params;
 use crate::attack::unit::{Optimiser, Plan};
 use anyhow::{Context as _, Result, ensure};
 use burn::tensor::{Distribution, Tensor};

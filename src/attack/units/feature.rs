@@ -107,7 +107,7 @@ impl Plan for FeaturePlan {
 }
 
 /// `STAX`, `MTAX[:T]` or `UX[:T]` (also `targets=T`), T ≥ 1, default 5.
-pub fn from_spec(p: &mut crate::attack::registry::Params) -> Result<Box<dyn Attack>> {
+pub fn from_spec(p: &mut crate::attack::spec::Params) -> Result<Box<dyn Attack>> {
     let single = p.name() == "STAX";
     let targets = if single {
         1

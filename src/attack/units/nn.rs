@@ -110,7 +110,7 @@ impl Plan for NnPlan {
 }
 
 /// `NN-CW[:κ]` or `NN-CW-PGD[:κ]` (also `kappa=κ`), κ ≥ 0, default 0.
-pub fn cw_from_spec(p: &mut crate::attack::registry::Params) -> Result<Box<dyn Attack>> {
+pub fn cw_from_spec(p: &mut crate::attack::spec::Params) -> Result<Box<dyn Attack>> {
     let kappa = p
         .number("kappa", "κ, a number ≥ 0", |k: &f32| k.is_finite() && *k >= 0.0)?
         .unwrap_or(0.0);

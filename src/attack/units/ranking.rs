@@ -169,14 +169,14 @@ pub(crate) fn percentile_rank(d: &[f32], c: usize) -> f64 {
 }
 
 /// `CA+`, `CA-`, or robrank's `CA:pm=±[:W=1]`.
-pub fn candidate_from_spec(p: &mut crate::attack::registry::Params) -> Result<Box<dyn Attack>> {
+pub fn candidate_from_spec(p: &mut crate::attack::spec::Params) -> Result<Box<dyn Attack>> {
     let raise = p.raise()?;
     p.only_one("W")?;
     Ok(Box::new(Ranking { candidate: true, raise }))
 }
 
 /// `QA+`, `QA-`, or robrank's `QA:pm=±[:M=1]`.
-pub fn query_from_spec(p: &mut crate::attack::registry::Params) -> Result<Box<dyn Attack>> {
+pub fn query_from_spec(p: &mut crate::attack::spec::Params) -> Result<Box<dyn Attack>> {
     let raise = p.raise()?;
     p.only_one("M")?;
     Ok(Box::new(Ranking {

@@ -1,0 +1,73 @@
+//! Files written whole or not at all: a temporary file beside the target, then a rename, so that
+//! an interrupted run never leaves half a checkpoint, report or table.
+
+use anyhow::{Context, Result, ensure};
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` through a temporary file in the same folder, so that a reader never
+/// sees a half-written file. The temporary file is created exclusively (never through a link
+/// planted under its name) and removed if the write fails; the rename replaces a link at `path`
+/// rather than writing through it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    check_writable(path)?;
+    let tmp = temp_name(path);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| -> Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("cannot create a file in {}", parent(path).display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        f.sync_all().ok();
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// `.NAME.PID.tmp` beside `path`: hidden, and distinct per process.
+fn temp_name(path: &Path) -> std::path::PathBuf {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Checks, before any work, that `path` can be written as a file: its folder exists (or can be
+/// made) and `path` is not a folder. Commands call it on their `--out` before computing.
+pub fn check_writable(path: &Path) -> Result<()> {
+    ensure!(
+        !path.as_os_str().is_empty() && path.file_name().is_some(),
+        "{}: expected a file name",
+        path.display()
+    );
+    ensure!(!path.is_dir(), "{} is a folder; expected a file name", path.display());
+    let dir = parent(path);
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    ensure!(dir.is_dir(), "{} is not a folder", dir.display());
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+        let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+        ensure!(ok, "{}: permission denied (cannot write files there)", dir.display());
+    }
+    Ok(())
+}
+
+/// `value` as pretty JSON with a final newline, written atomically.
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut s = serde_json::to_string_pretty(value)?;
+    s.push('\n');
+    write_atomic(path, s.as_bytes())
+}
