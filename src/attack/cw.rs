@@ -188,35 +188,7 @@ pub fn cw_linf(
         let proj = (x0.clone() + (xc - x0.clone()).clamp(-cfg.eps, cfg.eps)).clamp(0.0, 1.0);
         let margins = crate::host::read1(&margins_of(target.embed(proj.clone()))?)?;
         let linf = crate::host::read1(&(proj.clone() - x0.clone()).abs().max_dims(&[1, 2, 3]).reshape([b]))?;
-        let mut success = vec![false; b];
-        let mut restart = vec![false; b];
-        for i in (0..b).filter(|&i| due[i]) {
-            let r = &mut rows[i];
-            // li_attack.py accepts a round only when its whole loss is ~0: adversarial, and the
-            // penalty gone, i.e. every pixel within τ.
-            if margins[i] <= 0.0 && linf[i] <= r.tau + 1e-6 {
-                success[i] = true;
-                restart[i] = true;
-                r.tau = r.tau.min(linf[i]) * cfg.decrease_factor;
-                if cfg.reduce_const {
-                    r.c /= 2.0;
-                }
-                r.t = 0;
-                if r.tau < 1.0 / 256.0 {
-                    r.active = false;
-                }
-            } else if r.t >= cfg.max_iterations {
-                restart[i] = true;
-                r.c *= cfg.const_factor;
-                r.t = 0;
-                if r.c > cfg.largest_const {
-                    r.active = false;
-                }
-            }
-            if r.used >= cfg.budget {
-                r.active = false;
-            }
-        }
+        let (success, restart) = judge(&mut rows, &due, &margins, &linf, cfg);
         if success.iter().any(|&s| s) {
             let s = flags(&success);
             best = best * s.clone().neg().add_scalar(1.0) + proj * s;
@@ -230,4 +202,42 @@ pub fn cw_linf(
         }
     }
     Ok(best)
+}
+
+/// Judges the rows at a check point from their projected images' margins and L∞ sizes: a row
+/// succeeds (its τ shrinks, its round restarts from the new best) or, at the end of its round,
+/// restarts with a larger constant; it stops once τ, the constant or the budget runs out.
+/// Returns which rows succeeded and which restart.
+fn judge(rows: &mut [Row], due: &[bool], margins: &[f32], linf: &[f32], cfg: &CwLinf) -> (Vec<bool>, Vec<bool>) {
+    let b = rows.len();
+    let mut success = vec![false; b];
+    let mut restart = vec![false; b];
+    for i in (0..b).filter(|&i| due[i]) {
+        let r = &mut rows[i];
+        // li_attack.py accepts a round only when its whole loss is ~0: adversarial, and the
+        // penalty gone, i.e. every pixel within τ.
+        if margins[i] <= 0.0 && linf[i] <= r.tau + 1e-6 {
+            success[i] = true;
+            restart[i] = true;
+            r.tau = r.tau.min(linf[i]) * cfg.decrease_factor;
+            if cfg.reduce_const {
+                r.c /= 2.0;
+            }
+            r.t = 0;
+            if r.tau < 1.0 / 256.0 {
+                r.active = false;
+            }
+        } else if r.t >= cfg.max_iterations {
+            restart[i] = true;
+            r.c *= cfg.const_factor;
+            r.t = 0;
+            if r.c > cfg.largest_const {
+                r.active = false;
+            }
+        }
+        if r.used >= cfg.budget {
+            r.active = false;
+        }
+    }
+    (success, restart)
 }

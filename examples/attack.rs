@@ -1,0 +1,38 @@
+//! Attacks a trained run folder, with the calls `rdml attack --model DIR --attack CA+ --profile
+//! rob28 --queries 64` and `rdml robustness --model DIR --queries 64` make: one candidate attack,
+//! then robrank's ERS suite with its ERS and ARS.
+//!
+//! `cargo run --release --example attack -- runs/example`
+
+use rdml::attack::profile::{Overrides, resolve};
+use rdml::attack::{registry, suite};
+use rdml::target::Target;
+use std::path::Path;
+
+fn main() -> anyhow::Result<()> {
+    let dir = std::env::args().nth(1).unwrap_or_else(|| "runs/example".into());
+    let device = rdml::device::open(None, &[])?.device;
+    // The run as an attack target: weights, test split, and the distance it was trained with.
+    let target = Target::open(Path::new(&dir), None, 0, &device)?;
+    let ctx = target.context(&device, false)?;
+    // robrank's MNIST budget (L∞ ε 77/255, 32 steps of 3/255), unchanged by flags or spec keys.
+    let pgd = resolve("rob28", &Overrides::default(), &Overrides::default())?;
+    let method = registry::method("white-box")?;
+    let setup = suite::Setup {
+        target: &ctx,
+        attacker: &ctx,
+        method: method.as_ref(),
+        pgd,
+        queries: 64,
+        batch: 128,
+        seed: 0,
+        progress: true,
+    };
+    let ca = registry::attack("CA+")?;
+    let result = suite::run_with(&setup, ca.as_ref())?;
+    print!("{}", rdml::report::attack_table(&result));
+    let table = suite::robustness(&setup)?;
+    print!("{}", rdml::report::robustness_table(&table));
+    println!("ERS {:.1}   ARS {:.1}", table.ers, table.ars);
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! What a run folder's records say: whether the run finished ([`status`], [`check_finished`]),
+//! and which weights a derived record was computed on ([`model_digest`]).
+
+use super::{MODEL, RUN, is_link};
+use anyhow::{Context, Result, ensure};
+use std::path::Path;
+
+/// What a run's `run.json` says of it (the fields every version of rdml wrote).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct RunStatus {
+    pub rdml_version: String,
+    pub completed: bool,
+    pub epochs: Vec<serde::de::IgnoredAny>,
+}
+
+/// `dir`'s run status, or `None` when it has no `run.json` written by rdml (a link is not read).
+pub fn status(dir: &Path) -> Option<RunStatus> {
+    let p = dir.join(RUN);
+    if is_link(&p) {
+        return None;
+    }
+    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+}
+
+/// Checks that `dir` holds a finished run with its weights: the one "is this run finished" of
+/// every command that reads a run.
+pub fn check_finished(dir: &Path) -> Result<RunStatus> {
+    let p = dir.join(RUN);
+    ensure!(
+        p.is_file(),
+        "{}: not an rdml run folder (no run.json; a run folder is what `rdml train --out` writes, a compare folder holds compare.json)",
+        dir.display()
+    );
+    let run = status(dir).with_context(|| format!("{}: not a run.json written by rdml", p.display()))?;
+    ensure!(
+        run.completed,
+        "{}: the run is not finished (run.json says completed = false, {} epoch(s) done); resume it with `rdml train --resume`",
+        dir.display(),
+        run.epochs.len()
+    );
+    ensure!(
+        dir.join(MODEL).is_file(),
+        "{}: the run has no model.safetensors",
+        dir.display()
+    );
+    Ok(run)
+}
+
+/// The digest that names a run's weights in every record derived from them (robustness,
+/// exported embeddings): `crc32:XXXXXXXX:BYTES` of `model.safetensors`. A record whose digest
+/// is not the current model's was computed on other weights.
+pub fn model_digest(dir: &Path) -> Result<String> {
+    let p = dir.join(MODEL);
+    let bytes = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(format!("crc32:{:08x}:{}", crc32fast::hash(&bytes), bytes.len()))
+}
+
+/// Checks that the model whose digest was `digest` is still `dir`'s before a record derived
+/// from it is written there: a `train --overwrite` or `--resume` that finished meanwhile would
+/// otherwise get the old weights' record.
+pub fn check_unchanged(dir: &Path, digest: &str, record: &str) -> Result<()> {
+    let now = model_digest(dir)?;
+    ensure!(
+        now == digest,
+        "{}: the model changed while this ran (it was {digest}, it is {now}: retrained or \
+         replaced meanwhile); {record} not written, since it describes the old weights",
+        dir.display()
+    );
+    Ok(())
+}
