@@ -24,6 +24,7 @@ pub mod defense;
 pub mod device;
 pub mod embed;
 pub mod eval;
+pub mod grid;
 pub mod host;
 pub mod html;
 pub mod kernel;

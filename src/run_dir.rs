@@ -25,7 +25,7 @@ const CKPT_OLD: &str = "checkpoint.old";
 /// checkpoint.
 const REPLACED: &str = ".rdml-replaced";
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
-const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT];
+const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT, GRID];
 
 /// The trained weights (saved from the evaluation-mode model).
 pub const MODEL: &str = "model.safetensors";
@@ -39,6 +39,8 @@ pub const LOG: &str = "log.jsonl";
 pub const ROBUSTNESS: &str = "robustness.json";
 /// The self-contained report page.
 pub const REPORT: &str = "report.html";
+/// The report's retrieval grid, computed on the run's model ([`crate::grid`]).
+pub const GRID: &str = "grid.json";
 /// A checkpoint's trainer state, beside its weights.
 pub const STATE: &str = "state.json";
 

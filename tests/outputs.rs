@@ -3,7 +3,7 @@
 
 use rdml::attack::engine::{Norm, Pgd};
 use rdml::config::Experiment;
-use rdml::html::{ReportOptions, write};
+use rdml::html::{ReportOptions, refresh, write};
 use rdml::train::{TrainOptions, load_run, train};
 use std::path::{Path, PathBuf};
 
@@ -69,8 +69,12 @@ fn report_embed_and_flat_metrics_of_a_small_run() {
     );
 
     // The report: curves, metrics, the grid (2 queries: query, 8 before, adversarial, δ, 8 after).
-    let p = write(&dir, &opts(2), &dev).unwrap();
+    let p = refresh(&dir, &opts(2), &dev).unwrap();
     let html = std::fs::read_to_string(&p).unwrap();
+    // The grid is the folder's record: the page is drawn again from it alone, image for image.
+    let grid = rdml::grid::read(&dir).expect("grid.json of the current model");
+    assert_eq!((grid.rows.len(), grid.queries), (2, 2));
+    assert_eq!(std::fs::read_to_string(write(&dir).unwrap()).unwrap(), html);
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("Healthy"));
     assert_eq!(
         html.matches("<svg").count(),
@@ -88,7 +92,7 @@ fn report_embed_and_flat_metrics_of_a_small_run() {
     let setup = rdml::attack::suite::Setup::white_box(&ctx, &opts(0).pgd, 16, 16, 0);
     let r = rdml::attack::suite::robustness(&setup).unwrap();
     rdml::atomic::write_json(&dir.join("robustness.json"), &serde_json::json!({"table": r})).unwrap();
-    let html = std::fs::read_to_string(write(&dir, &opts(0), &dev).unwrap()).unwrap();
+    let html = std::fs::read_to_string(refresh(&dir, &opts(0), &dev).unwrap()).unwrap();
     assert_eq!(html.matches("<svg").count(), 5);
     assert!(html.contains(&format!("ERS {:.1}", r.ers)) && html.contains("<td>GTT</td>"));
 
@@ -132,17 +136,17 @@ fn report_embed_and_flat_metrics_of_a_small_run() {
 
     // A diverged run (JSON null losses) and a collapsed one say so at the top.
     edit_run_json(&dir, |v| v["epochs"][1]["mean_loss"] = serde_json::Value::Null);
-    let html = std::fs::read_to_string(write(&dir, &opts(0), &dev).unwrap()).unwrap();
+    let html = std::fs::read_to_string(write(&dir).unwrap()).unwrap();
     assert!(html.contains("DIVERGED") && html.contains("from epoch 2"), "{html}");
     edit_run_json(&dir, |v| v["final_metrics"]["health"]["verdict"] = "collapsed".into());
-    let html = std::fs::read_to_string(write(&dir, &opts(0), &dev).unwrap()).unwrap();
+    let html = std::fs::read_to_string(write(&dir).unwrap()).unwrap();
     assert!(html.find("COLLAPSED").unwrap() < html.find("<h2>").unwrap());
 
     // Not a finished run: an error naming what is missing.
-    let e = write(&root, &opts(0), &dev).unwrap_err().to_string();
+    let e = write(&root).unwrap_err().to_string();
     assert!(e.contains("no run.json"), "{e}");
     edit_run_json(&dir, |v| v["completed"] = false.into());
-    let e = write(&dir, &opts(0), &dev).unwrap_err().to_string();
+    let e = write(&dir).unwrap_err().to_string();
     assert!(e.contains("not finished"), "{e}");
     std::fs::remove_dir_all(&root).ok();
 }

@@ -25,7 +25,7 @@ pub fn report(args: ReportArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
         grid_queries: grid,
         ..Default::default()
     };
-    let p = rdml::html::write(&dir, &opts, &device)?;
+    let p = rdml::html::refresh(&dir, &opts, &device)?;
     println!("Wrote {}.", p.display());
     Ok(Outcome::Done)
 }

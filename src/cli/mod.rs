@@ -133,7 +133,7 @@ fn refresh_report(dir: &std::path::Path, data: Option<&std::path::Path>, device:
         data: data.map(|d| d.to_path_buf()),
         ..Default::default()
     };
-    match rdml::html::write(dir, &opts, device) {
+    match rdml::html::refresh(dir, &opts, device) {
         Ok(p) if !quiet => eprintln!("report: {}", p.display()),
         Ok(_) => {}
         Err(e) => eprintln!("warning: {}/report.html not written: {e:#}", dir.display()),

@@ -7,7 +7,6 @@
 //! retrieval grid (a few queries' neighbours before and after the nearest-neighbour attack).
 //! A `compare` folder's page: every experiment side by side, R@1 against ERS as a scatter.
 
-pub mod grid;
 pub mod page;
 pub mod plot;
 
@@ -60,18 +59,47 @@ impl Default for ReportOptions {
 /// The robustness suite's output as `rdml robustness` writes it into a run folder.
 pub const ROBUSTNESS_FILE: &str = crate::attack::record::FILE;
 
-/// Writes `dir/report.html` for a run folder or a `compare` folder; returns its path.
-pub fn write(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<PathBuf> {
+/// Writes `dir/report.html` for a run folder or a `compare` folder from the folder's records
+/// alone (no model is loaded); returns its path.
+pub fn write(dir: &Path) -> Result<PathBuf> {
     ensure!(dir.is_dir(), "{}: no such folder", dir.display());
     if dir.join("compare.json").is_file() {
         write_compare(dir)
     } else {
-        write_run(dir, opts, device)
+        write_run(dir, Grid::Stored)
     }
 }
 
+/// Computes what a run's report shows and the folder lacks (its retrieval grid, on `device`,
+/// when `opts.grid_queries > 0`), then writes `dir/report.html` as [`write`] does.
+pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<PathBuf> {
+    ensure!(dir.is_dir(), "{}: no such folder", dir.display());
+    if dir.join("compare.json").is_file() {
+        return write_compare(dir);
+    }
+    finished_run(dir)?;
+    let grid = match opts.grid_queries {
+        0 => Grid::None,
+        q => match crate::grid::current(dir, opts.data.as_deref(), q, &opts.pgd, opts.seed, device) {
+            Ok(_) => Grid::Stored,
+            Err(e) => Grid::Failed(format!("{e:#}")),
+        },
+    };
+    write_run(dir, grid)
+}
+
+/// What the report says of the retrieval grid.
+enum Grid {
+    /// Not asked for.
+    None,
+    /// Drawn from the folder's record when it is the current model's.
+    Stored,
+    /// Its computation failed, for this reason.
+    Failed(String),
+}
+
 /// A finished run's report (see the module doc).
-pub fn write_run(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<PathBuf> {
+fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
     let run = finished_run(dir)?;
     let mut page = Page::new(&format!("rdml report: {}", run.config.name));
     page.health(&run);
@@ -98,23 +126,25 @@ pub fn write_run(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Pa
             ),
         ),
     }
-    if opts.grid_queries > 0 {
-        match grid_rows(dir, opts, device) {
-            Ok(rows) => page.grid(&rows, &opts.pgd),
-            Err(e) => page.note(
-                "Retrieval grid",
-                &format!("Not drawn: {e:#}. Pass `--data DIR` to `rdml report` where the test data is elsewhere."),
+    match (grid, crate::grid::read(dir)) {
+        (Grid::None, _) => {}
+        (Grid::Failed(e), _) => page.note(
+            "Retrieval grid",
+            &format!("Not drawn: {e}. Pass `--data DIR` to `rdml report` where the test data is elsewhere."),
+        ),
+        (Grid::Stored, Some(g)) => page.grid(&g.rows, &g.pgd),
+        (Grid::Stored, None) => page.note(
+            "Retrieval grid",
+            &format!(
+                "No {} of this model in the folder: `rdml report {}` computes it.",
+                crate::grid::FILE,
+                dir.display()
             ),
-        }
+        ),
     }
     let path = dir.join(FILE);
     write_atomic(&path, page.finish().as_bytes())?;
     Ok(path)
-}
-
-fn grid_rows(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Vec<grid::GridRow>> {
-    let ctx = crate::target::Target::open(dir, opts.data.as_deref(), 0, device)?.context(device, false)?;
-    grid::rows(&ctx, &opts.pgd, opts.grid_queries, opts.seed)
 }
 
 /// `run.json` of a finished run, or an error naming what is missing.

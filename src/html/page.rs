@@ -1,10 +1,11 @@
 //! The report page: its style, escaping, and the sections a run's or a compare folder's page is
 //! made of.
 
-use super::{grid, plot};
+use super::plot;
 use crate::attack::engine::Pgd;
 use crate::attack::robustness::Robustness;
 use crate::eval::Metrics;
+use crate::grid;
 use crate::train::RunReport;
 use anyhow::Result;
 use base64::Engine as _;

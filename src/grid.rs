@@ -2,6 +2,9 @@
 //! before the attack, then the adversarial query (Algorithm 1 of the positive-perturbation
 //! paper: pushed away from its nearest same-class neighbour), its perturbation amplified, and
 //! its nearest neighbours after. What a reader sees is what Recall@1 counts.
+//!
+//! The grid is computed on a run's model and stored in its folder ([`FILE`], with the model's
+//! digest), so that the report is drawn from the folder's records alone.
 
 use crate::attack::context::{Context, embed_tensor};
 use crate::attack::engine::Pgd;
@@ -9,28 +12,37 @@ use crate::attack::method::{Method, WhiteBox};
 use crate::data::loader;
 use crate::eval::batch_tensor;
 use crate::eval::knn::top_k;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
+use burn::tensor::Device;
 use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The grid's record in a run folder.
+pub const FILE: &str = crate::run_dir::GRID;
 
 /// Neighbours shown per query.
 pub const TOP: usize = 8;
 
 /// One image of the grid: a test item and whether it shares the query's label.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
     pub index: usize,
     pub label: u32,
+    #[serde(with = "base64_png")]
     pub png: Vec<u8>,
     pub same_label: bool,
 }
 
 /// One query's row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GridRow {
     pub query: Cell,
     pub before: Vec<Cell>,
+    #[serde(with = "base64_png")]
     pub adversarial: Vec<u8>,
     /// The perturbation, `0.5 + δ / (2·max|δ|)`: mid-grey is no change.
+    #[serde(with = "base64_png")]
     pub perturbation: Vec<u8>,
     /// `max|δ|` in pixel units (the amplification is `1 / (2·max|δ|)`).
     pub linf: f32,
@@ -103,4 +115,79 @@ pub fn rows(ctx: &Context, pgd: &Pgd, queries: usize, seed: u64) -> Result<Vec<G
         });
     }
     Ok(out)
+}
+
+/// The stored grid: its rows, the settings they were computed with, and the digest of the
+/// weights they were computed on ([`crate::run_dir::model_digest`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GridRecord {
+    pub model_digest: String,
+    pub queries: usize,
+    pub pgd: Pgd,
+    pub seed: u64,
+    pub rows: Vec<GridRow>,
+}
+
+/// Computes the grid of the run in `dir` (its test data from `data` when given) and stores it
+/// in the folder.
+pub fn store(
+    dir: &Path,
+    data: Option<&Path>,
+    queries: usize,
+    pgd: &Pgd,
+    seed: u64,
+    device: &Device,
+) -> Result<GridRecord> {
+    let target = crate::target::Target::open(dir, data, 0, device)?;
+    let ctx = target.context(device, false)?;
+    let record = GridRecord {
+        rows: rows(&ctx, pgd, queries, seed)?,
+        model_digest: target.digest.clone(),
+        queries,
+        pgd: *pgd,
+        seed,
+    };
+    crate::run_dir::check_unchanged(dir, &target.digest, FILE)?;
+    crate::atomic::write_json(&dir.join(FILE), &record)?;
+    Ok(record)
+}
+
+/// The grid stored in `dir`, when it was computed on the folder's current model (`None`: no
+/// grid, an unreadable one, or one of other weights).
+pub fn read(dir: &Path) -> Option<GridRecord> {
+    let bytes = std::fs::read(dir.join(FILE)).ok()?;
+    let record: GridRecord = serde_json::from_slice(&bytes).ok()?;
+    let digest = crate::run_dir::model_digest(dir).ok()?;
+    (record.model_digest == digest).then_some(record)
+}
+
+/// The stored grid when it has these settings, else a new one computed and stored.
+pub fn current(
+    dir: &Path,
+    data: Option<&Path>,
+    queries: usize,
+    pgd: &Pgd,
+    seed: u64,
+    device: &Device,
+) -> Result<GridRecord> {
+    match read(dir) {
+        Some(r) if r.queries == queries && r.pgd == *pgd && r.seed == seed => Ok(r),
+        _ => store(dir, data, queries, pgd, seed, device).context("the retrieval grid"),
+    }
+}
+
+/// PNG bytes as base64 text in JSON.
+mod base64_png {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(png: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(png))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
 }
