@@ -3,16 +3,18 @@
 //!
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
 //!
-//! The layers, each meant to use only those before it (two imports still point up: `report`'s
-//! metric tables and `data::check` read `eval` types):
-//! 1. `host`, `output`, `report`, `run_dir`, `progress`, `device`, `kernel`, `data`;
-//! 2. `model`, `loss`;
+//! The layers: a module uses only its own layer's earlier modules and the layers before it (no
+//! import points up, no two modules import each other):
+//! 1. `host`, `atomic` (files written whole), `run_dir`, `output`, `progress`, `device`,
+//!    `kernel`, `data`;
+//! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
-//! 4. `attack` (one engine, objectives, units, the suite);
-//! 5. `defense`;
-//! 6. `train`, `config`;
-//! 7. the pipelines: `target` (a run opened as an attack target), `quickstart`, `compare`,
-//!    `embed`, `html`;
+//! 4. `attack` (one engine, objectives, units behind `attack::Attack`, the suite), `report`
+//!    (its text tables);
+//! 5. `defense` (one file per defense behind `defense::Defense`);
+//! 6. `config`, `train`;
+//! 7. the pipelines: `target` (a run opened as an attack target), `grid` (the report's stored
+//!    retrieval grid), `quickstart`, `compare`, `embed`, `html` (the report, from records alone);
 //! 8. the command line (`src/cli/`, in the binary).
 
 pub mod atomic;

@@ -1,3 +1,5 @@
+//! The run folder module's own tests: claims, locks, overwrite and the checkpoint swap.
+
 use super::*;
 
 fn scratch(name: &str) -> PathBuf {
