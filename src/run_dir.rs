@@ -5,9 +5,11 @@
 //! rdml deletes only what it wrote: the run's own files, in a folder that carries its marker
 //! (or, for runs written before the marker existed, a `run.json` that rdml wrote).
 
+pub mod files;
 pub mod log;
 pub mod status;
 
+pub use files::*;
 pub use log::RunLog;
 pub use status::{RunStatus, check_finished, check_unchanged, model_digest, status};
 
@@ -26,23 +28,6 @@ const CKPT_OLD: &str = "checkpoint.old";
 const REPLACED: &str = ".rdml-replaced";
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
 const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT, GRID];
-
-/// The trained weights (saved from the evaluation-mode model).
-pub const MODEL: &str = "model.safetensors";
-/// The resolved experiment config the run trained with.
-pub const CONFIG: &str = "config.toml";
-/// The run's record: per-epoch metrics and whether it completed ([`status`]).
-pub const RUN: &str = "run.json";
-/// One JSON line per event (start, epoch, end) of every attempt.
-pub const LOG: &str = "log.jsonl";
-/// The robustness suite's last table ([`crate::attack::record`]).
-pub const ROBUSTNESS: &str = "robustness.json";
-/// The self-contained report page.
-pub const REPORT: &str = "report.html";
-/// The report's retrieval grid, computed on the run's model ([`crate::grid`]).
-pub const GRID: &str = "grid.json";
-/// A checkpoint's trainer state, beside its weights.
-pub const STATE: &str = "state.json";
 
 /// How `train` may treat what is already in its output folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,37 +60,6 @@ pub enum Found {
 pub struct RunDir {
     path: PathBuf,
     _lock: File,
-}
-
-/// Opens a file for writing without following a symbolic link in its last component
-/// (`O_NOFOLLOW`): a link planted in a shared folder must not redirect rdml's writes.
-pub fn open_nofollow(path: &Path, append: bool) -> Result<File> {
-    let mut o = OpenOptions::new();
-    o.create(true).write(true);
-    if append {
-        o.append(true);
-    } else {
-        o.truncate(true);
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.custom_flags(libc::O_NOFOLLOW);
-    }
-    o.open(path).with_context(|| {
-        if is_link(path) {
-            format!(
-                "{} is a symbolic link; rdml does not write through links",
-                path.display()
-            )
-        } else {
-            format!("cannot open {}", path.display())
-        }
-    })
-}
-
-pub(crate) fn is_link(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// Removes `p` if it exists: a folder recursively, a file or a link (never its target).

@@ -16,12 +16,12 @@ pub mod triplet;
 pub mod unit;
 
 use anyhow::{Result, ensure};
-use burn::module::{Module, Param};
+use burn::module::Param;
 use burn::tensor::{Device, Tensor};
 use distance::Distance;
 use miner::{Miner, Mining, Triplets};
 use rand_chacha::ChaCha8Rng;
-pub use unit::{Batch, Loss, LossOutput, mine};
+pub use unit::{Batch, Loss, LossOutput, LossParams, mine};
 
 crate::kinds::kind_registry! {
     /// The `[loss]` table of an experiment config: `kind` and that loss's own parameters.
@@ -74,22 +74,6 @@ impl LossConfig {
     }
 }
 
-/// Trainable parameters that belong to the loss (the margin loss's β).
-#[derive(Module, Debug)]
-pub struct LossParams {
-    pub beta: Option<Param<Tensor<1>>>,
-}
-
-impl LossParams {
-    pub fn new(cfg: &LossConfig, device: &Device) -> Self {
-        let beta = cfg
-            .unit()
-            .trainable_beta()
-            .map(|b| Param::from_tensor(Tensor::<1>::from_floats([b], device)));
-        Self { beta }
-    }
-}
-
 /// Mines triplets on detached embeddings with the loss's miner.
 pub fn mine_triplets(
     cfg: &LossConfig,
@@ -130,4 +114,15 @@ pub fn compute_given(
         host,
     };
     cfg.unit().compute(&batch, rng)
+}
+
+/// The trainable parameters `cfg`'s loss owns.
+impl LossParams {
+    pub fn new(cfg: &LossConfig, device: &Device) -> Self {
+        let beta = cfg
+            .unit()
+            .trainable_beta()
+            .map(|b| Param::from_tensor(Tensor::<1>::from_floats([b], device)));
+        Self { beta }
+    }
 }

@@ -1,9 +1,9 @@
 //! The interface every loss implements, and the batch it sees.
 
-use super::LossParams;
 use super::distance::Distance;
 use super::miner::{self, MineOptions, Miner, Mining, Triplets};
 use anyhow::{Result, ensure};
+use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
 
@@ -104,4 +104,10 @@ pub fn mine(
         nonzero_loss_cutoff: mining.nonzero_loss_cutoff,
     };
     Ok(miner::mine(mining.miner, &dist, labels, &pairs, &opt, rng))
+}
+
+/// Trainable parameters that belong to the loss (the margin loss's β).
+#[derive(Module, Debug)]
+pub struct LossParams {
+    pub beta: Option<Param<Tensor<1>>>,
 }

@@ -4,7 +4,7 @@
 //! it supersedes (those of the epochs the interrupted attempt had not finished). A reader keeps,
 //! for each epoch, the records of the last attempt that wrote it.
 
-use super::open_nofollow;
+use super::files::open_nofollow;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::Write;

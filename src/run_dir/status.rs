@@ -1,7 +1,7 @@
 //! What a run folder's records say: whether the run finished ([`status`], [`check_finished`]),
 //! and which weights a derived record was computed on ([`model_digest`]).
 
-use super::{MODEL, RUN, is_link};
+use super::files::{MODEL, RUN, is_link};
 use anyhow::{Context, Result, ensure};
 use std::path::Path;
 
