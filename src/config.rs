@@ -270,6 +270,19 @@ impl Experiment {
     }
 }
 
+/// The overrides a command's flags make: `--set KEY=VALUE`s, then `--epochs` and
+/// `--max-batches` as `train.epochs` and `train.max_batches` (so they win over a `--set`).
+pub fn command_overrides(set: &[String], epochs: Option<usize>, max_batches: Option<usize>) -> Vec<String> {
+    let mut v = set.to_vec();
+    if let Some(e) = epochs {
+        v.push(format!("train.epochs={e}"));
+    }
+    if let Some(m) = max_batches {
+        v.push(format!("train.max_batches={m}"));
+    }
+    v
+}
+
 /// A word for each key that `overrides` give more than once with different values: the last
 /// one is used (a later `--set` overrides an earlier one, as a flag such as `--epochs` does).
 pub fn repeated_overrides(overrides: &[String]) -> Vec<String> {

@@ -14,7 +14,8 @@
 //! 5. `defense` (one file per defense behind `defense::Defense`);
 //! 6. `config`, `train`;
 //! 7. the pipelines: `target` (a run opened as an attack target), `grid` (the report's stored
-//!    retrieval grid), `quickstart`, `compare`, `embed`, `html` (the report, from records alone);
+//!    retrieval grid), `scoring` (a run attacked and scored), `quickstart`, `compare`, `embed`,
+//!    `html` (the report, from records alone);
 //! 8. the command line (`src/cli/`, in the binary).
 
 pub mod atomic;
@@ -38,6 +39,7 @@ pub mod progress;
 pub mod quickstart;
 pub mod report;
 pub mod run_dir;
+pub mod scoring;
 pub mod target;
 pub mod train;
 

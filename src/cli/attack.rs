@@ -1,9 +1,8 @@
 //! `rdml attack` and `rdml robustness`.
 
 use super::budget::{Budget, attack_help, profile_help};
-use super::{Outcome, open_device, refresh_report, surrogate_context};
+use super::{Outcome, open_device, refresh_report};
 use anyhow::{Context as _, Result};
-use rdml::atomic::write_json;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -63,24 +62,17 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
     );
     let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(&attack)?;
     let pgd = budget.pgd(&profile, spec_budget)?;
-    let method = rdml::attack::registry::method(&budget.method)?;
+    rdml::attack::registry::method(&budget.method)?;
     let mut writer = save_examples
         .as_deref()
         .map(|d| rdml::attack::examples::ExampleWriter::new(d, &unit.spec()))
         .transpose()?;
     let device = open_device(flag, &[], json || quiet)?;
-    let target = rdml::target::Target::open(&model, data.as_deref(), bn_set, &device)?;
-    let run_ = &target.run;
-    let ctx = target.context(&device, budget.robrank_compat)?;
-    let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-    let setup = rdml::attack::suite::Setup {
-        progress: !quiet && !json,
-        ..budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd)
-    };
+    let scoring = budget.scoring(data, &profile, pgd, surrogate.clone(), repeats, bn_set, !quiet && !json);
     let sink = writer
         .as_mut()
         .map(|w| w as &mut dyn rdml::attack::examples::AdversarialSink);
-    let runs = rdml::attack::suite::run_repeated(&setup, unit.as_ref(), repeats, sink)?;
+    let runs = rdml::scoring::attack(&model, unit.as_ref(), &scoring, &device, sink)?;
     let r = runs[0].clone();
     if let (Some(w), Some(d)) = (writer, &save_examples) {
         let n = w.finish()?;
@@ -174,27 +166,19 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     } = args;
     anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
     let pgd = budget.pgd(&profile, Default::default())?;
-    let method = rdml::attack::registry::method(&budget.method)?;
+    rdml::attack::registry::method(&budget.method)?;
     if let Some(o) = &out {
         rdml::output::check(o, overwrite).context("--out")?;
     }
     let device = open_device(flag, &[], quiet)?;
-    let target = rdml::target::Target::open(&model, data.as_deref(), 0, &device)?;
-    let (run_, digest) = (&target.run, &target.digest);
-    let ctx = target.context(&device, budget.robrank_compat)?;
-    if !ctx.clean.is_normalized() {
+    let scoring = budget.scoring(data.clone(), &profile, pgd, surrogate, repeats, 0, !quiet);
+    let scored = rdml::scoring::robustness(&model, &scoring, &device)?;
+    if !scored.normalized {
         eprintln!(
             "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
         );
     }
-    let sur = surrogate_context(surrogate.as_deref(), &run_.test.query, &device, budget.robrank_compat)?;
-    let setup = rdml::attack::suite::Setup {
-        progress: !quiet,
-        ..budget.setup(&ctx, sur.as_ref().unwrap_or(&ctx), method.as_ref(), pgd)
-    };
-    let runs = rdml::attack::suite::robustness_repeated(&setup, repeats)?;
-    let r = &runs[0];
-    let spread = rdml::attack::robustness::robustness_spread(&runs);
+    let (r, spread) = (&scored.runs[0], &scored.spread);
     if repeats > 1 {
         print!("{}", rdml::report::robustness_spread_table(&spread));
         println!(
@@ -215,25 +199,11 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
             r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
         );
     }
-    let j = rdml::attack::record::RobustnessRecord {
-        model: model.clone(),
-        model_digest: Some(digest.clone()),
-        profile: Some(profile.clone()),
-        method: Some(budget.method.clone()),
-        surrogate: surrogate.clone(),
-        pgd: Some(pgd),
-        queries: Some(budget.queries),
-        seed: Some(budget.seed),
-        robrank_compat: budget.robrank_compat,
-        table: r.clone(),
-        repeats: (repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
-    };
     if let Some(o) = out {
-        rdml::output::write_json(&o, &j, overwrite).context("--out")?;
+        rdml::output::write_json(&o, &scored.record, overwrite).context("--out")?;
     }
-    let file = rdml::attack::record::FILE;
-    rdml::run_dir::check_unchanged(&model, digest, file)?;
-    match write_json(&model.join(file), &j) {
+    scored.check_unchanged()?;
+    match scored.write() {
         Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
         Err(e) => eprintln!("warning: the run folder's robustness.json not written: {e:#}"),
     }

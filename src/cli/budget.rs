@@ -1,7 +1,6 @@
 //! The attack budget options shared by `attack`, `robustness`, `compare` and `embed --attack`.
 
 use anyhow::Result;
-use rdml::attack::suite::Context;
 
 pub fn attack_help() -> String {
     format!(
@@ -88,22 +87,31 @@ impl Budget {
         rdml::attack::profile::resolve(profile, &flags, &spec)
     }
 
-    pub fn setup<'a>(
+    /// What `rdml::scoring` runs: these options with the resolved budget.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scoring(
         &self,
-        target: &'a Context,
-        attacker: &'a Context,
-        method: &'a dyn rdml::attack::method::Method,
+        data: Option<std::path::PathBuf>,
+        profile: &str,
         pgd: rdml::attack::engine::Pgd,
-    ) -> rdml::attack::suite::Setup<'a> {
-        rdml::attack::suite::Setup {
-            target,
-            attacker,
-            method,
+        surrogate: Option<std::path::PathBuf>,
+        repeats: usize,
+        bn_set: usize,
+        progress: bool,
+    ) -> rdml::scoring::Scoring {
+        rdml::scoring::Scoring {
+            data,
+            profile: profile.to_string(),
             pgd,
+            method: self.method.clone(),
             queries: self.queries,
             batch: self.batch,
             seed: self.seed,
-            progress: false,
+            robrank_compat: self.robrank_compat,
+            surrogate,
+            repeats,
+            bn_set,
+            progress,
         }
     }
 }

@@ -62,8 +62,14 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
             let method = rdml::attack::registry::method(&budget.method)?;
             let ctx = target.context(&device, budget.robrank_compat)?;
             let setup = rdml::attack::suite::Setup {
+                target: &ctx,
+                attacker: &ctx,
+                method: method.as_ref(),
+                pgd,
+                queries: budget.queries,
+                batch: budget.batch,
+                seed: budget.seed,
                 progress: !quiet,
-                ..budget.setup(&ctx, &ctx, method.as_ref(), pgd)
             };
             let mut sink = rdml::embed::AttackedEmbeddings::new(&ctx.model);
             let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;

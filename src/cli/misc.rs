@@ -57,21 +57,7 @@ pub fn presets(args: PresetsArgs) -> Result<Outcome> {
 }
 
 pub fn devices() -> Result<Outcome> {
-    println!(
-        "cpu (Flex, {} threads; rdml's own kernels)",
-        rayon::current_num_threads()
-    );
-    match rdml::device::cuda_devices() {
-        Ok(list) => list.iter().for_each(|g| println!("{g}")),
-        Err(e) => println!("no CUDA device: {e:#}"),
-    }
-    match rdml::device::adapters() {
-        Ok(list) if list.is_empty() => println!("no Vulkan device (the loader found no driver)"),
-        Ok(list) => list.iter().for_each(|a| println!("{a}")),
-        Err(e) => println!("no Vulkan device: {e:#}"),
-    }
-    let auto = rdml::device::select(rdml::device::DeviceChoice::Auto)?;
-    println!("auto → {}", auto.description);
+    rdml::device::list()?.iter().for_each(|l| println!("{l}"));
     Ok(Outcome::Done)
 }
 

@@ -10,9 +10,8 @@ mod eval;
 mod misc;
 mod train;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
-use rdml::attack::suite::Context;
 use rdml::config::Experiment;
 
 #[derive(Parser)]
@@ -93,18 +92,6 @@ fn report_health(m: &rdml::eval::Metrics) -> bool {
     }
 }
 
-/// The attacking context of a transfer attack: `dir`'s model on the attacked run's test images.
-fn surrogate_context(
-    dir: Option<&std::path::Path>,
-    set: &rdml::data::ImageSet,
-    device: &burn::tensor::Device,
-    robrank_compat: bool,
-) -> Result<Option<Context>> {
-    let Some(dir) = dir else { return Ok(None) };
-    let (_, net) = rdml::train::load_model(dir, set.item_shape(), device).context("--surrogate")?;
-    Ok(Some(Context::new(&net, set, device, robrank_compat)?))
-}
-
 /// Opens the device ([`rdml::device::open`]'s policy) and says which it took.
 fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Result<burn::tensor::Device> {
     let named: Vec<_> = configs.iter().map(|e| e.train.device).collect();
@@ -116,14 +103,7 @@ fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Resu
 }
 
 fn overrides(epochs: Option<usize>, max_batches: Option<usize>, set: &[String]) -> Vec<String> {
-    let mut v = set.to_vec();
-    if let Some(e) = epochs {
-        v.push(format!("train.epochs={e}"));
-    }
-    if let Some(m) = max_batches {
-        v.push(format!("train.max_batches={m}"));
-    }
-    v
+    rdml::config::command_overrides(set, epochs, max_batches)
 }
 
 /// Writes `dir`'s report.html after a command that changed what it shows. A failure is a

@@ -213,6 +213,26 @@ pub fn out_of_memory_advice(message: &str) -> Option<String> {
     })
 }
 
+/// What `rdml devices` lists, one line each: the CPU, each CUDA device and Vulkan adapter (or
+/// why there is none), and what `auto` takes.
+pub fn list() -> Result<Vec<String>> {
+    let mut lines = vec![format!(
+        "cpu (Flex, {} threads; rdml's own kernels)",
+        rayon::current_num_threads()
+    )];
+    match cuda_devices() {
+        Ok(list) => lines.extend(list.iter().map(|g| g.to_string())),
+        Err(e) => lines.push(format!("no CUDA device: {e:#}")),
+    }
+    match adapters() {
+        Ok(list) if list.is_empty() => lines.push("no Vulkan device (the loader found no driver)".into()),
+        Ok(list) => lines.extend(list.iter().map(|a| a.to_string())),
+        Err(e) => lines.push(format!("no Vulkan device: {e:#}")),
+    }
+    lines.push(format!("auto → {}", select(DeviceChoice::Auto)?.description));
+    Ok(lines)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
