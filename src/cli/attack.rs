@@ -180,7 +180,7 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     }
     let (r, spread) = (&scored.runs[0], &scored.spread);
     if repeats > 1 {
-        print!("{}", rdml::report::robustness_spread_table(&spread));
+        print!("{}", rdml::report::robustness_spread_table(spread));
         println!(
             "ERS {:.1} ± {:.1}   ARS {:.1} ± {:.1}   ({repeats} runs, {} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
             spread.ers.mean,
