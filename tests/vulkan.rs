@@ -13,7 +13,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Distribution, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rdml::attack::engine::{Norm, Pgd, attack};
+use rdml::attack::engine::{Norm, Pgd, Request};
 use rdml::attack::objective::shift::EmbeddingShift;
 use rdml::attack::suite::{self, Context};
 use rdml::config::Experiment;
@@ -182,7 +182,11 @@ fn a_pgd_step_agrees() {
                 norm,
                 random_start,
             };
-            let xa = attack(&net, 0, &x, movable, &EmbeddingShift { clean }, &pgd, 5).unwrap();
+            let xa = Request::new(&net, &EmbeddingShift { clean }, &pgd)
+                .movable(movable)
+                .seed(5)
+                .run(&x)
+                .unwrap();
             out.push(host4(xa - x));
         }
         assert_close(&format!("{norm:?} PGD perturbation"), &out[1], &out[0]);

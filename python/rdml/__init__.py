@@ -1,0 +1,267 @@
+"""rdml: robust deep metric learning, from Python.
+
+The Rust library rdml underneath: this module turns NumPy arrays into bytes and the library's
+JSON into dicts, and computes nothing itself. The names are the command line's:
+
+>>> import rdml
+>>> run = rdml.train("quickstart", "runs/q", epochs=1)          # rdml train
+>>> run.metrics["recall@1"]                                       # run.json's final metrics
+>>> run.attack("CA+", queries=64)                                 # rdml attack --json
+>>> run.robustness(queries=64)["table"]["ers"]                    # rdml robustness
+>>> rdml.metrics(embeddings, labels)                              # rdml eval --json, on your own
+
+Errors are ``ValueError`` (a bad config, spec, shape or value), ``FileNotFoundError`` (a missing
+folder or file) or ``RuntimeError``, with the command line's messages. Long calls release the
+GIL and print the command line's progress on stderr unless ``quiet=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _rdml
+
+__version__ = _rdml.__version__
+__all__ = ["Run", "devices", "metrics", "open", "presets", "train"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _matrix(a: Any, what: str) -> np.ndarray:
+    """A 2-D float32 C-contiguous copy (or view) of `a`."""
+    m = np.asarray(a)
+    if m.ndim != 2:
+        raise ValueError(f"{what}: expected a 2-D array (items × dimensions), got shape {m.shape}")
+    if not np.issubdtype(m.dtype, np.floating) and not np.issubdtype(m.dtype, np.integer):
+        raise ValueError(f"{what}: expected numbers, got dtype {m.dtype}")
+    m = np.ascontiguousarray(m, dtype="<f4")
+    if not np.isfinite(m).all():
+        raise ValueError(f"{what}: contains NaN or infinite values")
+    return m
+
+
+def _labels(a: Any, n: int, what: str) -> List[int]:
+    v = np.asarray(a)
+    if v.ndim != 1 or v.shape[0] != n:
+        raise ValueError(f"{what}: expected {n} labels (one per row), got shape {v.shape}")
+    if not np.issubdtype(v.dtype, np.integer):
+        raise ValueError(f"{what}: expected integer labels, got dtype {v.dtype}")
+    return v.astype(np.int64).tolist()
+
+
+def metrics(
+    embeddings: Any,
+    labels: Any,
+    *,
+    recall_ks: Sequence[int] = (1, 2, 4, 8),
+    gallery: Any = None,
+    gallery_labels: Any = None,
+    distance: str = "euclidean",
+    nmi: bool = True,
+    pi_ratio: bool = True,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """The retrieval metrics ``rdml eval --json`` reports, of your own embeddings.
+
+    Each row of ``embeddings`` (float32 or float64, items × dimensions) is a query ranked against
+    the other rows, or against ``gallery`` with ``gallery_labels`` when given (In-Shop's
+    query/gallery protocol). ``distance`` is ``"euclidean"`` or ``"cosine"`` (rows scaled to unit
+    length first). Returns recall@k for each k, map@r, map@10, map, r_precision, nmi, pi_ratio,
+    queries, lone_queries (queries with no other item of their class) and health.
+    """
+    if distance not in ("euclidean", "cosine"):
+        raise ValueError(f'distance = {distance!r}: expected "euclidean" or "cosine"')
+    q = _matrix(embeddings, "embeddings")
+    ql = _labels(labels, q.shape[0], "labels")
+    g_bytes, g_n, gl = None, 0, None
+    if (gallery is None) != (gallery_labels is None):
+        raise ValueError("gallery and gallery_labels go together")
+    if gallery is not None:
+        g = _matrix(gallery, "gallery")
+        if g.shape[1] != q.shape[1]:
+            raise ValueError(f"gallery: {g.shape[1]} dimensions, the queries have {q.shape[1]}")
+        g_bytes, g_n, gl = g.tobytes(), g.shape[0], _labels(gallery_labels, g.shape[0], "gallery_labels")
+    ks = [int(k) for k in recall_ks]
+    out = _rdml.metrics(
+        q.tobytes(), q.shape[0], q.shape[1], ql, g_bytes, g_n, gl, ks, distance == "cosine", bool(nmi), bool(pi_ratio), int(seed)
+    )
+    return json.loads(out)
+
+
+def presets() -> Dict[str, str]:
+    """Every preset (``rdml presets``): name → its TOML."""
+    return dict(_rdml.presets())
+
+
+def devices() -> List[str]:
+    """What ``rdml devices`` lists: the CPU, CUDA devices, Vulkan adapters, and what ``auto`` takes."""
+    return _rdml.devices()
+
+
+def _toml_value(key: str, v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(key, x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{k} = {_toml_value(key, x)}" for k, x in v.items()) + "}"
+    raise ValueError(f"set[{key!r}]: a {type(v).__name__} has no TOML form")
+
+
+def _overrides(set: Union[None, Mapping[str, Any], Sequence[str]]) -> List[str]:
+    if set is None:
+        return []
+    if isinstance(set, Mapping):
+        return [f"{k}={_toml_value(k, v)}" for k, v in set.items()]
+    return [str(s) for s in set]
+
+
+def train(
+    config: PathLike,
+    out: PathLike,
+    *,
+    set: Union[None, Mapping[str, Any], Sequence[str]] = None,
+    epochs: Optional[int] = None,
+    max_batches: Optional[int] = None,
+    defense: Optional[str] = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    device: Optional[str] = None,
+    data: Optional[PathLike] = None,
+    quiet: bool = False,
+) -> "Run":
+    """``rdml train``: trains ``config`` (a preset name or a TOML file) into the run folder ``out``.
+
+    ``set`` overrides config keys (``{"loss.margin": 0.1}`` or ``["loss.margin=0.1"]``);
+    ``defense`` is an inline TOML table (``'{kind="act",eps=0.302,step=0.0118,steps=32}'``) or
+    ``"none"``. Returns the finished run.
+    """
+    _rdml.train(
+        os.fspath(config),
+        os.fspath(out),
+        _overrides(set),
+        epochs,
+        max_batches,
+        defense,
+        resume,
+        overwrite,
+        device,
+        None if data is None else os.fspath(data),
+        quiet,
+    )
+    return Run(out, data=data, device=device, quiet=quiet)
+
+
+def open(run_dir: PathLike, *, data: Optional[PathLike] = None, device: Optional[str] = None, quiet: bool = False) -> "Run":
+    """A finished run folder (written by ``rdml train``)."""
+    return Run(run_dir, data=data, device=device, quiet=quiet)
+
+
+class Run:
+    """A finished run folder: its config and metrics, its model's embeddings, attacks on it."""
+
+    def __init__(self, path: PathLike, *, data: Optional[PathLike] = None, device: Optional[str] = None, quiet: bool = False):
+        self.path = os.fspath(path)
+        self.data = None if data is None else os.fspath(data)
+        self.device = device
+        self.quiet = quiet
+        self._info = json.loads(_rdml.run_info(self.path))
+
+    def __repr__(self) -> str:
+        return f"rdml.Run({self.path!r})"
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The resolved experiment config the run trained with."""
+        return self._info["config"]
+
+    @property
+    def metrics(self) -> Optional[Dict[str, Any]]:
+        """The final test metrics (as ``rdml eval --json``), or None when the run evaluated none."""
+        return self._info.get("final_metrics")
+
+    @property
+    def epochs(self) -> List[Dict[str, Any]]:
+        """Per-epoch records: loss, time, metrics, collapse diagnostics."""
+        return self._info["epochs"]
+
+    def embed(self, images: Any, *, batch: int = 128) -> np.ndarray:
+        """Embeddings (N × D float32) of images N × C × H × W in [0, 1], by the run's model."""
+        x = np.asarray(images)
+        if x.ndim != 4:
+            raise ValueError(f"images: expected N × C × H × W, got shape {x.shape}")
+        x = np.ascontiguousarray(x, dtype="<f4")
+        raw, dim = _rdml.embed(self.path, x.tobytes(), tuple(int(s) for s in x.shape), int(batch), self.device)
+        return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], dim).copy()
+
+    def embed_split(self, split: str = "test") -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rdml embed``: the clean embeddings of ``"train"``, ``"test"`` or ``"all"``, with labels and item ids."""
+        raw, dim, labels, ids, _ = _rdml.embed_split(self.path, split, self.data, self.device)
+        n = len(labels)
+        emb = np.frombuffer(raw, dtype="<f4").reshape(n, dim).copy()
+        return emb, np.asarray(labels, dtype=np.int64), np.asarray(ids, dtype=np.int64)
+
+    def attack(
+        self,
+        spec: str,
+        *,
+        profile: str = "rob28",
+        eps: Optional[float] = None,
+        step: Optional[float] = None,
+        steps: Optional[int] = None,
+        norm: Optional[str] = None,
+        random_start: bool = False,
+        method: str = "white-box",
+        queries: int = 1024,
+        batch: int = 128,
+        seed: int = 0,
+        robrank_compat: bool = False,
+        surrogate: Optional[PathLike] = None,
+        repeats: int = 1,
+        bn_set: int = 0,
+    ) -> Dict[str, Any]:
+        """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
+        out = _rdml.attack(
+            self.path, spec, profile, eps, step, steps, norm, random_start, method, int(queries), int(batch), int(seed),
+            robrank_compat, None if surrogate is None else os.fspath(surrogate), int(repeats), int(bn_set),
+            self.data, self.device, self.quiet,
+        )
+        return json.loads(out)
+
+    def robustness(
+        self,
+        profile: str = "rob28",
+        queries: int = 512,
+        *,
+        eps: Optional[float] = None,
+        step: Optional[float] = None,
+        steps: Optional[int] = None,
+        norm: Optional[str] = None,
+        random_start: bool = False,
+        method: str = "white-box",
+        batch: int = 128,
+        seed: int = 0,
+        robrank_compat: bool = False,
+        surrogate: Optional[PathLike] = None,
+        repeats: int = 1,
+    ) -> Dict[str, Any]:
+        """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
+        ``rows``) is also written to the run folder's robustness.json and its report."""
+        out = _rdml.robustness(
+            self.path, profile, eps, step, steps, norm, random_start, method, int(queries), int(batch), int(seed),
+            robrank_compat, None if surrogate is None else os.fspath(surrogate), int(repeats),
+            self.data, self.device, self.quiet,
+        )
+        return json.loads(out)
+
+    def report(self, *, grid: int = 4) -> str:
+        """``rdml report``: writes the run's report.html; returns its path."""
+        return _rdml.report(self.path, self.data, int(grid), self.device)

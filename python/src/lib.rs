@@ -1,0 +1,482 @@
+//! `rdml._rdml`: the library calls the `rdml` command makes, for the Python package (whose
+//! `rdml/__init__.py` turns NumPy arrays into bytes and JSON into dicts, and nothing else).
+//! Long calls release the GIL. Errors become `ValueError` (bad input: a config, a spec, a
+//! shape), `FileNotFoundError` (a missing folder or file) or `RuntimeError`, with the CLI's
+//! messages.
+
+use anyhow::{Context as _, Result};
+use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rdml::attack::engine::{Norm, Pgd};
+use rdml::attack::profile::{Overrides, resolve};
+use rdml::attack::registry;
+use rdml::config::Experiment;
+use rdml::eval::knn::Embeddings;
+use std::path::{Path, PathBuf};
+
+/// A library error as the Python exception a user expects, with rdml's message.
+fn raise(e: anyhow::Error) -> PyErr {
+    let msg = format!("{e:#}");
+    let missing = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+    });
+    if missing {
+        PyFileNotFoundError::new_err(msg)
+    } else {
+        PyRuntimeError::new_err(msg)
+    }
+}
+
+/// An error in what the caller passed (a config, a spec, a shape).
+fn invalid(e: anyhow::Error) -> PyErr {
+    PyValueError::new_err(format!("{e:#}"))
+}
+
+/// `dir` as a run folder that exists (FileNotFoundError) and is a finished run (ValueError).
+fn run_dir(dir: &str) -> PyResult<PathBuf> {
+    let p = PathBuf::from(dir);
+    if !p.is_dir() {
+        return Err(PyFileNotFoundError::new_err(format!("{dir}: no such folder")));
+    }
+    rdml::run_dir::check_finished(&p).map_err(invalid)?;
+    Ok(p)
+}
+
+fn device(flag: Option<&str>) -> PyResult<burn::tensor::Device> {
+    Ok(rdml::device::open(flag, &[]).map_err(invalid)?.device)
+}
+
+/// Little-endian f32 bytes as values.
+fn floats(bytes: &[u8], what: &str) -> PyResult<Vec<f32>> {
+    if !bytes.len().is_multiple_of(4) {
+        return Err(PyValueError::new_err(format!("{what}: not float32 data")));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn to_bytes<'py>(py: Python<'py>, v: &[f32]) -> Bound<'py, PyBytes> {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    PyBytes::new(py, &b)
+}
+
+/// Rows scaled to unit length (cosine ranking = Euclidean ranking on the unit sphere).
+fn unit_rows(v: &mut [f32], dim: usize) {
+    for row in v.chunks_exact_mut(dim.max(1)) {
+        let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if n > 0.0 {
+            row.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+}
+
+/// `eval --json`'s metrics of query embeddings `[n, dim]` (float32 bytes) with labels, each
+/// query against the others or against a gallery; `cosine` ranks by cosine similarity.
+#[pyfunction]
+#[pyo3(signature = (query, n, dim, labels, gallery, gallery_n, gallery_labels, recall_ks, cosine, nmi, pi_ratio, seed))]
+#[allow(clippy::too_many_arguments)]
+fn metrics(
+    py: Python<'_>,
+    query: &[u8],
+    n: usize,
+    dim: usize,
+    labels: Vec<i64>,
+    gallery: Option<&[u8]>,
+    gallery_n: usize,
+    gallery_labels: Option<Vec<i64>>,
+    recall_ks: Vec<usize>,
+    cosine: bool,
+    nmi: bool,
+    pi_ratio: bool,
+    seed: u64,
+) -> PyResult<String> {
+    let mut q = floats(query, "embeddings")?;
+    let mut g = gallery.map(|b| floats(b, "gallery")).transpose()?;
+    if cosine {
+        unit_rows(&mut q, dim);
+        if let Some(g) = g.as_mut() {
+            unit_rows(g, dim);
+        }
+    }
+    // Labels of any integers: dense ids, equal where the given labels are equal.
+    let mut ids = std::collections::HashMap::new();
+    let mut dense = |v: &[i64]| -> Vec<u32> {
+        v.iter()
+            .map(|l| {
+                let next = ids.len() as u32;
+                *ids.entry(*l).or_insert(next)
+            })
+            .collect()
+    };
+    let ql = dense(&labels);
+    let gl = gallery_labels.as_deref().map(&mut dense);
+    let cfg = rdml::eval::EvalConfig {
+        recall_ks,
+        nmi,
+        pi_ratio,
+        ..Default::default()
+    };
+    cfg.validate().map_err(invalid)?;
+    let q = Embeddings::new(q, n, dim).map_err(invalid)?;
+    let g = match (g, gl) {
+        (Some(g), Some(l)) => Some((Embeddings::new(g, gallery_n, dim).map_err(invalid)?, l)),
+        _ => None,
+    };
+    let m = py.allow_threads(|| {
+        let dev = rdml::default_device();
+        let gallery = g.as_ref().map(|(e, l)| (e, l.as_slice()));
+        rdml::eval::score(&q, &ql, gallery, &cfg, seed, &dev)
+    });
+    let m = m.map_err(invalid)?;
+    serde_json::to_string(&m).map_err(|e| raise(e.into()))
+}
+
+/// Every preset: (name, TOML).
+#[pyfunction]
+fn presets() -> Vec<(String, String)> {
+    rdml::config::PRESETS
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect()
+}
+
+/// What `rdml devices` lists.
+#[pyfunction]
+fn devices(py: Python<'_>) -> PyResult<Vec<String>> {
+    py.allow_threads(rdml::device::list).map_err(raise)
+}
+
+/// `rdml train`: trains `config` (a preset name or a TOML file) into `out` and writes its
+/// report.
+#[pyfunction]
+#[pyo3(signature = (config, out, set, epochs, max_batches, defense, resume, overwrite, device, data, quiet))]
+#[allow(clippy::too_many_arguments)]
+fn train(
+    py: Python<'_>,
+    config: &str,
+    out: &str,
+    set: Vec<String>,
+    epochs: Option<usize>,
+    max_batches: Option<usize>,
+    defense: Option<String>,
+    resume: bool,
+    overwrite: bool,
+    device: Option<String>,
+    data: Option<String>,
+    quiet: bool,
+) -> PyResult<()> {
+    let o = rdml::config::command_overrides(&set, epochs, max_batches);
+    let mut exp = Experiment::load_with_defense(config, &o, defense.as_deref()).map_err(invalid)?;
+    if let Some(d) = &data {
+        exp.data.use_folder(Path::new(d));
+    }
+    let dev = rdml::device::open(device.as_deref(), &[exp.train.device])
+        .map_err(invalid)?
+        .device;
+    let opts = rdml::train::TrainOptions {
+        out: out.into(),
+        resume,
+        overwrite,
+        progress: !quiet,
+    };
+    py.allow_threads(|| -> Result<()> {
+        rdml::train::train(&exp, &opts, &dev)?;
+        let report = rdml::html::ReportOptions::default();
+        if let Err(e) = rdml::html::refresh(&opts.out, &report, &dev) {
+            eprintln!("warning: {}/report.html not written: {e:#}", opts.out.display());
+        }
+        Ok(())
+    })
+    .map_err(raise)
+}
+
+/// A finished run's `run.json` (its resolved config, epochs and final metrics) as JSON.
+#[pyfunction]
+fn run_info(dir: &str) -> PyResult<String> {
+    let p = run_dir(dir)?;
+    std::fs::read_to_string(p.join(rdml::run_dir::RUN))
+        .with_context(|| format!("cannot read {dir}/run.json"))
+        .map_err(raise)
+}
+
+/// Embeddings of images `[n, c, h, w]` (float32 bytes in [0, 1]) by the run's model, in
+/// batches of `batch`: `(bytes of [n, d], d)`.
+#[pyfunction]
+#[pyo3(signature = (dir, images, shape, batch, device))]
+fn embed<'py>(
+    py: Python<'py>,
+    dir: &str,
+    images: &[u8],
+    shape: (usize, usize, usize, usize),
+    batch: usize,
+    device: Option<String>,
+) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+    let p = run_dir(dir)?;
+    let (n, c, h, w) = shape;
+    let x = floats(images, "images")?;
+    if x.len() != n * c * h * w || batch == 0 {
+        return Err(PyValueError::new_err(format!(
+            "images: {} values for shape {shape:?} (batch {batch})",
+            x.len()
+        )));
+    }
+    let dev = self::device(device.as_deref())?;
+    let out = py
+        .allow_threads(|| -> Result<(Vec<f32>, usize)> {
+            let (_, net) = rdml::train::load_model(&p, [c, h, w], &dev)?;
+            let per = c * h * w;
+            let mut out = vec![];
+            for start in (0..n).step_by(batch) {
+                let m = batch.min(n - start);
+                let data = burn::tensor::TensorData::new(x[start * per..(start + m) * per].to_vec(), [m, c, h, w]);
+                let t = burn::tensor::Tensor::<4>::from_data(data, &dev);
+                out.extend(rdml::attack::context::embed_tensor(&net, t)?);
+            }
+            let dim = out.len().checked_div(n).unwrap_or(0);
+            Ok((out, dim))
+        })
+        .map_err(raise)?;
+    Ok((to_bytes(py, &out.0), out.1))
+}
+
+/// `rdml embed`'s clean embeddings of a split: `(bytes of [n, d], d, labels, ids, split codes)`.
+#[pyfunction]
+#[pyo3(signature = (dir, split, data, device))]
+#[allow(clippy::type_complexity)]
+fn embed_split<'py>(
+    py: Python<'py>,
+    dir: &str,
+    split: &str,
+    data: Option<String>,
+    device: Option<String>,
+) -> PyResult<(Bound<'py, PyBytes>, usize, Vec<u32>, Vec<u64>, Vec<u8>)> {
+    let p = run_dir(dir)?;
+    let split: rdml::embed::Split = split.parse().map_err(invalid)?;
+    let dev = self::device(device.as_deref())?;
+    let e = py
+        .allow_threads(|| -> Result<rdml::embed::Exported> {
+            let run = rdml::train::load_run(&p, data.as_deref().map(Path::new), &dev)?;
+            Ok(rdml::embed::embed_split(&run, split, &dev)?.0)
+        })
+        .map_err(raise)?;
+    Ok((to_bytes(py, &e.embeddings), e.dim, e.labels, e.ids, e.split))
+}
+
+/// The budget of `profile` changed by the caller's keywords and a robrank spec's keys.
+fn budget(
+    profile: &str,
+    (eps, step, steps): (Option<f32>, Option<f32>, Option<usize>),
+    norm: Option<&str>,
+    random_start: bool,
+    spec: registry::SpecBudget,
+) -> PyResult<Pgd> {
+    let norm = match norm {
+        None => None,
+        Some("linf") => Some(Norm::Linf),
+        Some("l2") => Some(Norm::L2),
+        Some(n) => {
+            return Err(PyValueError::new_err(format!(
+                "norm = {n:?}: expected \"linf\" or \"l2\""
+            )));
+        }
+    };
+    let flags = Overrides {
+        eps,
+        step,
+        steps,
+        norm,
+        random_start,
+    };
+    let spec = Overrides {
+        eps: spec.eps,
+        step: spec.step,
+        steps: spec.steps,
+        norm: None,
+        random_start: false,
+    };
+    resolve(profile, &flags, &spec).map_err(invalid)
+}
+
+/// The keywords of `Run.attack` and `Run.robustness`, as `rdml::scoring` takes them.
+#[allow(clippy::too_many_arguments)]
+fn scoring(
+    profile: &str,
+    pgd: Pgd,
+    method: &str,
+    (queries, batch, seed): (usize, usize, u64),
+    robrank_compat: bool,
+    surrogate: Option<String>,
+    repeats: usize,
+    bn_set: usize,
+    data: Option<String>,
+    quiet: bool,
+) -> PyResult<rdml::scoring::Scoring> {
+    registry::method(method).map_err(invalid)?;
+    Ok(rdml::scoring::Scoring {
+        data: data.map(PathBuf::from),
+        profile: profile.to_string(),
+        pgd,
+        method: method.to_string(),
+        queries,
+        batch,
+        seed,
+        robrank_compat,
+        surrogate: surrogate.map(PathBuf::from),
+        repeats,
+        bn_set,
+        progress: !quiet,
+    })
+}
+
+/// `rdml attack --json`: one attack's result (with `repeats > 1`, every run and each score's
+/// mean and sample std).
+#[pyfunction]
+#[pyo3(signature = (dir, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, surrogate, repeats, bn_set, data, device, quiet))]
+#[allow(clippy::too_many_arguments)]
+fn attack(
+    py: Python<'_>,
+    dir: &str,
+    spec: &str,
+    profile: &str,
+    eps: Option<f32>,
+    step: Option<f32>,
+    steps: Option<usize>,
+    norm: Option<&str>,
+    random_start: bool,
+    method: &str,
+    queries: usize,
+    batch: usize,
+    seed: u64,
+    robrank_compat: bool,
+    surrogate: Option<String>,
+    repeats: usize,
+    bn_set: usize,
+    data: Option<String>,
+    device: Option<String>,
+    quiet: bool,
+) -> PyResult<String> {
+    let p = run_dir(dir)?;
+    let (unit, spec_budget) = registry::attack_with_budget(spec).map_err(invalid)?;
+    let pgd = budget(profile, (eps, step, steps), norm, random_start, spec_budget)?;
+    let s = scoring(
+        profile,
+        pgd,
+        method,
+        (queries, batch, seed),
+        robrank_compat,
+        surrogate,
+        repeats,
+        bn_set,
+        data,
+        quiet,
+    )?;
+    let dev = self::device(device.as_deref())?;
+    let runs = py
+        .allow_threads(|| rdml::scoring::attack(&p, unit.as_ref(), &s, &dev, None))
+        .map_err(raise)?;
+    let v = if repeats > 1 {
+        let spread = rdml::attack::score::spread(&runs);
+        serde_json::json!({"runs": runs, "mean_std": spread})
+    } else {
+        serde_json::to_value(&runs[0]).map_err(|e| raise(e.into()))?
+    };
+    Ok(v.to_string())
+}
+
+/// `rdml robustness`: robrank's ERS suite on the run, its record stored in the run folder (and
+/// the report refreshed); the record as JSON.
+#[pyfunction]
+#[pyo3(signature = (dir, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, surrogate, repeats, data, device, quiet))]
+#[allow(clippy::too_many_arguments)]
+fn robustness(
+    py: Python<'_>,
+    dir: &str,
+    profile: &str,
+    eps: Option<f32>,
+    step: Option<f32>,
+    steps: Option<usize>,
+    norm: Option<&str>,
+    random_start: bool,
+    method: &str,
+    queries: usize,
+    batch: usize,
+    seed: u64,
+    robrank_compat: bool,
+    surrogate: Option<String>,
+    repeats: usize,
+    data: Option<String>,
+    device: Option<String>,
+    quiet: bool,
+) -> PyResult<String> {
+    let p = run_dir(dir)?;
+    let pgd = budget(profile, (eps, step, steps), norm, random_start, Default::default())?;
+    let s = scoring(
+        profile,
+        pgd,
+        method,
+        (queries, batch, seed),
+        robrank_compat,
+        surrogate,
+        repeats,
+        0,
+        data.clone(),
+        quiet,
+    )?;
+    let dev = self::device(device.as_deref())?;
+    let scored = py
+        .allow_threads(|| -> Result<rdml::scoring::Scored> {
+            let scored = rdml::scoring::robustness(&p, &s, &dev)?;
+            scored.store()?;
+            let report = rdml::html::ReportOptions {
+                data: data.map(PathBuf::from),
+                ..Default::default()
+            };
+            if let Err(e) = rdml::html::refresh(&p, &report, &dev) {
+                eprintln!("warning: {}/report.html not written: {e:#}", p.display());
+            }
+            Ok(scored)
+        })
+        .map_err(raise)?;
+    serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
+}
+
+/// `rdml report`: writes the run's report.html (computing its retrieval grid when missing);
+/// returns its path.
+#[pyfunction]
+#[pyo3(signature = (dir, data, grid, device))]
+fn report(py: Python<'_>, dir: &str, data: Option<String>, grid: usize, device: Option<String>) -> PyResult<String> {
+    let p = PathBuf::from(dir);
+    if !p.is_dir() {
+        return Err(PyFileNotFoundError::new_err(format!("{dir}: no such folder")));
+    }
+    let dev = self::device(device.as_deref())?;
+    let opts = rdml::html::ReportOptions {
+        data: data.map(PathBuf::from),
+        grid_queries: grid,
+        ..Default::default()
+    };
+    let path = py
+        .allow_threads(|| rdml::html::refresh(&p, &opts, &dev))
+        .map_err(raise)?;
+    Ok(path.display().to_string())
+}
+
+#[pymodule]
+fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(presets, m)?)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(run_info, m)?)?;
+    m.add_function(wrap_pyfunction!(embed, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_split, m)?)?;
+    m.add_function(wrap_pyfunction!(attack, m)?)?;
+    m.add_function(wrap_pyfunction!(robustness, m)?)?;
+    m.add_function(wrap_pyfunction!(report, m)?)?;
+    Ok(())
+}

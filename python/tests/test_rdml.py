@@ -1,0 +1,136 @@
+"""The Python package against the library it wraps: the same numbers as the command line, its
+errors as Python exceptions. One quickstart run (1 epoch, 6 batches) is shared by the tests."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rdml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "q"
+    return rdml.train("quickstart", out, epochs=1, max_batches=6, set={"eval.nmi": False}, quiet=True)
+
+
+def test_train_writes_a_run_with_its_config_and_metrics(run):
+    assert run.config["name"] == "quickstart"
+    assert run.config["train"]["epochs"] == 1 and run.config["train"]["max_batches"] == 6
+    assert len(run.epochs) == 1
+    m = run.metrics
+    assert 0.1 < m["recall@1"] <= 1.0 and m["queries"] == 2000
+    assert set(m) >= {"recall@1", "recall@8", "map@r", "map@10", "map", "r_precision", "pi_ratio", "lone_queries"}
+    assert (Path(run.path) / "report.html").is_file() and (Path(run.path) / "model.safetensors").is_file()
+
+
+def test_metrics_of_the_exported_embeddings_are_the_runs(run):
+    emb, labels, ids = run.embed_split("test")
+    assert emb.shape == (2000, 512) and emb.dtype == np.float32
+    assert labels.shape == (2000,) and ids.tolist() == list(range(2000))
+    got = rdml.metrics(emb, labels, nmi=False)
+    for k in ("recall@1", "recall@2", "recall@4", "recall@8", "map@r", "map@10", "map", "r_precision"):
+        assert got[k] == run.metrics[k], k
+    # π_ratio sums per class in parallel: equal to the last bits.
+    assert got["pi_ratio"] == pytest.approx(run.metrics["pi_ratio"], rel=1e-12)
+    # float64 input, labels renamed: the same ranking, the same numbers.
+    again = rdml.metrics(emb.astype(np.float64), labels * 7 - 3, nmi=False)
+    assert again["recall@1"] == got["recall@1"] and again["map@r"] == got["map@r"]
+    # Unit rows: cosine ranks as Euclidean does.
+    assert rdml.metrics(emb, labels, nmi=False, distance="cosine")["recall@1"] == got["recall@1"]
+
+
+def test_metrics_by_hand():
+    # Two classes on a line: every item's nearest neighbour shares its class but item 2's (0.7,
+    # nearer 1.0 than 0.1).
+    e = np.array([[0.0], [0.1], [0.7], [1.0], [1.1]], dtype=np.float32)
+    m = rdml.metrics(e, [0, 0, 0, 1, 1], recall_ks=(1,), nmi=False, pi_ratio=False)
+    assert m["recall@1"] == pytest.approx(4 / 5)
+    assert m["queries"] == 5 and m["lone_queries"] == 0
+    # Against a gallery: both queries' nearest gallery item is 0.7 (class 0): one hit in two.
+    g = rdml.metrics(e[:2], [0, 1], gallery=e[2:], gallery_labels=[0, 1, 1], recall_ks=(1,), nmi=False, pi_ratio=False)
+    assert g["recall@1"] == pytest.approx(0.5)
+
+
+def test_embed_images_is_the_models_embedding(run):
+    rng = np.random.default_rng(0)
+    x = rng.random((5, 1, 28, 28), dtype=np.float32)
+    e = run.embed(x, batch=2)
+    assert e.shape == (5, 512)
+    assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-4)  # l2_normalize = true
+    # Batches of another size: the same embeddings up to the GEMM's rounding.
+    assert np.allclose(run.embed(x[:1]), e[:1], atol=1e-5)
+    with pytest.raises(ValueError, match="N × C × H × W"):
+        run.embed(x[0])
+
+
+def test_attack_and_robustness_match_the_command_line(run):
+    r = run.attack("CA+", queries=16, batch=16)
+    assert r["attack"] == "CA+" and r["queries"] == 16
+    cli = subprocess.run(
+        [str(ROOT / "target/release/rdml"), "--quiet", "attack", "--model", run.path, "--attack", "CA+",
+         "--queries", "16", "--batch", "16", "--json"],
+        capture_output=True, text=True,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["scores"] == r["scores"]
+    rec = run.robustness(queries=8, batch=8)
+    t = rec["table"]
+    assert 0.0 <= t["ers"] <= 100.0 and len(t["rows"]) == 10
+    stored = json.loads((Path(run.path) / "robustness.json").read_text())
+    assert stored["table"]["ers"] == t["ers"] and stored["queries"] == 8
+    assert "Robustness" in (Path(run.path) / "report.html").read_text()
+
+
+def test_presets_devices_and_report(run):
+    p = rdml.presets()
+    assert "quickstart" in p and "[model]" in p["quickstart"]
+    d = rdml.devices()
+    assert d[0].startswith("cpu") and d[-1].startswith("auto")
+    assert rdml.open(run.path).report(grid=2).endswith("report.html")
+
+
+def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path, run):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        rdml.open(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="not an rdml run folder"):
+        rdml.open(tmp_path)
+    with pytest.raises(ValueError, match="no-such-preset"):
+        rdml.train("no-such-preset", tmp_path / "x", quiet=True)
+    with pytest.raises(ValueError, match="epochz"):
+        rdml.train("quickstart", tmp_path / "x", set={"train.epochz": 1}, quiet=True)
+    with pytest.raises(ValueError, match="BOGUS"):
+        run.attack("BOGUS")
+    with pytest.raises(ValueError, match="labels"):
+        rdml.metrics(np.zeros((3, 2)), [0, 1])
+    with pytest.raises(ValueError, match="NaN"):
+        rdml.metrics(np.full((3, 2), np.nan), [0, 1, 1])
+    with pytest.raises(ValueError, match="recall_ks"):
+        rdml.metrics(np.zeros((3, 2)), [0, 1, 1], recall_ks=())
+    assert not (tmp_path / "x").exists() or not (tmp_path / "x" / "model.safetensors").exists()
+
+
+def _readme_session():
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"<!-- python-session -->\s*```python\n(.*?)```", text, re.S)
+    out = re.search(r"<!-- python-output -->\s*```text\n(.*?)```", text, re.S)
+    assert code and out, "README: the Python session and its output"
+    return code.group(1), out.group(1)
+
+
+def test_the_readme_session_prints_what_the_readme_shows(tmp_path):
+    code, shown = _readme_session()
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    number = re.compile(r"-?\d+(\.\d+)?")
+    got = [number.sub("N", l) for l in p.stdout.strip().splitlines()]
+    want = [number.sub("N", l) for l in shown.strip().splitlines()]
+    assert got == want, p.stdout
