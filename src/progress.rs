@@ -2,7 +2,33 @@
 //! line every tenth of the way otherwise (so that a log file stays readable), nothing when quiet.
 
 use std::io::IsTerminal;
+use std::sync::RwLock;
 use std::time::Instant;
+
+/// The message of the error [`between_batches`] returns when the hook asks to stop.
+pub const INTERRUPTED: &str = "interrupted";
+
+type Hook = Box<dyn Fn() -> bool + Send + Sync>;
+static INTERRUPT: RwLock<Option<Hook>> = RwLock::new(None);
+
+/// Sets the check run between the batches of training and of attacks (`None`: none). The
+/// command line needs none (Ctrl-C ends the process); the Python package, whose long calls run
+/// without the GIL, checks there for Ctrl-C.
+pub fn set_interrupt(hook: Option<Hook>) {
+    *INTERRUPT.write().unwrap_or_else(|e| e.into_inner()) = hook;
+}
+
+/// Between two batches: an error ([`INTERRUPTED`]) when the hook says to stop. A run stopped
+/// here keeps its last checkpoint, as a killed one does.
+pub fn between_batches() -> anyhow::Result<()> {
+    let stop = INTERRUPT
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|h| h());
+    anyhow::ensure!(!stop, INTERRUPTED);
+    Ok(())
+}
 
 /// One task of `total` steps.
 pub struct Progress {

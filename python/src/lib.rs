@@ -5,7 +5,7 @@
 //! messages.
 
 use anyhow::{Context as _, Result};
-use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rdml::attack::engine::{Norm, Pgd};
@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 /// A library error as the Python exception a user expects, with rdml's message.
 fn raise(e: anyhow::Error) -> PyErr {
     let msg = format!("{e:#}");
+    if e.chain().any(|c| c.to_string() == rdml::progress::INTERRUPTED) {
+        return PyKeyboardInterrupt::new_err(msg);
+    }
     let missing = e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
@@ -467,6 +470,9 @@ fn report(py: Python<'_>, dir: &str, data: Option<String>, grid: usize, device: 
 
 #[pymodule]
 fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Ctrl-C between batches: Python's handler runs (and its KeyboardInterrupt is raised again
+    // by `raise`) when a training or attack loop asks, with the GIL taken for that moment.
+    rdml::progress::set_interrupt(Some(Box::new(|| Python::with_gil(|py| py.check_signals().is_err()))));
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(metrics, m)?)?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;

@@ -4,6 +4,7 @@ errors as Python exceptions. One quickstart run (1 epoch, 6 batches) is shared b
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,17 @@ def test_the_readme_session_prints_what_the_readme_shows(tmp_path):
     got = [number.sub("N", l) for l in p.stdout.strip().splitlines()]
     want = [number.sub("N", l) for l in shown.strip().splitlines()]
     assert got == want, p.stdout
+
+
+def test_ctrl_c_stops_a_long_call_between_batches(tmp_path):
+    code = "import rdml; rdml.train('quickstart', 'r', epochs=4)"
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:
+        if line.startswith("[epoch 1/4]"):
+            break
+    p.send_signal(signal.SIGINT)
+    err = p.stderr.read()
+    assert p.wait(timeout=120) != 0
+    assert "KeyboardInterrupt: interrupted" in err, err
+    # Stopped inside the first epoch: a run to resume, not a finished one.
+    assert not (tmp_path / "r" / "model.safetensors").exists()

@@ -124,6 +124,7 @@ pub fn run_saving(
             w.add(chunk, &target.set.labels, &batch.images, &p.images)?;
         }
         bar.set(bi + 1, "batches");
+        crate::progress::between_batches()?;
         let adv = Embeddings::new(embed_tensor(&target.model, p.images)?, chunk.len(), target.clean.dim)?;
         batch.plan.score(target, &adv, &mut tally)?;
         if attack.keeps_attacked() {

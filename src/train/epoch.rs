@@ -47,6 +47,7 @@ pub(super) fn run(
         sum += l;
         log.write(serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": i + 1, "loss": l}))?;
         bar.set(i + 1, &format!("loss {:.4}", sum / (i + 1) as f64));
+        crate::progress::between_batches()?;
     }
     bar.finish();
     // The epoch's diagnostics and the last adversarial loss, each read back once.
