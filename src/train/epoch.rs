@@ -2,7 +2,8 @@
 //! uninterrupted one would), the steps, the epoch's diagnostics read back once, the evaluation
 //! when due, and what is said about it.
 
-use super::{EpochRecord, TrainOptions, Trainer};
+use super::record::{EpochRecord, TrainOptions};
+use super::trainer::Trainer;
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
