@@ -1,7 +1,8 @@
 //! CARS196: `cars_annos.mat` (struct array `annotations` with `relative_im_path`, `class` 1–196,
 //! `test`), images under the root. Zero-shot split: classes 1–98 train, 99–196 test.
 
-use super::{Splits, cub::split_half, mat};
+use super::set::Splits;
+use super::{cub::split_half, mat};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::Path;
 
@@ -37,7 +38,7 @@ pub fn read_annotations(file: &Path) -> Result<Vec<(String, u32)>> {
             i + 1
         );
         let root = file.parent().unwrap_or(Path::new("."));
-        super::inside(
+        super::set::inside(
             root,
             path,
             &format!("{}: annotations({}).relative_im_path", file.display(), i + 1),

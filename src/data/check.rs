@@ -3,7 +3,7 @@
 //! a header read costs well under a millisecond, a full decode of a 224×224 JPEG several), so a
 //! bad file in the test split is found before an epoch of training, not after.
 
-use super::{ImageSet, Source, Splits};
+use super::set::{ImageSet, Source, Splits};
 use crate::data::sampler::SamplerConfig;
 use anyhow::{Context, Result, ensure};
 use rayon::prelude::*;

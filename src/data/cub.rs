@@ -1,7 +1,7 @@
 //! CUB-200-2011: `images.txt` lists `<id> <NNN.Class/file.jpg>`; the class is the `NNN.` prefix.
 //! Zero-shot split of the papers: classes 1–100 train, 101–200 test.
 
-use super::{EvalSet, ImageSet, Source, Splits, parse_int};
+use super::set::{EvalSet, ImageSet, Source, Splits, parse_int};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
             bail!("{}:{}: expected '<image_id> <image_name>'", list.display(), n + 1);
         };
         let images = root.join("images");
-        let path = super::inside(&images, name, &format!("{}:{}", list.display(), n + 1))?;
+        let path = super::set::inside(&images, name, &format!("{}:{}", list.display(), n + 1))?;
         let prefix = name.split('.').next().unwrap_or("");
         let class = parse_int(prefix, &list, n + 1, "class prefix")?;
         ensure!(

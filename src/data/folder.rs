@@ -1,7 +1,8 @@
 //! A class-per-folder image tree: `root/<class>/*.{jpg,jpeg,png}`. Classes sorted by name; the
 //! first half train, the second half test (the zero-shot convention of Roth et al.).
 
-use super::{Splits, cub::split_half};
+use super::cub::split_half;
+use super::set::Splits;
 use anyhow::{Context, Result, ensure};
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! `img/... id_XXXXXXXX train|query|gallery`), images under `Img/`. Queries are searched in the
 //! gallery; the item id is the class.
 
-use super::{EvalSet, ImageSet, Source, Splits};
+use super::set::{EvalSet, ImageSet, Source, Splits};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::Path;
 use std::sync::Arc;
@@ -45,9 +45,11 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
             ),
         };
         let img = root.join("Img");
-        parts[which]
-            .0
-            .push(super::inside(&img, cols[0], &format!("{}:{}", list.display(), n + 1))?);
+        parts[which].0.push(super::set::inside(
+            &img,
+            cols[0],
+            &format!("{}:{}", list.display(), n + 1),
+        )?);
         parts[which].1.push(id);
     }
     let [train, query, gallery] = parts.map(|(paths, labels)| (paths, labels));

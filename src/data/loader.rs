@@ -1,7 +1,7 @@
 //! Batch assembly: items decoded in parallel (rayon), and a prefetching iterator that prepares the
 //! next batches on a background thread while the current one trains.
 
-use super::ImageSet;
+use super::set::ImageSet;
 use anyhow::Result;
 use rayon::prelude::*;
 use std::sync::mpsc;

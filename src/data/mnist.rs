@@ -1,7 +1,8 @@
 //! MNIST and Fashion-MNIST: 60,000 train and 10,000 test images of 10 classes, 28×28 gray.
 //! robrank trains on the train file and evaluates on the whole test file (same classes).
 
-use super::{EvalSet, ImageSet, Source, Splits, idx};
+use super::idx;
+use super::set::{EvalSet, ImageSet, Source, Splits};
 use anyhow::{Context, Result, ensure};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

@@ -2,7 +2,7 @@
 //! `image_id class_id super_class_id path`. The lists are the split (11,318 train classes,
 //! 11,316 test classes).
 
-use super::{EvalSet, ImageSet, Source, Splits, parse_int};
+use super::set::{EvalSet, ImageSet, Source, Splits, parse_int};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::Path;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ fn read_list(root: &Path, file: &str) -> Result<Vec<(String, u32)>> {
             n + 1,
             u32::MAX
         );
-        super::inside(root, cols[3], &format!("{}:{}", list.display(), n + 1))?;
+        super::set::inside(root, cols[3], &format!("{}:{}", list.display(), n + 1))?;
         out.push((cols[3].to_string(), class as u32 - 1));
     }
     ensure!(!out.is_empty(), "{}: no images listed", list.display());

@@ -2,7 +2,7 @@
 //! "a" and "b" drawn from N(0.25·1, σ²I) and N(0.75·1, σ²I) in `k = c·h·w` dimensions, σ = 0.025,
 //! 508 train and 516 test points by default.
 
-use super::{EvalSet, ImageSet, Source, Splits};
+use super::set::{EvalSet, ImageSet, Source, Splits};
 use anyhow::{Result, ensure};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

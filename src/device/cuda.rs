@@ -5,7 +5,7 @@
 //! library, an `expect` on missing headers), so rdml looks for every piece first
 //! ([`CudaProbe`]) and turns what is missing into one line that says how to fix it.
 
-use super::Selected;
+use super::choice::Selected;
 use anyhow::{Result, bail};
 use std::fmt;
 use std::path::PathBuf;
@@ -136,7 +136,7 @@ mod imp {
         --release --features cuda` (needs the NVIDIA driver, NVRTC and the CUDA headers at run time)";
 
     pub fn open(index: Option<usize>) -> Result<Selected> {
-        let choice = super::super::DeviceChoice::Cuda(index);
+        let choice = super::super::choice::DeviceChoice::Cuda(index);
         bail!("--device {choice}: {NO_FEATURE}")
     }
 
@@ -208,7 +208,7 @@ mod imp {
     pub fn open(index: Option<usize>) -> Result<Selected> {
         let gpu = probe()
             .pick(index)
-            .with_context(|| format!("--device {}", super::super::DeviceChoice::Cuda(index)))?;
+            .with_context(|| format!("--device {}", super::super::choice::DeviceChoice::Cuda(index)))?;
         let device = Device::cuda(gpu.index);
         // The runtime starts (and compiles its first kernel) at the first tensor: do it here,
         // so that a failure is reported as this device's, before any file is written.

@@ -1,7 +1,7 @@
 //! Vulkan devices: burn's wgpu runtime on Vulkan (SPIR-V kernels), in a build with the `vulkan`
 //! feature; without it, every call says which feature to build with.
 
-use super::{Adapter, Selected};
+use super::choice::{Adapter, Selected};
 #[allow(unused_imports)]
 use anyhow::{Result, bail};
 #[allow(unused_imports)]

@@ -203,7 +203,7 @@ fn gemm(
 pub fn forward(x: &[f32], batch: usize, weight: &[f32], c_out: usize, bias: Option<&[f32]>, g: &Geometry) -> Vec<f32> {
     let c_in = x.len() / (batch * g.spatial_in()).max(1);
     let (k, n_out, x_len) = dims(c_in, g);
-    let mut y = super::zeroed::<f32>(batch * c_out * n_out);
+    let mut y = super::shared::zeroed::<f32>(batch * c_out * n_out);
     y.par_chunks_mut(c_out * n_out).zip(x.par_chunks(x_len)).for_each_init(
         || vec![0.0f32; if g.is_pointwise() { 0 } else { k * n_out }],
         |col, (yb, xb)| {
@@ -232,7 +232,7 @@ fn dims(c_in: usize, g: &Geometry) -> (usize, usize, usize) {
 /// Gradient w.r.t. the input: `∂x_b = col⁻¹(Wᵀ·∂y_b)`.
 pub fn input_grad(grad: &[f32], batch: usize, weight: &[f32], c_in: usize, c_out: usize, g: &Geometry) -> Vec<f32> {
     let (k, n_out, x_len) = dims(c_in, g);
-    let mut dx = super::zeroed::<f32>(batch * x_len);
+    let mut dx = super::shared::zeroed::<f32>(batch * x_len);
     dx.par_chunks_mut(x_len)
         .zip(grad.par_chunks(c_out * n_out))
         .for_each_init(
@@ -253,7 +253,7 @@ pub fn input_grad(grad: &[f32], batch: usize, weight: &[f32], c_in: usize, c_out
 /// Gradient w.r.t. the weight: `∂W = Σ_b ∂y_b·col(x_b)ᵀ`, one accumulator per thread.
 pub fn weight_grad(x: &[f32], batch: usize, grad: &[f32], c_in: usize, c_out: usize, g: &Geometry) -> Vec<f32> {
     let (k, n_out, x_len) = dims(c_in, g);
-    super::sum_per_thread((x, x_len), (grad, c_out * n_out), batch, c_out * k, |xs, gs, acc| {
+    super::shared::sum_per_thread((x, x_len), (grad, c_out * n_out), batch, c_out * k, |xs, gs, acc| {
         let mut col = vec![0.0f32; if g.is_pointwise() { 0 } else { k * n_out }];
         for (xb, gb) in xs.chunks(x_len).zip(gs.chunks(c_out * n_out)) {
             let rhs: &[f32] = if g.is_pointwise() {

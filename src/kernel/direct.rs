@@ -51,7 +51,7 @@ impl Shape {
 /// The forward kernel vectorises over output channels: whole 16-lane groups only.
 /// Short reductions (C2F2's first layer: 25 terms) stay on the im2col path, measured faster.
 pub fn forward_applies(s: &Shape) -> bool {
-    super::avx512() && s.c_out.is_multiple_of(16) && s.kernel.iter().all(|&k| k > 0) && s.k() >= 64
+    super::shared::avx512() && s.c_out.is_multiple_of(16) && s.kernel.iter().all(|&k| k > 0) && s.k() >= 64
 }
 
 /// The input gradient runs the forward kernel on the transposed shape (padding `k − 1 − p`).
@@ -112,7 +112,7 @@ pub fn input_grad(grad: &[f32], batch: usize, weight: &[f32], s: &Shape) -> Vec<
 fn run(x: &[f32], batch: usize, packed: &[f32], bias: Option<&[f32]>, s: &Shape) -> Vec<f32> {
     let ([h, w], [ho, wo], [hp, wp]) = (s.input, s.output, s.padded());
     let (x_len, n_out) = (s.c_in * h * w, ho * wo);
-    let mut y = super::zeroed::<f32>(batch * s.c_out * n_out);
+    let mut y = super::shared::zeroed::<f32>(batch * s.c_out * n_out);
     y.par_chunks_mut(s.c_out * n_out)
         .zip(x.par_chunks(x_len))
         .for_each_init(
@@ -254,7 +254,7 @@ pub fn weight_grad(x: &[f32], batch: usize, grad: &[f32], s: &Shape) -> Vec<f32>
     let ([h, w], [ho, wo], [hp, wp]) = (s.input, s.output, s.padded());
     let (x_len, n_out, k) = (s.c_in * h * w, ho * wo, s.k());
     // acc[t][co], t = (ci, i, j): one tile's sums are adjacent.
-    let acc = super::sum_per_thread(
+    let acc = super::shared::sum_per_thread(
         (x, x_len),
         (grad, s.c_out * n_out),
         batch,

@@ -45,8 +45,8 @@ impl PoolGeometry {
 pub fn forward(x: &[f32], g: &PoolGeometry) -> (Vec<f32>, Vec<u32>) {
     let (hw_in, hw_out) = (g.input[0] * g.input[1], g.output[0] * g.output[1]);
     let planes = x.len() / hw_in.max(1);
-    let mut y = super::zeroed::<f32>(planes * hw_out);
-    let mut idx = super::zeroed::<u32>(planes * hw_out);
+    let mut y = super::shared::zeroed::<f32>(planes * hw_out);
+    let mut idx = super::shared::zeroed::<u32>(planes * hw_out);
     y.par_chunks_mut(hw_out)
         .zip(idx.par_chunks_mut(hw_out))
         .zip(x.par_chunks(hw_in))
@@ -59,7 +59,7 @@ fn plane_forward(x: &[f32], g: &PoolGeometry, y: &mut [f32], idx: &mut [u32]) {
     let [ho, wo] = g.output;
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.pad == [0, 0] {
         #[cfg(target_arch = "x86_64")]
-        if super::avx512() {
+        if super::shared::avx512() {
             for oh in 0..ho {
                 let (r0, r1) = (&x[2 * oh * w..][..2 * wo], &x[(2 * oh + 1) * w..][..2 * wo]);
                 let (yr, ir) = (&mut y[oh * wo..][..wo], &mut idx[oh * wo..][..wo]);
@@ -166,7 +166,7 @@ unsafe fn rows_2x2(r0: &[f32], r1: &[f32], w: u32, top: u32, y: &mut [f32], idx:
 pub fn backward(grad: &[f32], idx: &[u32], g: &PoolGeometry) -> Vec<f32> {
     let (hw_in, hw_out) = (g.input[0] * g.input[1], g.output[0] * g.output[1]);
     let planes = grad.len() / hw_out.max(1);
-    let mut dx = super::zeroed::<f32>(planes * hw_in);
+    let mut dx = super::shared::zeroed::<f32>(planes * hw_in);
     dx.par_chunks_mut(hw_in)
         .zip(grad.par_chunks(hw_out).zip(idx.par_chunks(hw_out)))
         .for_each(|(dp, (gp, ip))| {
