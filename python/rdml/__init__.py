@@ -76,10 +76,16 @@ def metrics(
     if distance not in ("euclidean", "cosine"):
         raise ValueError(f'distance = {distance!r}: expected "euclidean" or "cosine"')
     q = _matrix(embeddings, "embeddings")
-    ql = _labels(labels, q.shape[0], "labels")
-    g_bytes, g_n, gl = None, 0, None
     if (gallery is None) != (gallery_labels is None):
         raise ValueError("gallery and gallery_labels go together")
+    if q.shape[0] < (1 if gallery is not None else 2):
+        raise ValueError(
+            f"embeddings: {q.shape[0]} row(s); each query is ranked against the others, so at least 2 are needed"
+            if gallery is None
+            else "embeddings: no query rows"
+        )
+    ql = _labels(labels, q.shape[0], "labels")
+    g_bytes, g_n, gl = None, 0, None
     if gallery is not None:
         g = _matrix(gallery, "gallery")
         if g.shape[1] != q.shape[1]:

@@ -228,9 +228,16 @@ fn embed<'py>(
         )));
     }
     let dev = self::device(device.as_deref())?;
+    // A model is built for its input's shape: weights that do not fit mean images of another
+    // shape than the run's data.
+    let (exp, net) = rdml::train::load_model(&p, [c, h, w], &dev).map_err(|e| {
+        PyValueError::new_err(format!(
+            "images of shape {c}×{h}×{w} (C×H×W) do not fit the model of {dir}, trained on images of its data set ({e:#})"
+        ))
+    })?;
+    let dim = exp.model.embedding_dim;
     let out = py
-        .allow_threads(|| -> Result<(Vec<f32>, usize)> {
-            let (_, net) = rdml::train::load_model(&p, [c, h, w], &dev)?;
+        .allow_threads(|| -> Result<Vec<f32>> {
             let per = c * h * w;
             let mut out = vec![];
             for start in (0..n).step_by(batch) {
@@ -239,11 +246,10 @@ fn embed<'py>(
                 let t = burn::tensor::Tensor::<4>::from_data(data, &dev);
                 out.extend(rdml::attack::context::embed_tensor(&net, t)?);
             }
-            let dim = out.len().checked_div(n).unwrap_or(0);
-            Ok((out, dim))
+            Ok(out)
         })
         .map_err(raise)?;
-    Ok((to_bytes(py, &out.0), out.1))
+    Ok((to_bytes(py, &out), dim))
 }
 
 /// `rdml embed`'s clean embeddings of a split: `(bytes of [n, d], d, labels, ids, split codes)`.

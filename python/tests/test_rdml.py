@@ -71,6 +71,9 @@ def test_embed_images_is_the_models_embedding(run):
     assert np.allclose(run.embed(x[:1]), e[:1], atol=1e-5)
     with pytest.raises(ValueError, match="N × C × H × W"):
         run.embed(x[0])
+    with pytest.raises(ValueError, match="3×32×32 .* do not fit the model"):
+        run.embed(np.zeros((2, 3, 32, 32), np.float32))
+    assert run.embed(x[:0]).shape == (0, 512)
 
 
 def test_attack_and_robustness_match_the_command_line(run):
@@ -114,6 +117,8 @@ def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path, run):
         rdml.metrics(np.zeros((3, 2)), [0, 1])
     with pytest.raises(ValueError, match="NaN"):
         rdml.metrics(np.full((3, 2), np.nan), [0, 1, 1])
+    with pytest.raises(ValueError, match="at least 2"):
+        rdml.metrics(np.zeros((1, 2)), [0])
     with pytest.raises(ValueError, match="recall_ks"):
         rdml.metrics(np.zeros((3, 2)), [0, 1, 1], recall_ks=())
     assert not (tmp_path / "x").exists() or not (tmp_path / "x" / "model.safetensors").exists()
