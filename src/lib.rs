@@ -4,7 +4,7 @@
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
 //!
 //! The layers: a module uses only its own layer's earlier modules and the layers before it (no
-//! import points up, no two modules import each other):
+//! import points up, no two modules import each other; `tools/modules.py` checks both in CI):
 //! 1. `host`, `atomic` (files written whole), `run_dir`, `output`, `progress`, `device`,
 //!    `kernel`, `data`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
