@@ -283,31 +283,14 @@ fn budget(
     random_start: bool,
     spec: registry::SpecBudget,
 ) -> PyResult<Pgd> {
-    let norm = match norm {
-        None => None,
-        Some("linf") => Some(Norm::Linf),
-        Some("l2") => Some(Norm::L2),
-        Some(n) => {
-            return Err(PyValueError::new_err(format!(
-                "norm = {n:?}: expected \"linf\" or \"l2\""
-            )));
-        }
-    };
     let flags = Overrides {
         eps,
         step,
         steps,
-        norm,
+        norm: norm.map(str::parse::<Norm>).transpose().map_err(invalid)?,
         random_start,
     };
-    let spec = Overrides {
-        eps: spec.eps,
-        step: spec.step,
-        steps: spec.steps,
-        norm: None,
-        random_start: false,
-    };
-    resolve(profile, &flags, &spec).map_err(invalid)
+    resolve(profile, &flags, &spec.into()).map_err(invalid)
 }
 
 /// The keywords of `Run.attack` and `Run.robustness`, as `rdml::scoring` takes them.

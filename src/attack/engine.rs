@@ -20,6 +20,18 @@ pub enum Norm {
     L2,
 }
 
+impl std::str::FromStr for Norm {
+    type Err = anyhow::Error;
+    /// `linf` or `l2`, as `--norm` and the Python package spell them.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "linf" => Ok(Norm::Linf),
+            "l2" => Ok(Norm::L2),
+            _ => anyhow::bail!("norm = {s:?}: expected \"linf\" or \"l2\""),
+        }
+    }
+}
+
 /// A projected-gradient plan: budget, step, iterations, norm, random start.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

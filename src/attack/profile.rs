@@ -1,6 +1,7 @@
 //! Named attack budgets: robrank's two ERS profiles and the positive-perturbation paper's PGD-5.
 
 use super::engine::{Norm, Pgd};
+use super::spec::SpecBudget;
 use anyhow::{Context as _, Result};
 
 /// How a profile's step follows from its radius.
@@ -67,6 +68,19 @@ pub struct Overrides {
     pub norm: Option<Norm>,
     /// `true` turns a random start on; profiles that have one keep it.
     pub random_start: bool,
+}
+
+/// A robrank spec's budget keys as changes to a profile.
+impl From<SpecBudget> for Overrides {
+    fn from(s: SpecBudget) -> Self {
+        Self {
+            eps: s.eps,
+            step: s.step,
+            steps: s.steps,
+            norm: None,
+            random_start: false,
+        }
+    }
 }
 
 /// The budget of a command: profile `name` changed by the user's `flags` and by an attack

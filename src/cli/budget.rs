@@ -63,28 +63,16 @@ impl Budget {
     /// The profile's budget changed by the options, and by a robrank spec's keys (which must
     /// agree with the options where both are given).
     pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
-        use rdml::attack::engine::Norm;
-        use rdml::attack::profile::Overrides;
         anyhow::ensure!(self.queries >= 1, "--queries must be ≥ 1");
         anyhow::ensure!(self.batch >= 1, "--batch must be ≥ 1");
-        let flags = Overrides {
+        let flags = rdml::attack::profile::Overrides {
             eps: self.eps,
             step: self.step,
             steps: self.steps,
-            norm: self
-                .norm
-                .as_deref()
-                .map(|n| if n == "l2" { Norm::L2 } else { Norm::Linf }),
+            norm: self.norm.as_deref().map(str::parse).transpose()?,
             random_start: self.random_start,
         };
-        let spec = Overrides {
-            eps: spec.eps,
-            step: spec.step,
-            steps: spec.steps,
-            norm: None,
-            random_start: false,
-        };
-        rdml::attack::profile::resolve(profile, &flags, &spec)
+        rdml::attack::profile::resolve(profile, &flags, &spec.into())
     }
 
     /// What `rdml::scoring` runs: these options with the resolved budget.
