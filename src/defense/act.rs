@@ -3,8 +3,8 @@
 //! `d(p̃, ñ)`, Eq. 4) while the anchor stays clean, and the model learns to separate them again
 //! with `L_T(a, p̃, ñ)` (Eq. 2).
 
-use super::triplets::{TripletLayout, TripletPlan, adversarial_outcome, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use super::triplets::{TripletLayout, adversarial_outcome, perturb_mined};
+use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
@@ -26,18 +26,10 @@ impl Defense for Act {
     }
 
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
-        let triplets = clean.mine(step.loss, step.labels, step.rng)?;
-        let layout = TripletLayout { t: triplets.len() };
-        let plan = TripletPlan {
-            movable: layout.movable(false, true, true),
-            objective: Box::new(Collapse {
-                layout,
-                distance: step.loss.distance(),
-            }),
-            triplets,
-        };
-        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+        let pgd = self.pgd(step.state);
+        perturb_mined(step, &pgd, (false, true, true), |layout, distance| {
+            Box::new(Collapse { layout, distance })
+        })
     }
 
     fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {

@@ -2,8 +2,8 @@
 //! (a, p, n) are all perturbed to maximise the triplet hardness `d(ã,p̃) − d(ã,ñ)`, and the model
 //! is trained on the triplet loss of the perturbed triplet.
 
-use super::triplets::{TripletLayout, TripletPlan, adversarial_outcome, hardness, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use super::triplets::{TripletLayout, adversarial_outcome, hardness, perturb_mined};
+use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
@@ -25,18 +25,10 @@ impl Defense for Madry {
     }
 
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
-        let triplets = clean.mine(step.loss, step.labels, step.rng)?;
-        let layout = TripletLayout { t: triplets.len() };
-        let plan = TripletPlan {
-            movable: layout.movable(true, true, true),
-            objective: Box::new(MaxHardness {
-                layout,
-                distance: step.loss.distance(),
-            }),
-            triplets,
-        };
-        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+        let pgd = self.pgd(step.state);
+        perturb_mined(step, &pgd, (true, true, true), |layout, distance| {
+            Box::new(MaxHardness { layout, distance })
+        })
     }
 
     fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {

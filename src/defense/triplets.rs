@@ -72,6 +72,25 @@ pub(crate) struct TripletPlan {
     pub movable: Vec<bool>,
 }
 
+/// The inner maximisation of Madry and ACT: the loss's triplets mined on the clean embeddings,
+/// the thirds `moving` (a, p, n) free, `objective` built for their layout and the loss's distance.
+pub(crate) fn perturb_mined(
+    step: &mut Step,
+    pgd: &Pgd,
+    (a, p, n): (bool, bool, bool),
+    objective: impl FnOnce(TripletLayout, Distance) -> Box<dyn Objective>,
+) -> anyhow::Result<Perturbed> {
+    let clean = super::unit::Clean::of(step.net, &step.x);
+    let triplets = clean.mine(step.loss, step.labels, step.rng)?;
+    let layout = TripletLayout { t: triplets.len() };
+    let plan = TripletPlan {
+        movable: layout.movable(a, p, n),
+        objective: objective(layout, step.loss.distance()),
+        triplets,
+    };
+    perturb_triplets(step, clean, plan, pgd)
+}
+
 /// Runs `plan`'s PGD under `pgd` over the stacked rows of its triplets.
 pub(crate) fn perturb_triplets(
     step: &Step,

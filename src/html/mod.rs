@@ -66,7 +66,7 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
     if dir.join("compare.json").is_file() {
         write_compare(dir)
     } else {
-        write_run(dir, Grid::Stored)
+        write_run(dir, Grid::Stored(crate::grid::read(dir)))
     }
 }
 
@@ -81,7 +81,7 @@ pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Path
     let grid = match opts.grid_queries {
         0 => Grid::None,
         q => match crate::grid::current(dir, opts.data.as_deref(), q, &opts.pgd, opts.seed, device) {
-            Ok(_) => Grid::Stored,
+            Ok(record) => Grid::Stored(Some(record)),
             Err(e) => Grid::Failed(format!("{e:#}")),
         },
     };
@@ -92,8 +92,9 @@ pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Path
 enum Grid {
     /// Not asked for.
     None,
-    /// Drawn from the folder's record when it is the current model's.
-    Stored,
+    /// The folder's record when it is the current model's (read once: it costs a digest of the
+    /// weights).
+    Stored(Option<crate::grid::GridRecord>),
     /// Its computation failed, for this reason.
     Failed(String),
 }
@@ -126,14 +127,14 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
             ),
         ),
     }
-    match (grid, crate::grid::read(dir)) {
-        (Grid::None, _) => {}
-        (Grid::Failed(e), _) => page.note(
+    match grid {
+        Grid::None => {}
+        Grid::Failed(e) => page.note(
             "Retrieval grid",
             &format!("Not drawn: {e}. Pass `--data DIR` to `rdml report` where the test data is elsewhere."),
         ),
-        (Grid::Stored, Some(g)) => page.grid(&g.rows, &g.pgd),
-        (Grid::Stored, None) => page.note(
+        Grid::Stored(Some(g)) => page.grid(&g.rows, &g.pgd),
+        Grid::Stored(None) => page.note(
             "Retrieval grid",
             &format!(
                 "No {} of this model in the folder: `rdml report {}` computes it.",
