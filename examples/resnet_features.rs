@@ -19,6 +19,8 @@ fn main() -> Result<()> {
         embedding_dim: 16,
         l2_normalize: false,
         imagenet_norm: Some(false),
+        input_mean: None,
+        input_std: None,
         pretrained: Some(a.get(2).context("WEIGHTS")?.into()),
         frozen_bn: false,
         bn_sets: 2,

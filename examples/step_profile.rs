@@ -14,6 +14,8 @@ fn main() {
         embedding_dim: 512,
         l2_normalize: true,
         imagenet_norm: None,
+        input_mean: None,
+        input_std: None,
         pretrained: None,
         frozen_bn: false,
         bn_sets: 1,

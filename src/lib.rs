@@ -13,7 +13,7 @@
 //!    (its text tables);
 //! 5. `defense` (one file per defense behind `defense::Defense`);
 //! 6. `config`, `train`;
-//! 7. the pipelines: `target` (a run opened as an attack target), `grid` (the report's stored
+//! 7. the pipelines: `import` (a PyTorch model made a run folder), `target` (a run opened as an attack target), `grid` (the report's stored
 //!    retrieval grid), `scoring` (a run attacked and scored), `quickstart`, `compare`, `embed`,
 //!    `html` (the report, from records alone);
 //! 8. the command line (`src/cli/`, in the binary).
@@ -30,6 +30,7 @@ pub mod eval;
 pub mod grid;
 pub mod host;
 pub mod html;
+pub mod import;
 pub mod kernel;
 mod kinds;
 pub mod loss;

@@ -27,7 +27,7 @@ const CKPT_OLD: &str = "checkpoint.old";
 /// checkpoint.
 const REPLACED: &str = ".rdml-replaced";
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
-const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT, GRID];
+const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT, GRID, IMPORT];
 
 /// How `train` may treat what is already in its output folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

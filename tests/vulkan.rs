@@ -85,6 +85,8 @@ fn model(arch: Arch, in_shape: [usize; 3], device: &Device) -> EmbeddingNet {
         embedding_dim: 32,
         l2_normalize: true,
         imagenet_norm: None,
+        input_mean: None,
+        input_std: None,
         pretrained: None,
         frozen_bn: false,
         bn_sets: 1,

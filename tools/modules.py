@@ -10,7 +10,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 LAYERS = [
     "host atomic output run_dir progress device kernel data kinds",
     "model loss", "eval", "attack report", "defense", "config train",
-    "target grid scoring quickstart compare embed html",
+    "import target grid scoring quickstart compare embed html",
 ]
 
 

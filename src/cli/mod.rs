@@ -7,6 +7,7 @@ mod budget;
 mod compare;
 mod embed;
 mod eval;
+mod import;
 mod misc;
 mod train;
 
@@ -55,6 +56,9 @@ pub enum Cmd {
     /// Write a trained model's embeddings, labels and item ids to a file (safetensors, NumPy
     /// .npz, or .npy), ready for faiss or a vector database.
     Embed(embed::EmbedArgs),
+    /// Make a run folder from a model trained in PyTorch (robrank, pytorch-metric-learning,
+    /// torchvision or timm ResNets, a plain state_dict), for every command that reads a run.
+    Import(import::ImportArgs),
     /// Write report.html of a run folder or a `compare` folder: one self-contained page with the
     /// training curves, the metrics, the robustness terms and a retrieval grid.
     Report(misc::ReportArgs),
@@ -135,6 +139,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Cmd::Attack(a) => attack::attack(a, flag, quiet),
         Cmd::Robustness(a) => attack::robustness(a, flag, quiet),
         Cmd::Embed(a) => embed::embed(a, flag, quiet),
+        Cmd::Import(a) => import::import(a, flag, quiet),
         Cmd::Report(a) => misc::report(a, flag, quiet),
         Cmd::Presets(a) => misc::presets(a),
         Cmd::Devices => misc::devices(),

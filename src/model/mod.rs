@@ -2,6 +2,9 @@
 //! pixel units), and an optional L2 normalisation of the embedding.
 
 pub mod c2f2;
+pub mod checkpoint;
+pub mod import;
+pub mod layout;
 pub mod multi_bn;
 pub mod resnet;
 pub mod weights;
@@ -27,6 +30,14 @@ pub enum Arch {
     Resnet50,
 }
 
+impl std::str::FromStr for Arch {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        serde_json::from_value(serde_json::Value::String(s.into()))
+            .map_err(|_| anyhow::anyhow!("{s:?}: not an architecture (c2f2, resnet18, resnet50)"))
+    }
+}
+
 /// The `[model]` table of an experiment config.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +51,13 @@ pub struct ModelConfig {
     /// Normalise inputs with ImageNet mean/std inside the model; default: on for ResNets.
     #[serde(default)]
     pub imagenet_norm: Option<bool>,
+    /// Per-channel mean and standard deviation the inputs are normalised with inside the model,
+    /// in place of ImageNet's: what a model trained elsewhere saw (e.g. timm's 0.5, 0.5, 0.5);
+    /// both or neither.
+    #[serde(default)]
+    pub input_mean: Option<Vec<f32>>,
+    #[serde(default)]
+    pub input_std: Option<Vec<f32>>,
     /// torchvision ImageNet weights (`.pth` or `.safetensors`) for the ResNet backbone.
     #[serde(default)]
     pub pretrained: Option<PathBuf>,
@@ -80,6 +98,26 @@ impl ModelConfig {
             "model.bn_sets must be in 1..=8, got {}",
             self.bn_sets
         );
+        match (&self.input_mean, &self.input_std) {
+            (Some(m), Some(s)) => {
+                ensure!(
+                    m.len() == s.len() && !m.is_empty(),
+                    "model.input_mean has {} values and model.input_std {}: give one per image channel",
+                    m.len(),
+                    s.len()
+                );
+                ensure!(
+                    s.iter().all(|v| v.is_finite() && *v > 0.0) && m.iter().all(|v| v.is_finite()),
+                    "model.input_std must be positive and model.input_mean finite, got {m:?} / {s:?}"
+                );
+                ensure!(
+                    self.imagenet_norm != Some(true),
+                    "model.input_mean/input_std replace the ImageNet normalisation: leave model.imagenet_norm unset"
+                );
+            }
+            (None, None) => {}
+            _ => anyhow::bail!("model.input_mean and model.input_std go together: give both or neither"),
+        }
         if self.pretrained.is_some() {
             ensure!(
                 self.arch != Arch::C2f2,
@@ -103,6 +141,10 @@ pub struct EmbeddingNet {
     pub backbone: Backbone,
     pub l2_normalize: bool,
     pub imagenet_norm: bool,
+    /// `model.input_mean`/`input_std`, which take the place of ImageNet's; not a parameter
+    /// (the config carries it), so checkpoints keep their layout.
+    #[module(skip)]
+    pub input_norm: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
@@ -157,16 +199,26 @@ impl EmbeddingNet {
                 Backbone::Resnet50(m)
             }
         };
-        let imagenet_norm = cfg.imagenet_norm.unwrap_or(cfg.arch != Arch::C2f2);
+        let input_norm = cfg.input_mean.clone().zip(cfg.input_std.clone());
+        let imagenet_norm = input_norm.is_none() && cfg.imagenet_norm.unwrap_or(cfg.arch != Arch::C2f2);
         ensure!(
             !imagenet_norm || in_shape[0] == 3,
             "model.imagenet_norm needs 3-channel images, got {}",
             in_shape[0]
         );
+        if let Some((m, _)) = &input_norm {
+            ensure!(
+                m.len() == in_shape[0],
+                "model.input_mean has {} values for {}-channel images",
+                m.len(),
+                in_shape[0]
+            );
+        }
         let net = Self {
             backbone,
             l2_normalize: cfg.l2_normalize,
             imagenet_norm,
+            input_norm,
         };
         net.visit(&mut Materialise);
         Ok(net)
@@ -207,13 +259,19 @@ impl EmbeddingNet {
 
     /// Embeds images with batch-norm parameter set `set`.
     pub fn forward_set(&self, x: Tensor<4>, set: usize) -> Tensor<2> {
-        let x = if self.imagenet_norm {
-            let device = x.device();
-            let mean = Tensor::<1>::from_floats(IMAGENET_MEAN, &device).reshape([1, 3, 1, 1]);
-            let std = Tensor::<1>::from_floats(IMAGENET_STD, &device).reshape([1, 3, 1, 1]);
-            (x - mean) / std
-        } else {
-            x
+        let norm = match &self.input_norm {
+            Some((m, s)) => Some((m.as_slice(), s.as_slice())),
+            None => self.imagenet_norm.then_some((&IMAGENET_MEAN[..], &IMAGENET_STD[..])),
+        };
+        let x = match norm {
+            Some((m, s)) => {
+                let device = x.device();
+                let c = m.len();
+                let mean = Tensor::<1>::from_floats(m, &device).reshape([1, c, 1, 1]);
+                let std = Tensor::<1>::from_floats(s, &device).reshape([1, c, 1, 1]);
+                (x - mean) / std
+            }
+            None => x,
         };
         let e = match &self.backbone {
             Backbone::C2f2(m) => m.forward(x),

@@ -19,6 +19,8 @@ pub const ROBUSTNESS: &str = "robustness.json";
 pub const REPORT: &str = "report.html";
 /// The report's retrieval grid, computed on the run's model ([`crate::grid`]).
 pub const GRID: &str = "grid.json";
+/// What `rdml import` read into the run (`model::import::ImportRecord`).
+pub const IMPORT: &str = "import.json";
 /// A checkpoint's trainer state, beside its weights.
 pub const STATE: &str = "state.json";
 

@@ -101,6 +101,33 @@ fn train_in(
     Ok(report)
 }
 
+/// Writes `run`'s model, config, a finished `run.json` of no epoch and a checkpoint of no epoch
+/// around `net` (a model made elsewhere: `rdml import`), so that every command reads the run and
+/// `train --resume` fine-tunes it for the config's `train.epochs` with a fresh optimiser.
+pub fn seed_run(
+    exp: &Experiment,
+    net: crate::model::EmbeddingNet,
+    in_shape: [usize; 3],
+    run: &RunDir,
+) -> Result<RunReport> {
+    let config_toml = exp.to_toml()?;
+    let mut trainer = Trainer::new(exp, in_shape, &crate::default_device())?;
+    trainer.net = net;
+    let state = CheckpointState {
+        epochs_done: 0,
+        history: Vec::new(),
+        train_seconds: 0.0,
+        config_toml: config_toml.clone(),
+        defense_state: Default::default(),
+    };
+    trainer.save_checkpoint(run, &state)?;
+    trainer.net.save(&run.file(run_dir::MODEL))?;
+    write_atomic(&run.file(run_dir::CONFIG), config_toml.as_bytes())?;
+    let report = Done::default().report(exp, true);
+    write_json(&run.file(run_dir::RUN), &report)?;
+    Ok(report)
+}
+
 /// The epochs a run has finished, and their training time.
 #[derive(Default)]
 struct Done {

@@ -1,0 +1,213 @@
+//! A model trained in PyTorch made into an rdml run folder (`rdml import`, Python's
+//! `rdml.import_torch`): every command reads it as it reads a run it trained (`eval`, `attack`,
+//! `robustness`, `embed`, `report`), and `train --resume` fine-tunes it.
+//!
+//! The folder is written whole or not at all: it is built beside `--out` under a temporary name
+//! and renamed into place once every file is written.
+
+use crate::config::Experiment;
+use crate::model::checkpoint::{self, Checkpoint};
+use crate::model::import::{Allow, ImportRecord};
+use crate::model::layout::KeyRule;
+use crate::model::{Arch, ModelConfig};
+use crate::run_dir::{self, RunDir, Start};
+use anyhow::{Context, Result, bail, ensure};
+use std::path::{Path, PathBuf};
+
+/// What to import, and how the model is to be read.
+#[derive(Debug, Clone)]
+pub struct ImportRequest {
+    /// The checkpoint: `.pth`/`.pt` (`torch.save`), a Lightning `.ckpt`, or `.safetensors`.
+    pub from: PathBuf,
+    /// pytorch-metric-learning's embedder file, when `from` is its trunk.
+    pub embedder: Option<PathBuf>,
+    pub arch: Arch,
+    /// Checked against the checkpoint's embedding layer; read from it when `None`.
+    pub embedding_dim: Option<usize>,
+    /// `OLD=NEW` key-prefix rules.
+    pub key_map: Vec<String>,
+    pub allow: Allow,
+    /// L2-normalise the embedding (robrank's `N`/`C` losses, PML's cosine setups); default on.
+    /// Off, the run's `loss.distance` becomes `euclidean` unless `set` names one.
+    pub l2_normalize: Option<bool>,
+    /// `imagenet`, `none`, or `M1,M2,M3/S1,S2,S3`; default ImageNet's for ResNets (torchvision,
+    /// timm, robrank), none for C2F2 (robrank feeds it raw pixels).
+    pub input_norm: Option<String>,
+    /// The experiment config whose data, loss and evaluation settings the run takes (its model
+    /// table is replaced); default `quickstart` for C2F2, `cub-resnet18-triplet` for ResNets.
+    pub config: Option<String>,
+    pub set: Vec<String>,
+    pub out: PathBuf,
+    /// Replace an rdml run already in `out`.
+    pub overwrite: bool,
+}
+
+/// The `[model]` normalisation fields `spec` names (`--input-norm`).
+fn input_norm(spec: &str, cfg: &mut ModelConfig) -> Result<()> {
+    match spec.trim() {
+        "imagenet" => cfg.imagenet_norm = Some(true),
+        "none" => cfg.imagenet_norm = Some(false),
+        s => {
+            let err = || {
+                anyhow::anyhow!(
+                    "--input-norm {s:?}: expected imagenet, none, or MEAN/STD as comma-separated per-channel values (e.g. 0.5,0.5,0.5/0.5,0.5,0.5)"
+                )
+            };
+            let (m, sd) = s.split_once('/').ok_or_else(err)?;
+            let parse = |v: &str| -> Result<Vec<f32>> {
+                v.split(',')
+                    .map(|x| x.trim().parse::<f32>().map_err(|_| err()))
+                    .collect()
+            };
+            cfg.imagenet_norm = None;
+            cfg.input_mean = Some(parse(m)?);
+            cfg.input_std = Some(parse(sd)?);
+        }
+    }
+    Ok(())
+}
+
+/// The run's experiment: `req.config` with its model table replaced by the imported model's.
+fn experiment(req: &ImportRequest, embedding_dim: usize) -> Result<Experiment> {
+    let default = match req.arch {
+        Arch::C2f2 => "quickstart",
+        _ => "cub-resnet18-triplet",
+    };
+    let config = req.config.as_deref().unwrap_or(default);
+    let mut exp = Experiment::load(config, &req.set)?;
+    let l2_normalize = req.l2_normalize.unwrap_or(true);
+    // Raw embeddings are compared in Euclidean distance unless the user says otherwise.
+    let distance_set = req.set.iter().any(|s| s.trim_start().starts_with("loss.distance"));
+    if !l2_normalize && exp.loss.distance().needs_normalized() && !distance_set {
+        let mut set = req.set.clone();
+        set.push("loss.distance=\"euclidean\"".into());
+        exp = Experiment::load(config, &set)?;
+    }
+    let mut model = ModelConfig {
+        arch: req.arch,
+        embedding_dim,
+        l2_normalize,
+        imagenet_norm: None,
+        input_mean: None,
+        input_std: None,
+        pretrained: None,
+        frozen_bn: exp.model.frozen_bn && req.arch != Arch::C2f2,
+        bn_sets: 1,
+    };
+    if let Some(spec) = &req.input_norm {
+        input_norm(spec, &mut model)?;
+    }
+    model.validate().context("the imported model")?;
+    exp.model = model;
+    exp.validate().context("the imported run's configuration")?;
+    Ok(exp)
+}
+
+/// Where the finished folder goes: `out` must be new, empty, or (with `overwrite`) an rdml run.
+fn check_out(out: &Path, overwrite: bool) -> Result<()> {
+    ensure!(
+        !run_dir::is_link(out),
+        "{} is a symbolic link; rdml does not write through links",
+        out.display()
+    );
+    if !out.exists() {
+        return Ok(());
+    }
+    ensure!(out.is_dir(), "{} exists and is not a folder", out.display());
+    let empty = std::fs::read_dir(out)
+        .with_context(|| format!("cannot read {}", out.display()))?
+        .next()
+        .is_none();
+    if empty {
+        return Ok(());
+    }
+    if !run_dir::is_run_folder(out) {
+        bail!(
+            "{} is not empty and is not an rdml run folder: choose another --out",
+            out.display()
+        );
+    }
+    ensure!(
+        overwrite,
+        "{} holds an rdml run: pass --overwrite to replace it, or choose another --out",
+        out.display()
+    );
+    Ok(())
+}
+
+/// A sibling of `out` with a temporary name.
+fn sibling(out: &Path, what: &str) -> Result<PathBuf> {
+    let name = out
+        .file_name()
+        .with_context(|| format!("--out {}: name a folder", out.display()))?
+        .to_string_lossy();
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    Ok(parent.join(format!(".{name}.{what}.{}.tmp", std::process::id())))
+}
+
+/// Imports `req.from` into the run folder `req.out`; returns what was read and where it went.
+pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
+    check_out(&req.out, req.overwrite)?;
+    let rules: Vec<KeyRule> = req.key_map.iter().map(|r| r.parse()).collect::<Result<_>>()?;
+    let mut sources: Vec<Checkpoint> = vec![checkpoint::read(&req.from)?];
+    if let Some(e) = &req.embedder {
+        sources.push(checkpoint::read(e)?);
+    }
+    let (file_dim, in_shape) = crate::model::import::inferred_shape(req.arch, &sources, &rules)?;
+    let dim = match (req.embedding_dim, file_dim) {
+        (Some(asked), Some(found)) if asked != found => bail!(
+            "{}: the checkpoint's embedding layer has {found} outputs, not --embedding-dim {asked}",
+            req.from.display()
+        ),
+        (Some(d), _) | (None, Some(d)) => d,
+        (None, None) => bail!(
+            "{}: no embedding layer found to read the embedding width from: pass --embedding-dim",
+            req.from.display()
+        ),
+    };
+    let exp = experiment(req, dim)?;
+    let device = crate::default_device();
+    let (net, mut record) = crate::model::import::import(&exp.model, in_shape, &sources, &rules, &req.allow, &device)?;
+    record.embedding_dim = dim;
+    let tmp = sibling(&req.out, "import")?;
+    let written = write_run(&tmp, &exp, net, in_shape, &record).and_then(|()| put_in_place(&tmp, &req.out));
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    written?;
+    Ok(record)
+}
+
+fn write_run(
+    tmp: &Path,
+    exp: &Experiment,
+    net: crate::model::EmbeddingNet,
+    in_shape: [usize; 3],
+    record: &ImportRecord,
+) -> Result<()> {
+    let _ = std::fs::remove_dir_all(tmp);
+    let run = RunDir::open(tmp, Start::New)?;
+    crate::train::seed_run(exp, net, in_shape, &run)?;
+    crate::atomic::write_json(&run.file(run_dir::IMPORT), record)
+}
+
+/// Renames the written folder to `out`, replacing an empty folder or (checked before) a run.
+fn put_in_place(tmp: &Path, out: &Path) -> Result<()> {
+    let rename = |a: &Path, b: &Path| {
+        std::fs::rename(a, b).with_context(|| format!("cannot rename {} to {}", a.display(), b.display()))
+    };
+    if !out.exists() {
+        return rename(tmp, out);
+    }
+    let old = sibling(out, "replaced")?;
+    rename(out, &old)?;
+    if let Err(e) = rename(tmp, out) {
+        rename(&old, out)?;
+        return Err(e);
+    }
+    std::fs::remove_dir_all(&old).with_context(|| format!("cannot remove {}", old.display()))
+}
