@@ -17,6 +17,7 @@ GIL and print the command line's progress on stderr unless ``quiet=True``.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -26,7 +27,7 @@ import numpy as np
 from . import _rdml
 
 __version__ = _rdml.__version__
-__all__ = ["Run", "devices", "metrics", "open", "presets", "train"]
+__all__ = ["Run", "devices", "import_torch", "metrics", "open", "presets", "train"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -166,6 +167,59 @@ def train(
     return Run(out, data=data, device=device, quiet=quiet)
 
 
+def import_torch(
+    path: PathLike,
+    out: PathLike,
+    *,
+    arch: str,
+    embedder: Optional[PathLike] = None,
+    embedding_dim: Optional[int] = None,
+    key_map: Union[None, Mapping[str, str], Sequence[str]] = None,
+    allow_unused: bool = False,
+    allow_missing: bool = False,
+    l2_normalize: bool = True,
+    input_norm: Optional[str] = None,
+    config: Optional[PathLike] = None,
+    set: Union[None, Mapping[str, Any], Sequence[str]] = None,
+    overwrite: bool = False,
+    device: Optional[str] = None,
+    quiet: bool = False,
+) -> "Run":
+    """``rdml import``: makes the run folder ``out`` from a model trained in PyTorch.
+
+    ``path`` is a ``state_dict`` saved by ``torch.save`` (``.pth``/``.pt``), a Lightning
+    ``.ckpt`` (robrank's) or a ``.safetensors`` file; for pytorch-metric-learning, the trunk with
+    ``embedder`` its embedder file. No pickle code is run. ``arch`` is ``"c2f2"``,
+    ``"resnet18"`` or ``"resnet50"``; ``key_map`` renames key prefixes
+    (``{"encoder.": "", "head.": "fc."}`` or ``["encoder.=", "head.=fc."]``); ``input_norm`` is
+    ``"imagenet"``, ``"none"`` or ``"M1,M2,M3/S1,S2,S3"``; ``config`` gives the data, loss and
+    evaluation settings (its model table is replaced). Every tensor must fill a parameter and
+    every parameter be filled unless ``allow_unused``/``allow_missing``; the record of what was
+    read is the returned run's ``import_record`` (``import.json``). ``device`` and ``quiet`` are
+    the returned ``Run``'s.
+    """
+    if isinstance(key_map, Mapping):
+        rules = [f"{k}={v}" for k, v in key_map.items()]
+    else:
+        rules = list(key_map or [])
+    _rdml.import_torch(
+        os.fspath(path),
+        os.fspath(out),
+        arch,
+        None if embedder is None else os.fspath(embedder),
+        embedding_dim,
+        rules,
+        allow_unused,
+        allow_missing,
+        l2_normalize,
+        input_norm,
+        None if config is None else os.fspath(config),
+        _overrides(set),
+        overwrite,
+    )
+    return Run(out, device=device, quiet=quiet)
+
+
 def open(run_dir: PathLike, *, data: Optional[PathLike] = None, device: Optional[str] = None, quiet: bool = False) -> "Run":
     """A finished run folder (written by ``rdml train``)."""
     return Run(run_dir, data=data, device=device, quiet=quiet)
@@ -193,6 +247,15 @@ class Run:
     def metrics(self) -> Optional[Dict[str, Any]]:
         """The final test metrics (as ``rdml eval --json``), or None when the run evaluated none."""
         return self._info.get("final_metrics")
+
+    @property
+    def import_record(self) -> Optional[Dict[str, Any]]:
+        """What ``rdml import`` read into the run (``import.json``), or None for a trained run."""
+        p = os.path.join(self.path, "import.json")
+        if not os.path.isfile(p):
+            return None
+        with builtins.open(p) as f:
+            return json.load(f)
 
     @property
     def epochs(self) -> List[Dict[str, Any]]:

@@ -438,6 +438,52 @@ fn robustness(
 
 /// `rdml report`: writes the run's report.html (computing its retrieval grid when missing);
 /// returns its path.
+/// `rdml import` (see `rdml.import_torch`): returns `import.json`'s record as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, out, arch, embedder, embedding_dim, key_map, allow_unused, allow_missing, l2_normalize, input_norm, config, set, overwrite))]
+#[allow(clippy::too_many_arguments)]
+fn import_torch(
+    py: Python<'_>,
+    path: &str,
+    out: &str,
+    arch: &str,
+    embedder: Option<String>,
+    embedding_dim: Option<usize>,
+    key_map: Vec<String>,
+    allow_unused: bool,
+    allow_missing: bool,
+    l2_normalize: bool,
+    input_norm: Option<String>,
+    config: Option<String>,
+    set: Vec<String>,
+    overwrite: bool,
+) -> PyResult<String> {
+    for f in std::iter::once(path).chain(embedder.as_deref()) {
+        if !Path::new(f).is_file() {
+            return Err(PyFileNotFoundError::new_err(format!("{f}: no such checkpoint file")));
+        }
+    }
+    let req = rdml::import::ImportRequest {
+        from: path.into(),
+        embedder: embedder.map(PathBuf::from),
+        arch: arch.parse().map_err(invalid)?,
+        embedding_dim,
+        key_map,
+        allow: rdml::model::import::Allow {
+            unused: allow_unused,
+            missing: allow_missing,
+        },
+        l2_normalize: Some(l2_normalize),
+        input_norm,
+        config,
+        set,
+        out: out.into(),
+        overwrite,
+    };
+    let record = py.allow_threads(|| rdml::import::import(&req)).map_err(invalid)?;
+    serde_json::to_string(&record).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
 #[pyfunction]
 #[pyo3(signature = (dir, data, grid, device))]
 fn report(py: Python<'_>, dir: &str, data: Option<String>, grid: usize, device: Option<String>) -> PyResult<String> {
@@ -473,5 +519,6 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attack, m)?)?;
     m.add_function(wrap_pyfunction!(robustness, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
+    m.add_function(wrap_pyfunction!(import_torch, m)?)?;
     Ok(())
 }

@@ -124,6 +124,32 @@ def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path, run):
     assert not (tmp_path / "x").exists() or not (tmp_path / "x" / "model.safetensors").exists()
 
 
+def test_a_pytorch_checkpoint_imports_with_pytorchs_embeddings(tmp_path):
+    import gzip
+
+    fixtures = ROOT / "tests" / "fixtures" / "import"
+    manifest = json.loads((fixtures / "manifest.json").read_text())
+    case = next(c for c in manifest["cases"] if c["name"] == "robrank-rc2f2")
+    ckpt = tmp_path / "model.ckpt"
+    ckpt.write_bytes(gzip.decompress((fixtures / "robrank-rc2f2.ckpt.gz").read_bytes()))
+    r = rdml.import_torch(ckpt, tmp_path / "run", arch="c2f2", quiet=True)
+    assert r.import_record["layout"] == "robrank" and r.import_record["root"] == "state_dict"
+    assert r.config["model"]["embedding_dim"] == 64
+    pixels = np.frombuffer(gzip.decompress((fixtures / "gray28.u8.gz").read_bytes()), np.uint8)
+    images = (pixels.astype(np.float32) / 255).reshape(case["shape"])
+    want = np.array(case["embeddings"], np.float32)
+    got = r.embed(images)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
+    # The same errors as the command line, as exceptions; nothing written.
+    with pytest.raises(ValueError, match="not --embedding-dim 32"):
+        rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", embedding_dim=32)
+    with pytest.raises(ValueError, match="key-map"):
+        rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", key_map=["nonsense"])
+    with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
+        rdml.import_torch(tmp_path / "missing.pth", tmp_path / "bad", arch="c2f2")
+    assert not (tmp_path / "bad").exists()
+
+
 def _readme_session():
     text = (ROOT / "README.md").read_text()
     code = re.search(r"<!-- python-session -->\s*```python\n(.*?)```", text, re.S)
