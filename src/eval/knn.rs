@@ -98,8 +98,15 @@ pub fn key_less(a: (f32, u32), b: (f32, u32)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
 }
 
+/// Up to this `k`, [`top_k`] keeps a sorted list in one pass over the row (most items fail one
+/// comparison with the current k-th); above it, a selection over a copy of the row.
+const SMALL_K: usize = 128;
+
 /// The `k` nearest gallery items of a row, nearest first, leaving out `skip`.
 pub fn top_k(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
+    if k <= SMALL_K {
+        return top_k_small(row, k, skip);
+    }
     let mut v: Vec<(f32, u32)> = row
         .iter()
         .enumerate()
@@ -116,6 +123,24 @@ pub fn top_k(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
     }
     v.sort_unstable_by(|a, b| key_less(*a, *b));
     v
+}
+
+fn top_k_small(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
+    use std::cmp::Ordering::Less;
+    let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+    if k == 0 {
+        return best;
+    }
+    for (j, &d) in row.iter().enumerate() {
+        let key = (d, j as u32);
+        if Some(j) == skip || (best.len() == k && key_less(key, best[k - 1]) != Less) {
+            continue;
+        }
+        let at = best.partition_point(|&b| key_less(b, key) == Less);
+        best.insert(at, key);
+        best.truncate(k);
+    }
+    best
 }
 
 /// The `k` nearest neighbours of every query (indices and squared distances), `n_q × k`.
@@ -146,5 +171,34 @@ mod tests {
         assert_eq!(nn[1].iter().map(|x| x.1).collect::<Vec<_>>(), vec![2, 0]);
         assert_eq!(nn[3].iter().map(|x| x.1).collect::<Vec<_>>(), vec![1, 2]);
         assert!((nn[3][0].0 - 4.0).abs() < 1e-5);
+    }
+
+    /// The one-pass top-k gives the selection's list, ties broken by index, with and without a
+    /// skipped item, for k below, at and above the row's length.
+    #[test]
+    fn one_pass_top_k_is_the_selection() {
+        let mut x = 12345u64;
+        for n in [1usize, 7, 300] {
+            // Few distinct values, so that ties are common.
+            let row: Vec<f32> = (0..n)
+                .map(|_| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((x >> 40) % 13) as f32
+                })
+                .collect();
+            for k in [0, 1, 5, n, n + 3] {
+                for skip in [None, Some(0), Some(n / 2)] {
+                    let mut all: Vec<(f32, u32)> = row
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, _)| Some(j) != skip)
+                        .map(|(j, &d)| (d, j as u32))
+                        .collect();
+                    all.sort_unstable_by(|a, b| key_less(*a, *b));
+                    all.truncate(k);
+                    assert_eq!(top_k_small(&row, k, skip), all, "n {n} k {k} skip {skip:?}");
+                }
+            }
+        }
     }
 }

@@ -79,11 +79,13 @@ fn row_stats(row: &[f32], qlabel: u32, glabels: &[u32], skip: Option<usize>, r: 
         .collect();
     rel_keys.sort_unstable_by(|a, b| key_less(*a, *b));
     let mut before = vec![0usize; rel_keys.len() + 1];
+    let last = rel_keys.last().copied().unwrap_or((f32::NEG_INFINITY, 0));
     for (j, &d) in row.iter().enumerate() {
-        if Some(j) == skip {
+        let key = (d, j as u32);
+        // An item after the last relevant one precedes none of them.
+        if Some(j) == skip || key_less(key, last) == std::cmp::Ordering::Greater {
             continue;
         }
-        let key = (d, j as u32);
         // Number of relevant keys ≤ this item: the item precedes every relevant key after them.
         let p = rel_keys.partition_point(|&rk| key_less(rk, key) != std::cmp::Ordering::Greater);
         before[p] += 1;
