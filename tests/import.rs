@@ -110,7 +110,7 @@ fn imported_models_embed_as_pytorch_does() {
     for l in ["state_dict", "robrank", "pytorch-metric-learning", "key-map"] {
         assert!(layouts.contains(&l), "no fixture of layout {l}: {seen:?}");
     }
-    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert_eq!(seen.len(), 7, "{seen:?}");
     eprintln!("relative errors: {seen:?}");
 }
 

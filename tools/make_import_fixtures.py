@@ -130,7 +130,7 @@ def main():
     os.makedirs(OUT)
     rgb, gray = images(4, 3, 64), images(4, 1, 28)
     for name, x in [("rgb64", rgb), ("gray28", gray)]:
-        with gzip.open(f"{OUT}/{name}.u8.gz", "wb", compresslevel=9) as f:
+        with gzip.GzipFile(f"{OUT}/{name}.u8.gz", "wb", 9, mtime=0) as f:
             f.write((x * 255).round().to(torch.uint8).numpy().tobytes())
     cases = []
 
@@ -139,7 +139,7 @@ def main():
         spread = float(e.std(0).mean() / e.abs().mean())
         assert spread > 0.05, f"{name}: embeddings barely differ between images ({spread:.3f})"
         for f in files:
-            with open(f"{tmp}/{f}", "rb") as src, gzip.open(f"{OUT}/{f}.gz", "wb", compresslevel=9) as dst:
+            with open(f"{tmp}/{f}", "rb") as src, gzip.GzipFile(f"{OUT}/{f}.gz", "wb", 9, mtime=0) as dst:
                 dst.write(src.read())
         cases.append({"name": name, "files": files, "arch": arch, "args": args, "images": img,
                       "shape": list(x.shape), "embeddings": e.tolist(), "spread": round(spread, 3)})
@@ -195,6 +195,13 @@ def main():
     record("pml-resnet50", ["pml-trunk.pth", "pml-embedder.pth"], "resnet50", [],
            lambda x: embedder(trunk(x)), rgb, IMAGENET, True, "rgb64")
 
+    # The same pair as one dictionary {"trunk": ..., "embedder": ...}, in torch.save's legacy
+    # (pre-1.6, non-zip) container.
+    torch.save({"trunk": trunk.state_dict(), "embedder": embedder.state_dict()}, f"{tmp}/pml-pair.pt",
+               _use_new_zipfile_serialization=False)
+    record("pml-resnet50-one-file", ["pml-pair.pt"], "resnet50", [],
+           lambda x: embedder(trunk(x)), rgb, IMAGENET, True, "rgb64")
+
     # A layout only --key-map reads: C2F2 as `encoder` (conv1, conv2, fc1) and `head`, in a
     # training script's {"model": state_dict, "epoch": ...} dictionary.
     class Renamed(nn.Module):
@@ -221,7 +228,7 @@ def main():
             return (os.system, ("echo this ran",))
 
     torch.save({"conv1.weight": torch.zeros(2, 2), "payload": Evil()}, f"{tmp}/evil.pth")
-    with open(f"{tmp}/evil.pth", "rb") as src, gzip.open(f"{OUT}/evil.pth.gz", "wb") as dst:
+    with open(f"{tmp}/evil.pth", "rb") as src, gzip.GzipFile(f"{OUT}/evil.pth.gz", "wb", 9, mtime=0) as dst:
         dst.write(src.read())
 
     with open(f"{OUT}/manifest.json", "w") as f:
