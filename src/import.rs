@@ -103,36 +103,29 @@ fn experiment(req: &ImportRequest, embedding_dim: usize) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// Where the finished folder goes: `out` must be new, empty, or (with `overwrite`) an rdml run.
+/// Where the finished folder goes: `out` must be new, empty, or (with `overwrite`) an rdml run,
+/// as [`run_dir::inspect`] tells them apart for `train`.
 fn check_out(out: &Path, overwrite: bool) -> Result<()> {
     ensure!(
         !run_dir::is_link(out),
         "{} is a symbolic link; rdml does not write through links",
         out.display()
     );
-    if !out.exists() {
-        return Ok(());
-    }
-    ensure!(out.is_dir(), "{} exists and is not a folder", out.display());
-    let empty = std::fs::read_dir(out)
-        .with_context(|| format!("cannot read {}", out.display()))?
-        .next()
-        .is_none();
-    if empty {
-        return Ok(());
-    }
-    if !run_dir::is_run_folder(out) {
-        bail!(
+    match run_dir::inspect(out)? {
+        run_dir::Found::Nothing => Ok(()),
+        run_dir::Found::Foreign => bail!(
             "{} is not empty and is not an rdml run folder: choose another --out",
             out.display()
-        );
+        ),
+        _ => {
+            ensure!(
+                overwrite,
+                "{} holds an rdml run: pass --overwrite to replace it, or choose another --out",
+                out.display()
+            );
+            Ok(())
+        }
     }
-    ensure!(
-        overwrite,
-        "{} holds an rdml run: pass --overwrite to replace it, or choose another --out",
-        out.display()
-    );
-    Ok(())
 }
 
 /// A sibling of `out` with a temporary name.

@@ -133,9 +133,10 @@ pub fn import(
         .unwrap_or_default();
     let bytes = fitted(&mapped, sources, &expected, &hint)?;
     let filled: BTreeMap<String, String> = mapped.iter().map(|(m, _)| (m.source.clone(), m.path.clone())).collect();
+    let targets: std::collections::HashSet<&String> = filled.values().collect();
     let mut missing: Vec<String> = expected
         .keys()
-        .filter(|p| !filled.values().any(|f| f == *p) && (!p.contains(".sets.") || p.contains(".sets.0.")))
+        .filter(|p| !targets.contains(p) && (!p.contains(".sets.") || p.contains(".sets.0.")))
         .cloned()
         .collect();
     missing.sort();
