@@ -36,6 +36,20 @@ pub fn read(t: &Tensor<2>) -> Result<Vec<f32>> {
         .map_err(|e| anyhow!("reading a tensor back from the device: {e:?}"))
 }
 
+/// Host copy of an index tensor `[n]` (a device miner's choices).
+pub fn read_index(t: &Tensor<1, Int>) -> Result<Vec<usize>> {
+    count();
+    let v = t
+        .clone()
+        .into_data()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
+        .map_err(|e| anyhow!("reading indices back from the device: {e:?}"))?;
+    v.into_iter()
+        .map(|i| usize::try_from(i).map_err(|_| anyhow!("the device returned the index {i}")))
+        .collect()
+}
+
 /// Host copy of a `[n]` tensor.
 pub fn read1(t: &Tensor<1>) -> Result<Vec<f32>> {
     read(&t.clone().unsqueeze_dim::<2>(1))

@@ -508,7 +508,10 @@ fn formulation_3_regularises_every_sample_of_the_batch() {
 fn formulation_1_perturbs_each_image_once_for_all_its_tuples() {
     let b = setup();
     let p = b.run(&pgd_cfg("formulation-1"), &DefenseState::default());
-    let rows = TripletLayout::gather_index(p.triplets.as_ref().unwrap());
+    let rows = TripletLayout::gather_index(p.triplets.as_ref().unwrap())
+        .host()
+        .unwrap()
+        .into_owned();
     let ch = row_change(&p.adversarial, &p.original);
     // Images only in tuples already satisfied (zero hinge, zero gradient) stay.
     assert!(ch.iter().all(|&c| c <= EPS + 1e-6), "{ch:?}");
@@ -529,7 +532,10 @@ fn formulation_1_perturbs_each_image_once_for_all_its_tuples() {
     assert!(repeats > 0, "no image is in two tuples: the test shows nothing");
     // Madry's per-row copies of the same image move apart.
     let m = b.run(&pgd_cfg("madry"), &DefenseState::default());
-    let mrows = TripletLayout::gather_index(m.triplets.as_ref().unwrap());
+    let mrows = TripletLayout::gather_index(m.triplets.as_ref().unwrap())
+        .host()
+        .unwrap()
+        .into_owned();
     let differ = (0..mrows.len())
         .flat_map(|i| (i + 1..mrows.len()).map(move |j| (i, j)))
         .filter(|&(i, j)| mrows[i] == mrows[j])
@@ -557,7 +563,9 @@ fn formulation_2_perturbs_anchors_against_the_intact_batch() {
     assert!(ch[..t].iter().filter(|&&c| c > 0.0).count() >= t / 2, "{ch:?}");
     assert!(ch[t..].iter().all(|&c| c == 0.0), "p and n stay clean: {ch:?}");
     assert!(
-        tr.negative.iter().chain(&tr.positive).any(|i| tr.anchor.contains(i)),
+        (tr.negative.host().unwrap().iter())
+            .chain(tr.positive.host().unwrap().iter())
+            .any(|i| tr.anchor.contains(i)),
         "no anchor is another tuple's p or n: the test shows less"
     );
     assert!(triplet_loss(&b, &p.adversarial) > triplet_loss(&b, &p.original) + 0.01);

@@ -15,6 +15,7 @@ use rdml::attack::suite::{Context, Setup, robustness};
 use rdml::config::Experiment;
 use rdml::data::loader::load_batch;
 use rdml::eval::batch_tensor;
+use rdml::loss::device_miner::set_mine_on_device;
 use rdml::train::Trainer;
 
 /// What `f` returns and how many reads this thread made during it.
@@ -65,6 +66,35 @@ fn step(sets: &[&str]) -> (f64, u64, Vec<f32>) {
 fn a_triplet_step_reads_its_loss_alone() {
     let (_, reads, _) = step(&[]);
     assert_eq!(reads, 1);
+    let (_, reads, _) = step(&["loss.miner=\"semihard\""]);
+    assert_eq!(reads, 3);
+}
+
+/// What a GPU does: the distance-based miners choose on the device, and the step reads its loss
+/// alone, plain or under a defense that perturbs the mined triplets (ACT, Madry, formulation 2,
+/// positive perturbation).
+#[test]
+fn a_step_mining_on_the_device_reads_its_loss_alone() {
+    set_stop_check_every(Some(GPU_STOP_CHECK));
+    set_mine_on_device(Some(true));
+    for miner in ["semihard", "softhard", "distance", "hardest"] {
+        let m = format!("loss.miner=\"{miner}\"");
+        let (loss, reads, _) = step(&[&m]);
+        assert_eq!(reads, 1, "{miner}");
+        assert!(loss.is_finite() && loss > 0.0, "{miner}: {loss}");
+    }
+    let defenses = [
+        "{kind=\"act\",eps=0.3,step=0.0118,steps=2}",
+        "{kind=\"madry\",eps=0.3,step=0.0118,steps=2}",
+        "{kind=\"formulation-2\",eps=0.3,step=0.0118,steps=2}",
+        "{kind=\"positive-perturbation\",eps=0.3,step=0.0118,steps=2,rate=1.0,target=\"anchor\"}",
+    ];
+    for d in defenses {
+        let (_, reads, _) = step(&["loss.miner=\"semihard\"", &format!("defense={d}")]);
+        assert_eq!(reads, 1, "{d}");
+    }
+    set_mine_on_device(None);
+    // The CPU by default still mines on the host copy.
     let (_, reads, _) = step(&["loss.miner=\"semihard\""]);
     assert_eq!(reads, 3);
 }

@@ -35,8 +35,8 @@ fn triplet_and_contrastive_hand_values() {
     let e = t2(&[1.0, 0.0, 0.0, 1.0, -1.0, 0.0], 3, 2);
     let t = Triplets {
         anchor: vec![0],
-        positive: vec![1],
-        negative: vec![2],
+        positive: vec![1].into(),
+        negative: vec![2].into(),
     };
     let l = scalar(triplet::triplet_loss(&e, &t, Distance::NormalizedEuclidean, 1.0));
     assert!((l - (2f32.sqrt() - 2.0 + 1.0)).abs() < 1e-5, "{l}");

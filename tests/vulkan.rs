@@ -219,6 +219,46 @@ fn an_act_defense_step_agrees() {
     }
 }
 
+/// The device miners choose the same triplets on the GPU as on the CPU told to mine as a GPU
+/// does: the same keys from the same seed, the same distances within rounding.
+#[test]
+fn the_device_miners_agree() {
+    use rdml::loss::device_miner::{mine, set_mine_on_device};
+    use rdml::loss::distance::Distance;
+    use rdml::loss::miner::{Miner, Mining};
+    let labels: Vec<u32> = (0..32).map(|i| i / 2).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let v: Vec<f32> = (0..32 * 16).map(|_| rand::Rng::random::<f32>(&mut rng) - 0.5).collect();
+    for miner in [Miner::Semihard, Miner::Softhard, Miner::Distance, Miner::Hardest] {
+        let mining = Mining {
+            miner,
+            margin: 0.2,
+            ..Mining::default()
+        };
+        let mut out = vec![];
+        for (device, on) in [(cpu(), Some(true)), (gpu(), None)] {
+            set_mine_on_device(on);
+            let e = Tensor::<2>::from_data(burn::tensor::TensorData::new(v.clone(), [32, 16]), &device);
+            let e = rdml::model::l2_normalize(e);
+            assert!(rdml::loss::device_miner::mines_on_device(&device));
+            let t = mine(
+                &mining,
+                Distance::NormalizedEuclidean,
+                &e,
+                &labels,
+                &mut ChaCha8Rng::seed_from_u64(1),
+            );
+            out.push((
+                t.anchor.clone(),
+                t.positive.host().unwrap().into_owned(),
+                t.negative.host().unwrap().into_owned(),
+            ));
+        }
+        set_mine_on_device(None);
+        assert_eq!(out[0], out[1], "{miner:?}");
+    }
+}
+
 #[test]
 fn an_adam_step_agrees() {
     // rdml's fused Adam on the CPU, burn's Adam on the GPU, three steps with weight decay.

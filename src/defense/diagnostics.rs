@@ -44,17 +44,21 @@ pub fn spc2_random_triplets(labels: &[u32]) -> Triplets {
     use rand::{Rng, SeedableRng};
     let rng = &mut rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let pairs = crate::loss::miner::anchor_pairs(labels, crate::loss::miner::Anchors::Pairs, rng);
-    let mut t = Triplets::default();
+    let (mut anchor, mut positive, mut negative) = (vec![], vec![], vec![]);
     for (a, p) in pairs {
         let negs: Vec<usize> = (0..labels.len()).filter(|&j| labels[j] != labels[a]).collect();
         if negs.is_empty() {
             continue;
         }
-        t.anchor.push(a);
-        t.positive.push(p);
-        t.negative.push(negs[rng.random_range(0..negs.len())]);
+        anchor.push(a);
+        positive.push(p);
+        negative.push(negs[rng.random_range(0..negs.len())]);
     }
-    t
+    Triplets {
+        anchor,
+        positive: positive.into(),
+        negative: negative.into(),
+    }
 }
 
 /// A batch's diagnostics computed on the device (the six numbers of [`BatchDiagnostics`] in its
@@ -87,9 +91,8 @@ impl DeviceDiagnostics {
 
 /// Per-triplet `d(a,p)` and `d(a,n)` `[k]` of embeddings `e` (rows indexed by `t`).
 fn pair_distances(e: &Tensor<2>, t: &Triplets, d: Distance) -> (Tensor<1>, Tensor<1>) {
-    let rows = |idx: &[usize]| crate::host::gather(e, &crate::host::index_tensor(idx, &e.device()));
-    let a = rows(&t.anchor);
-    (d.rows(a.clone(), rows(&t.positive)), d.rows(a, rows(&t.negative)))
+    let [a, p, n] = t.tensors(&e.device()).map(|i| crate::host::gather(e, &i));
+    (d.rows(a.clone(), p), d.rows(a, n))
 }
 
 /// [`attention_mean`] on the device.
@@ -264,8 +267,8 @@ mod tests {
             |v: &[f32]| Tensor::<2>::from_data(burn::tensor::TensorData::new(v.to_vec(), [v.len() / 2, 2]), &dev);
         let t = Triplets {
             anchor: vec![0],
-            positive: vec![1],
-            negative: vec![2],
+            positive: vec![1].into(),
+            negative: vec![2].into(),
         };
         let adv = adv.map(|(a, m)| (rows(&a), m));
         batch_on_device(

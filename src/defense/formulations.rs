@@ -22,7 +22,7 @@ use super::triplets::{self, TripletLayout, select_rows};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::{Objective, Pgd, Request};
 use crate::loss::LossConfig;
-use crate::loss::miner::Triplets;
+use crate::loss::miner::{Rows, Triplets};
 use anyhow::Result;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
@@ -179,12 +179,11 @@ fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tenso
         // its gradient is that of its own l̂ with the rest of S intact.
         Formulation::PerSample => {
             let rows = Tensor::cat(vec![x.clone(), x.clone()], 0);
-            let shifted = |v: &[usize]| v.iter().map(|&i| n + i).collect::<Vec<_>>();
             let obj = TupleLoss {
                 triplets: Triplets {
                     anchor: tr.anchor.clone(),
-                    positive: shifted(&tr.positive),
-                    negative: shifted(&tr.negative),
+                    positive: tr.positive.shifted(n),
+                    negative: tr.negative.shifted(n),
                 },
                 loss: loss_cfg.clone(),
             };
@@ -194,7 +193,7 @@ fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tenso
             }
             let z = Request::new(net, &obj, pgd).movable(Some(&movable)).run(&rows)?;
             let t = tr.len();
-            let anchors = select_rows(&z, &tr.anchor);
+            let anchors = select_rows(&z, &Rows::Host(tr.anchor.clone()));
             let rest = original.clone().narrow(0, t, 2 * t);
             Tensor::cat(vec![anchors, rest], 0)
         }

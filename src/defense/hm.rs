@@ -10,7 +10,7 @@ use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed,
 use crate::attack::engine::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
-use crate::loss::miner::{self, Anchors, MineOptions, Miner, Triplets};
+use crate::loss::miner::{self, Anchors, MineOptions, Miner, Rows, Triplets};
 use anyhow::Result;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -201,8 +201,9 @@ pub fn source_and_destination(
         None => vec![lga_destination(prev_loss, margin); src.len()],
         Some(m) => {
             let dst = miner::mine(m, &dist, labels, &pairs, &opt, rng);
+            let (p, ng) = (dst.positive.host()?, dst.negative.host()?);
             (0..dst.len())
-                .map(|k| dist[dst.anchor[k] * n + dst.positive[k]] - dist[dst.anchor[k] * n + dst.negative[k]])
+                .map(|k| dist[dst.anchor[k] * n + p[k]] - dist[dst.anchor[k] * n + ng[k]])
                 .collect()
         }
     };
@@ -253,10 +254,10 @@ fn outer_with_ics(step: &Step, pert: Perturbed, lambda: f32) -> Result<DefendedL
     let (loss_cfg, net, x) = (step.loss, step.net, &step.x);
     let (distance, _) = triplets::triplet_params(loss_cfg);
     let t = pert.triplets.as_ref().map_or(0, |tr| tr.len());
-    let idx: Vec<usize> = pert
+    let idx = pert
         .triplets
         .as_ref()
-        .map(|tr| [tr.anchor.clone(), tr.positive.clone()].concat())
+        .map(|tr| Rows::concat(&[&Rows::Host(tr.anchor.clone()), &tr.positive]))
         .unwrap_or_default();
     let clean_ap = triplets::select_rows(x, &idx);
     let all = net.forward(Tensor::cat(vec![pert.adversarial.clone().autodiff(), clean_ap], 0));

@@ -10,7 +10,7 @@ use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::{Objective, Request};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
-use crate::loss::miner::Triplets;
+use crate::loss::miner::{Rows, Triplets};
 use anyhow::Result;
 use burn::tensor::Tensor;
 use rand::Rng;
@@ -144,7 +144,7 @@ pub fn plan(
     loss: &LossConfig,
     tr: &Triplets,
     rng: &mut ChaCha8Rng,
-) -> (Vec<usize>, Rho, Vec<bool>) {
+) -> (Rows, Rho, Vec<bool>) {
     let layout = TripletLayout { t: tr.len() };
     let per_pair = per_pair(c, loss);
     let mut rows = TripletLayout::gather_index(tr);
@@ -159,7 +159,7 @@ pub fn plan(
         std::slice::from_ref(&third)
     };
     if per_pair {
-        rows.extend(&tr.anchor);
+        rows = Rows::concat(&[&rows, &Rows::Host(tr.anchor.clone())]);
     }
     let mut movable = vec![false; rows.len()];
     for &block in blocks {

@@ -5,7 +5,7 @@ use super::diagnostics;
 use super::unit::{DefendedLoss, Perturbed, Step};
 use crate::attack::engine::{Objective, Pgd, Request};
 use crate::loss::distance::Distance;
-use crate::loss::miner::Triplets;
+use crate::loss::miner::{Rows, Triplets};
 use crate::loss::{self, LossConfig};
 use burn::tensor::{Int, Tensor};
 
@@ -17,21 +17,16 @@ pub struct TripletLayout {
 
 impl TripletLayout {
     /// Indices of the stacked rows into the original batch.
-    pub fn gather_index(tr: &Triplets) -> Vec<usize> {
-        tr.anchor
-            .iter()
-            .chain(&tr.positive)
-            .chain(&tr.negative)
-            .copied()
-            .collect()
+    pub fn gather_index(tr: &Triplets) -> Rows {
+        Rows::concat(&[&Rows::Host(tr.anchor.clone()), &tr.positive, &tr.negative])
     }
     /// The triplets over stacked rows: (i, T+i, 2T+i).
     pub fn stacked(&self) -> Triplets {
         let t = self.t;
         Triplets {
             anchor: (0..t).collect(),
-            positive: (t..2 * t).collect(),
-            negative: (2 * t..3 * t).collect(),
+            positive: Rows::Host((t..2 * t).collect()),
+            negative: Rows::Host((2 * t..3 * t).collect()),
         }
     }
     /// `[a, p, n]` thirds of a `[3T, d]` embedding tensor.
@@ -54,8 +49,8 @@ pub fn hardness(a: Tensor<2>, p: Tensor<2>, n: Tensor<2>, d: Distance) -> Tensor
     d.rows(a.clone(), p) - d.rows(a, n)
 }
 
-pub(crate) fn select_rows(x: &Tensor<4>, idx: &[usize]) -> Tensor<4> {
-    let i: Tensor<1, Int> = crate::host::index_tensor(idx, &x.device());
+pub(crate) fn select_rows(x: &Tensor<4>, idx: &Rows) -> Tensor<4> {
+    let i: Tensor<1, Int> = idx.tensor(&x.device());
     x.clone().select(0, i)
 }
 

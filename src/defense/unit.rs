@@ -140,7 +140,7 @@ pub struct Perturbed {
 
 /// The batch's clean evaluation-mode embeddings (robrank mines on the model's current
 /// embeddings before perturbing): on the device, read back only by what needs them on the host
-/// (a distance-based miner, HM's hardness, the shift-based defenses), once.
+/// (a distance-based miner on the CPU, HM's hardness, CA-TRIDE's plan), once.
 pub struct Clean {
     pub emb: Tensor<2>,
     host: std::cell::OnceCell<Vec<f32>>,
@@ -168,11 +168,14 @@ impl Clean {
         Ok(self.host.get().map_or(&[][..], |v| v.as_slice()))
     }
 
-    /// The loss's triplets: a random-negative miner needs no embeddings, the others the host
-    /// copy.
+    /// The loss's triplets: a random-negative miner needs no embeddings, the others are mined on
+    /// a GPU where the embeddings are and on the CPU from the host copy.
     pub fn mine(&self, loss_cfg: &LossConfig, labels: &[u32], rng: &mut ChaCha8Rng) -> Result<Triplets> {
         let rows = if loss_cfg.tuple_miner() == Miner::Random {
             &[][..]
+        } else if loss::device_miner::mines_on_device(&self.emb.device()) {
+            let (mining, distance) = (loss_cfg.mining(), loss_cfg.distance());
+            return Ok(loss::device_miner::mine(&mining, distance, &self.emb, labels, rng));
         } else {
             self.host()?
         };

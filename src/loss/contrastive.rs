@@ -6,7 +6,7 @@ use super::distance::Distance;
 use super::miner::Triplets;
 use super::miner::{Anchors, Miner, Mining};
 use super::unit::{Batch, Loss, LossOutput};
-use crate::host::{gather, index_tensor};
+use crate::host::gather;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -75,9 +75,7 @@ pub fn contrastive_loss(
     neg_margin: f32,
 ) -> Tensor<1> {
     let device = emb.device();
-    let a = gather(emb, &index_tensor(&t.anchor, &device));
-    let p = gather(emb, &index_tensor(&t.positive, &device));
-    let n = gather(emb, &index_tensor(&t.negative, &device));
+    let [a, p, n] = t.tensors(&device).map(|i| gather(emb, &i));
     contrastive_pairs(a.clone(), p, a, n, distance, pos_margin, neg_margin)
 }
 

@@ -6,6 +6,9 @@ use rand::seq::IndexedRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+pub use super::rows::Rows;
+use burn::tensor::{Device, Int, Tensor};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Miner {
@@ -38,11 +41,13 @@ pub(crate) fn random() -> Miner {
     Miner::Random
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Mined (anchor, positive, negative) rows of a batch. Anchors follow from the labels alone and
+/// stay on the host; positives and negatives are where their miner chose them.
+#[derive(Debug, Clone, Default)]
 pub struct Triplets {
     pub anchor: Vec<usize>,
-    pub positive: Vec<usize>,
-    pub negative: Vec<usize>,
+    pub positive: Rows,
+    pub negative: Rows,
 }
 
 impl Triplets {
@@ -51,6 +56,15 @@ impl Triplets {
     }
     pub fn is_empty(&self) -> bool {
         self.anchor.is_empty()
+    }
+
+    /// The three index tensors on `device`.
+    pub fn tensors(&self, device: &Device) -> [Tensor<1, Int>; 3] {
+        [
+            crate::host::index_tensor(&self.anchor, device),
+            self.positive.tensor(device),
+            self.negative.tensor(device),
+        ]
     }
 }
 
@@ -118,7 +132,7 @@ pub fn mine(
 ) -> Triplets {
     let n = labels.len();
     let d = |i: usize, j: usize| dist[i * n + j];
-    let mut t = Triplets::default();
+    let (mut anchor, mut positive, mut negative) = (vec![], vec![], vec![]);
     for &(a, p0) in pairs {
         let negs: Vec<usize> = (0..n).filter(|&j| labels[j] != labels[a]).collect();
         if negs.is_empty() {
@@ -187,11 +201,15 @@ pub fn mine(
                 .min_by(|&&x, &&y| d(a, x).total_cmp(&d(a, y)))
                 .expect("non-empty"),
         };
-        t.anchor.push(a);
-        t.positive.push(p);
-        t.negative.push(neg);
+        anchor.push(a);
+        positive.push(p);
+        negative.push(neg);
     }
-    t
+    Triplets {
+        anchor,
+        positive: positive.into(),
+        negative: negative.into(),
+    }
 }
 
 #[cfg(test)]
@@ -225,14 +243,14 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(0);
         let pairs = [(0, 1)];
         let h = mine(Miner::Hardest, &d, &labels, &pairs, &opt, &mut rng);
-        assert_eq!(h.negative, vec![2]);
+        assert_eq!(*h.negative.host().unwrap(), [2]);
         for _ in 0..20 {
             // Semihard window (1.0, 1.2): only the negative at 1.1.
             let s = mine(Miner::Semihard, &d, &labels, &pairs, &opt, &mut rng);
-            assert_eq!(s.negative, vec![3]);
+            assert_eq!(*s.negative.host().unwrap(), [3]);
             // Softhard: negatives closer than the farthest positive (1.0): only 0.5.
             let s = mine(Miner::Softhard, &d, &labels, &pairs, &opt, &mut rng);
-            assert_eq!((s.positive[0], s.negative[0]), (1, 2));
+            assert_eq!((s.positive.host().unwrap()[0], s.negative.host().unwrap()[0]), (1, 2));
         }
     }
 

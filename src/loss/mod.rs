@@ -4,6 +4,7 @@
 //! each.
 
 pub mod contrastive;
+pub mod device_miner;
 pub mod distance;
 pub mod dro;
 pub mod dro_config;
@@ -12,6 +13,7 @@ pub mod margin;
 pub mod miner;
 pub mod multisim;
 pub mod npair;
+pub mod rows;
 pub mod triplet;
 pub mod unit;
 

@@ -6,7 +6,7 @@ use super::distance::Distance;
 use super::miner::Triplets;
 use super::miner::{Anchors, Miner, Mining};
 use super::unit::{Batch, Loss, LossOutput};
-use crate::host::{gather, index_tensor};
+use crate::host::gather;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -72,9 +72,7 @@ pub fn triplet_terms(
     margin: f32,
 ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
     let device = emb.device();
-    let a = gather(emb, &index_tensor(&t.anchor, &device));
-    let p = gather(emb, &index_tensor(&t.positive, &device));
-    let n = gather(emb, &index_tensor(&t.negative, &device));
+    let [a, p, n] = t.tensors(&device).map(|i| gather(emb, &i));
     let dap = distance.rows(a.clone(), p);
     let dan = distance.rows(a, n);
     (relu(dap.clone() - dan.clone() + margin), dap, dan)

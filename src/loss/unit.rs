@@ -60,14 +60,21 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// Triplets mined with `loss`'s settings on the detached embeddings, read from the device
-    /// only for a miner that needs distances (random negatives do not).
+    /// Triplets mined with `loss`'s settings on the detached embeddings: random negatives need
+    /// none, a GPU mines the others where the embeddings are, the CPU on their host copy.
     pub fn triplets(&self, loss: &dyn Loss, rng: &mut ChaCha8Rng) -> Result<Triplets> {
         let mining = loss.mining().unwrap_or_default();
         let dim = self.emb.dims()[1];
         match self.host {
             Some(h) => mine(&mining, loss.distance(), h, dim, self.labels, rng),
             None if mining.miner == Miner::Random => mine(&mining, loss.distance(), &[], dim, self.labels, rng),
+            None if super::device_miner::mines_on_device(&self.emb.device()) => Ok(super::device_miner::mine(
+                &mining,
+                loss.distance(),
+                &self.emb,
+                self.labels,
+                rng,
+            )),
             None => mine(
                 &mining,
                 loss.distance(),
