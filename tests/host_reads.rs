@@ -7,7 +7,7 @@
 mod common;
 
 use burn::module::Module;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rdml::attack::engine::{GPU_STOP_CHECK, Norm, Pgd, set_stop_check_every};
@@ -25,9 +25,9 @@ fn reads_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
     (v, rdml::host::reads() - r0)
 }
 
-/// One training step of the quickstart setting (C2F2, 16 SPC-2 pairs of the embedded split)
-/// with `sets` applied; returns the loss, the step's reads and the trained weights.
-fn step(sets: &[&str]) -> (f64, u64, Vec<f32>) {
+/// The quickstart setting (C2F2, 16 SPC-2 pairs of the embedded split) with `sets` applied: the
+/// experiment, a new trainer and one batch (training device, plain device, labels, positions).
+fn setup(sets: &[&str]) -> (Experiment, Trainer, Tensor<4>, Tensor<4>, rdml::data::loader::HostBatch) {
     let mut sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     sets.push("model.embedding_dim=32".into());
     let exp = Experiment::load("quickstart", &sets).unwrap();
@@ -49,6 +49,13 @@ fn step(sets: &[&str]) -> (f64, u64, Vec<f32>) {
     let b = load_batch(&splits.train, &items, None).unwrap();
     let x = batch_tensor(&b, &dev);
     let x_plain = batch_tensor(&b, &Device::default());
+    (exp, trainer, x, x_plain, b)
+}
+
+/// One training step of the quickstart setting with `sets` applied; returns the loss, the step's
+/// reads and the trained weights.
+fn step(sets: &[&str]) -> (f64, u64, Vec<f32>) {
+    let (exp, trainer, x, x_plain, b) = setup(sets);
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     let ((trainer, loss), reads) = reads_during(|| {
         let (t, loss, _) = trainer.step(&exp, x, &b.labels, &b.positions, &mut rng).unwrap();
@@ -57,6 +64,46 @@ fn step(sets: &[&str]) -> (f64, u64, Vec<f32>) {
     // The trained model, seen through its embeddings of the batch.
     let w = rdml::host::read(&trainer.net.valid().forward(x_plain)).unwrap();
     (loss, reads, w)
+}
+
+/// HM's linear gradual adversary needs the previous step's adversarial loss: it comes back in the
+/// same read as the step's own loss, so every step reads once when HM mines on the device (on
+/// the CPU's host miners, also the clean embeddings and their distances).
+#[test]
+fn hm_reads_the_previous_adversarial_loss_with_its_own() {
+    let hm = "defense={kind=\"hm\",eps=0.3,step=0.0118,steps=2,source=\"softhard\",destination=\"lga\"}";
+    let run = |on_device: bool| {
+        set_mine_on_device(Some(on_device));
+        let (exp, mut trainer, x, x_plain, b) = setup(&[hm]);
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut reads = vec![];
+        for _ in 0..3 {
+            let (t, r) = reads_during(|| {
+                trainer
+                    .step(&exp, x.clone(), &b.labels, &b.positions, &mut rng)
+                    .unwrap()
+                    .0
+            });
+            trainer = t;
+            reads.push(r);
+        }
+        set_mine_on_device(None);
+        let prev = trainer.defense_state.prev_loss;
+        (
+            reads,
+            prev,
+            rdml::host::read(&trainer.net.valid().forward(x_plain)).unwrap(),
+        )
+    };
+    let (reads, prev, _) = run(true);
+    assert_eq!(reads, [1, 1, 1]);
+    assert!(
+        prev != 2.0 && prev.is_finite(),
+        "the adversarial loss was not kept: {prev}"
+    );
+    let (host_reads, host_prev, _) = run(false);
+    assert!(host_reads.iter().all(|&r| r == 3), "{host_reads:?}");
+    assert!(host_prev.is_finite());
 }
 
 /// The triplet step with random negatives (robrank's) reads its loss alone: the collapse
@@ -92,6 +139,15 @@ fn a_step_mining_on_the_device_reads_its_loss_alone() {
     for d in defenses {
         let (_, reads, _) = step(&["loss.miner=\"semihard\"", &format!("defense={d}")]);
         assert_eq!(reads, 1, "{d}");
+    }
+    // HM's source and destination are mined there too, and its destination hardness computed.
+    for (source, destination) in [("softhard", "lga"), ("semihard", "hardest"), ("random", "distance")] {
+        let hm = format!(
+            "defense={{kind=\"hm\",eps=0.3,step=0.0118,steps=2,source=\"{source}\",destination=\"{destination}\",ics=0.5}}"
+        );
+        let (loss, reads, _) = step(&[&hm]);
+        assert_eq!(reads, 1, "{hm}");
+        assert!(loss.is_finite() && loss > 0.0, "{hm}: {loss}");
     }
     set_mine_on_device(None);
     // The CPU by default still mines on the host copy.

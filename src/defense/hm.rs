@@ -9,8 +9,9 @@ use super::triplets::{self, TripletLayout, TripletPlan, hardness, perturb_triple
 use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 use crate::attack::engine::{Objective, StopRule};
 use crate::loss::LossConfig;
+use crate::loss::device_miner;
 use crate::loss::distance::Distance;
-use crate::loss::miner::{self, Anchors, MineOptions, Miner, Rows, Triplets};
+use crate::loss::miner::{self, Anchors, MineOptions, Miner, Mining, Rows, Triplets};
 use anyhow::Result;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -88,16 +89,7 @@ impl Defense for HmConfig {
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
         let clean = Clean::of(step.net, &step.x);
         let device = step.x.device().without_autodiff();
-        let (triplets, objective) = plan(
-            self,
-            step.loss,
-            clean.host()?,
-            clean.dim(),
-            step.labels,
-            step.state,
-            &device,
-            step.rng,
-        )?;
+        let (triplets, objective) = plan(self, step.loss, &clean, step.labels, step.state, &device, step.rng)?;
         // Source and destination the same miner: nothing to manipulate, no row moves.
         let moves = !skips_attack(self);
         let movable = TripletLayout { t: triplets.len() }.movable(moves, moves, moves);
@@ -210,19 +202,63 @@ pub fn source_and_destination(
     Ok((src, hd))
 }
 
+/// [`source_and_destination`] where the clean embeddings `clean` are, reading nothing back: the
+/// miners of [`device_miner`] (random ones still draw on the host, which needs no distances),
+/// the destination hardness from the embeddings.
+pub fn source_and_destination_on_device(
+    clean: &Tensor<2>,
+    labels: &[u32],
+    (source, destination): (Miner, Destination),
+    (distance, margin): (Distance, f32),
+    prev_loss: f32,
+    rng: &mut ChaCha8Rng,
+) -> (Triplets, Tensor<1>) {
+    let pairs = miner::anchor_pairs(labels, Anchors::Pairs, rng);
+    let mut mine = |miner: Miner| {
+        let mining = Mining {
+            miner,
+            anchors: Anchors::Pairs,
+            margin,
+            cutoff: 0.0,
+            nonzero_loss_cutoff: None,
+        };
+        if miner == Miner::Random {
+            let opt = MineOptions {
+                margin,
+                dim: clean.dims()[1],
+                cutoff: 0.0,
+                nonzero_loss_cutoff: None,
+            };
+            miner::mine(miner, &[], labels, &pairs, &opt, rng)
+        } else {
+            device_miner::mine_pairs(&mining, distance, clean, labels, &pairs, rng)
+        }
+    };
+    let src = mine(source);
+    let device = clean.device();
+    let dest = match as_miner(destination) {
+        None => Tensor::<1>::full([src.len()], lga_destination(prev_loss, margin), &device),
+        Some(m) => {
+            let dst = mine(m);
+            let [a, p, n] = dst.tensors(&device).map(|i| crate::host::gather(clean, &i));
+            hardness(a, p, n, distance)
+        }
+    };
+    (src, dest)
+}
+
 /// Whether HM trains on the clean source triplets (robrank: source and destination are the same
 /// miner, so there is nothing to manipulate).
 pub fn skips_attack(cfg: &HmConfig) -> bool {
     as_miner(cfg.destination) == Some(cfg.source)
 }
 
-/// Source triplets and the HM objective toward their destination hardness.
-#[allow(clippy::too_many_arguments)]
+/// Source triplets and the HM objective toward their destination hardness: chosen on a GPU
+/// where the clean embeddings are, on the CPU from their host copy.
 pub fn plan(
     cfg: &HmConfig,
     loss_cfg: &LossConfig,
-    clean: &[f32],
-    dim: usize,
+    clean: &Clean,
     labels: &[u32],
     state: &DefenseState,
     device: &Device,
@@ -235,16 +271,15 @@ pub fn plan(
         ..
     } = *cfg;
     let (distance, margin) = triplets::triplet_params(loss_cfg);
-    let (tr, hd) = source_and_destination(
-        clean,
-        dim,
-        labels,
-        (source, destination),
-        (distance, margin),
-        state.prev_loss,
-        rng,
-    )?;
-    let dest = Tensor::<1>::from_data(TensorData::new(hd, [tr.len()]), device);
+    let miners = (source, destination);
+    let (tr, dest) = if device_miner::mines_on_device(device) {
+        source_and_destination_on_device(&clean.emb, labels, miners, (distance, margin), state.prev_loss, rng)
+    } else {
+        let (dim, prev) = (clean.dim(), state.prev_loss);
+        let (tr, hd) = source_and_destination(clean.host()?, dim, labels, miners, (distance, margin), prev, rng)?;
+        let dest = Tensor::<1>::from_data(TensorData::new(hd, [tr.len()]), device);
+        (tr, dest)
+    };
     let obj = Manipulate::new(TripletLayout { t: tr.len() }, distance, dest, objective);
     Ok((tr, Box::new(obj)))
 }

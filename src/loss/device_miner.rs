@@ -42,7 +42,19 @@ pub fn mines_on_device(device: &Device) -> bool {
 /// device; here they are uniform keys like the rest.)
 pub fn mine(mining: &Mining, distance: Distance, emb: &Tensor<2>, labels: &[u32], rng: &mut ChaCha8Rng) -> Triplets {
     let pairs = miner::anchor_pairs(labels, mining.anchors, rng);
-    let Some(c) = Candidates::new(distance, emb, labels, &pairs) else {
+    mine_pairs(mining, distance, emb, labels, &pairs, rng)
+}
+
+/// [`mine`] on given anchor pairs (HM mines its source and destination on the same ones).
+pub fn mine_pairs(
+    mining: &Mining,
+    distance: Distance,
+    emb: &Tensor<2>,
+    labels: &[u32],
+    pairs: &[(usize, usize)],
+    rng: &mut ChaCha8Rng,
+) -> Triplets {
+    let Some(c) = Candidates::new(distance, emb, labels, pairs) else {
         return Triplets::default();
     };
     let (positive, negative) = match mining.miner {

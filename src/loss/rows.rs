@@ -95,3 +95,24 @@ impl Rows {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_and_device_rows_index_alike() {
+        let dev = crate::default_device();
+        let h = Rows::Host(vec![2, 0]);
+        let d = Rows::device(crate::host::index_tensor(&[1, 3], &dev));
+        let r0 = crate::host::reads();
+        let both = Rows::concat(&[&h, &d.shifted(10)]);
+        assert!(matches!(both, Rows::Device(_)));
+        assert_eq!(crate::host::reads(), r0, "concatenating read the device");
+        assert_eq!(*both.host().unwrap(), [2, 0, 11, 13]);
+        assert_eq!(crate::host::reads(), r0 + 1);
+        let host_only = Rows::concat(&[&h, &h.shifted(1)]);
+        assert!(matches!(&host_only, Rows::Host(v) if v == &[2, 0, 3, 1]));
+        assert_eq!(Rows::concat(&[]).len(), 0);
+    }
+}

@@ -50,6 +50,28 @@ impl Trainer {
         })
     }
 
+    /// The step's loss, read back; a defense that reads the previous step's adversarial loss
+    /// (HM's LGA) gets it in the same read, so that its next step need not wait for it.
+    fn read_loss(&mut self, exp: &Experiment, loss: &burn::tensor::Tensor<1>) -> Result<f32> {
+        let reads_previous = exp.defense.as_ref().is_some_and(|d| d.unit().reads_previous_loss());
+        match self.pending_adv_loss.take() {
+            Some(adv) if reads_previous => {
+                let both = burn::tensor::Tensor::cat(vec![loss.clone().detach().without_autodiff(), adv], 0);
+                match crate::host::read1(&both)?.as_slice() {
+                    &[value, adv] => {
+                        self.defense_state.prev_loss = adv;
+                        Ok(value)
+                    }
+                    v => anyhow::bail!("expected two values from the device, got {}", v.len()),
+                }
+            }
+            pending => {
+                self.pending_adv_loss = pending;
+                crate::host::scalar(loss)
+            }
+        }
+    }
+
     /// Reads the last step's adversarial loss into `defense_state.prev_loss` (LGA's ℓ̄_{t−1}).
     pub fn settle_defense_state(&mut self) -> Result<()> {
         if let Some(l) = self.pending_adv_loss.take() {
@@ -123,7 +145,7 @@ impl Trainer {
             loss: loss_t,
             triplets: None,
         };
-        let value = crate::host::scalar(&out.loss)? as f64;
+        let value = f64::from(self.read_loss(exp, &out.loss)?);
         ensure!(
             value.is_finite(),
             "the loss became {value} (diverged); lower train.optimizer.lr"
