@@ -8,8 +8,8 @@
 //! are known, and each anchor takes the candidate of largest key (uniform among its candidates),
 //! or of largest `log w + Gumbel(key)` for distance-weighted sampling (exactly `∝ w`). The
 //! hardest negative has no draw and is the host's. A seed gives the same triplets on every
-//! device that mines on the device; the CPU keeps the host miners, so its runs stay
-//! bit-identical to robrank-style draws.
+//! device that mines on the device; the CPU keeps the host miners and robrank's draws, so its
+//! runs stay bit-identical to earlier versions.
 
 use super::distance::Distance;
 use super::miner::{self, Miner, Mining, Rows, Triplets};
