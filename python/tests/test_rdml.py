@@ -170,7 +170,12 @@ def test_the_readme_session_prints_what_the_readme_shows(tmp_path):
 
 def test_ctrl_c_stops_a_long_call_between_batches(tmp_path):
     code = "import rdml; rdml.train('quickstart', 'r', epochs=4)"
-    p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    # A shell's background job (`cmd &`) inherits SIGINT ignored, and Python then installs no
+    # handler: the child gets the default disposition back so that Ctrl-C reaches it.
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=tmp_path, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     for line in p.stderr:
         if line.startswith("[epoch 1/4]"):
             break
