@@ -223,13 +223,7 @@ pub fn source_and_destination_on_device(
             nonzero_loss_cutoff: None,
         };
         if miner == Miner::Random {
-            let opt = MineOptions {
-                margin,
-                dim: clean.dims()[1],
-                cutoff: 0.0,
-                nonzero_loss_cutoff: None,
-            };
-            miner::mine(miner, &[], labels, &pairs, &opt, rng)
+            miner::mine(miner, &[], labels, &pairs, &mining.options(clean.dims()[1]), rng)
         } else {
             device_miner::mine_pairs(&mining, distance, clean, labels, &pairs, rng)
         }

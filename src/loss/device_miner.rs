@@ -192,17 +192,8 @@ impl Candidates {
 fn anchor_distances(distance: Distance, emb: &Tensor<2>, anchor: &[usize], device: &Device) -> Tensor<2> {
     let e = emb.clone().detach().without_autodiff();
     let a = crate::host::gather(&e, &crate::host::index_tensor(anchor, device));
-    let d = match distance {
-        Distance::Cosine => a.matmul(e.transpose()).neg().add_scalar(1.0),
-        _ => {
-            let a_sq = a.clone().powi_scalar(2).sum_dim(1);
-            let e_sq = e.clone().powi_scalar(2).sum_dim(1).transpose();
-            (a_sq + e_sq - a.matmul(e.transpose()).mul_scalar(2.0))
-                .clamp_min(0.0)
-                .add_scalar(1e-12)
-                .sqrt()
-        }
-    };
+    let e_sq = e.clone().powi_scalar(2).sum_dim(1).transpose();
+    let d = distance.cross(a, &e, &e_sq);
     match distance {
         Distance::Cosine => d,
         _ => d.clone().mask_fill(d.lower_elem(1e-5), 0.0),

@@ -80,6 +80,18 @@ pub struct Mining {
     pub nonzero_loss_cutoff: Option<f32>,
 }
 
+impl Mining {
+    /// The miners' options for embeddings of width `dim`.
+    pub fn options(&self, dim: usize) -> MineOptions {
+        MineOptions {
+            margin: self.margin,
+            dim,
+            cutoff: self.cutoff,
+            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
+        }
+    }
+}
+
 impl Default for Mining {
     /// Random negatives on SPC-2 pairs: what the losses without a miner of their own get.
     fn default() -> Self {

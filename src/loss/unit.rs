@@ -1,7 +1,7 @@
 //! The interface every loss implements, and the batch it sees.
 
 use super::distance::Distance;
-use super::miner::{self, MineOptions, Miner, Mining, Triplets};
+use super::miner::{self, Miner, Mining, Triplets};
 use anyhow::{Result, ensure};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -104,13 +104,14 @@ pub fn mine(
         distance.host_matrix(host, n, dim)?
     };
     let pairs = miner::anchor_pairs(labels, mining.anchors, rng);
-    let opt = MineOptions {
-        margin: mining.margin,
-        dim,
-        cutoff: mining.cutoff,
-        nonzero_loss_cutoff: mining.nonzero_loss_cutoff,
-    };
-    Ok(miner::mine(mining.miner, &dist, labels, &pairs, &opt, rng))
+    Ok(miner::mine(
+        mining.miner,
+        &dist,
+        labels,
+        &pairs,
+        &mining.options(dim),
+        rng,
+    ))
 }
 
 /// Trainable parameters that belong to the loss (the margin loss's β).

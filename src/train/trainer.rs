@@ -107,10 +107,8 @@ impl Trainer {
     ) -> Result<(Self, f64, DeviceDiagnostics)> {
         let (loss_t, diag) = match &exp.defense {
             Some(d) => {
-                // Only HM's linear gradual adversary reads the last step's adversarial loss.
-                if d.unit().reads_previous_loss() {
-                    self.settle_defense_state()?;
-                }
+                // HM's linear gradual adversary has the last step's adversarial loss in
+                // `defense_state` already: `read_loss` read it with that step's loss.
                 let ux = self
                     .ux_bank
                     .as_ref()
