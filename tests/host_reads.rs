@@ -33,7 +33,9 @@ fn setup(sets: &[&str]) -> (Experiment, Trainer, Tensor<4>, Tensor<4>, rdml::dat
     let exp = Experiment::load("quickstart", &sets).unwrap();
     let splits = exp.data.load(0).unwrap();
     let dev = Device::default().autodiff();
-    let trainer = Trainer::new(&exp, [1, 28, 28], &dev).unwrap();
+    let mut trainer = Trainer::new(&exp, [1, 28, 28], &dev).unwrap();
+    // MDProp's UX targets (a no-op for every other setting).
+    trainer.refresh_ux_bank(&exp, &splits.train, &dev).unwrap();
     // Two items of each of the first 8 classes.
     let mut items = vec![];
     for c in 0..8u32 {
@@ -153,6 +155,47 @@ fn a_step_mining_on_the_device_reads_its_loss_alone() {
     // The CPU by default still mines on the host copy.
     let (_, reads, _) = step(&["loss.miner=\"semihard\""]);
     assert_eq!(reads, 3);
+}
+
+/// CA-TRIDE mines its triplets (by the scheduled semihard margin, or the loss's own miner) and
+/// takes its clean anchors where the embeddings are: on a GPU its CAP and ANP steps read their
+/// loss alone. MDProp's STAX / MTAX targets are clean rows gathered on the device and UX targets
+/// come from the host-side bank, so it reads its loss alone on every device.
+#[test]
+fn ca_tride_and_mdprop_steps_read_their_loss_alone() {
+    set_stop_check_every(Some(GPU_STOP_CHECK));
+    set_mine_on_device(Some(true));
+    let tride = "kind=\"ca-tride\",eps=0.3,step=0.0118,steps=2,progressive=false";
+    for extra in [
+        "mode=\"cap-only\"",
+        "mode=\"anp-only\"",
+        "mode=\"anp-only\",code_anp=true,margin_schedule=\"reference\"",
+        "mode=\"cap-only\",margin_schedule=\"off\"",
+    ] {
+        let d = format!("defense={{{tride},{extra}}}");
+        let (loss, reads, _) = step(&["loss.miner=\"softhard\"", &d]);
+        assert_eq!(reads, 1, "{d}");
+        assert!(loss.is_finite(), "{d}: {loss}");
+    }
+    set_mine_on_device(None);
+    // On the CPU's host miners, the scheduled semihard margin reads the clean embeddings and
+    // their distances, as a plain semihard step does.
+    let d = format!("defense={{{tride},mode=\"cap-only\"}}");
+    let (_, reads, _) = step(&[&d]);
+    assert_eq!(reads, 3, "{d}");
+    let mdprop = "kind=\"mdprop\",eps=0.3,step=0.0118,steps=2";
+    for dists in [
+        "[{kind=\"stax\"},{kind=\"mtax\",targets=3}]",
+        "[{kind=\"ux\",targets=2}],separate_bn=false",
+    ] {
+        let d = format!("defense={{{mdprop},distributions={dists}}}");
+        let (loss, reads, _) = step(&[&d]);
+        assert_eq!(reads, 1, "{d}");
+        assert!(loss.is_finite() && loss > 0.0, "{d}: {loss}");
+    }
+    let (_, reads, _) = step(&["defense={kind=\"advprop\",eps=0.3,step=0.0118,steps=2}"]);
+    assert_eq!(reads, 1, "advprop");
+    set_stop_check_every(None);
 }
 
 /// ACT's 2 or 8 PGD steps read the same: nothing per step, its loss once.

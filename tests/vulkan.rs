@@ -1,6 +1,6 @@
 //! A GPU device gives the Flex results: forward and backward passes of C2F2 and a ResNet, a
-//! PGD step, an ACT defense step, an Adam step, and a model trained on one device evaluated on
-//! the other. Built with `--features vulkan` or `--features cuda`; the device is `RDML_GPU`
+//! PGD step, ACT, CA-TRIDE and MDProp defense steps, an Adam step, and a model trained on one
+//! device evaluated on the other. Built with `--features vulkan` or `--features cuda`; the device is `RDML_GPU`
 //! (`vulkan`, the default, `cuda`, `cuda:N`, …). CI runs them on Mesa's lavapipe, one test at a
 //! time: two threads driving one wgpu device at once sometimes gave a ResNet forward pass wrong
 //! results (not seen with one thread, which is how the rdml binary drives its device).
@@ -195,27 +195,41 @@ fn a_pgd_step_agrees() {
     }
 }
 
+/// A defended training step gives the CPU's loss and weights: ACT; CA-TRIDE's anchor
+/// perturbation on semihard triplets mined on the device (the CPU told to mine as a GPU does);
+/// MDProp's STAX and MTAX, whose targets are clean rows gathered on the device.
 #[test]
-fn an_act_defense_step_agrees() {
-    let mut out = vec![];
-    for device in [cpu().autodiff(), gpu().autodiff()] {
-        let (mut exp, _, labels) = fashion_batch(&device);
-        // Random images, as in the PGD test (pooling ties), in the SPC-2 layout of 8 pairs.
-        let x = images([16, 1, 28, 28], 12, &device);
-        exp.defense = Some(toml::from_str("kind = \"act\"\neps = 0.1\nstep = 0.02\nsteps = 2\n").unwrap());
-        let trainer = Trainer::new(&exp, [1, 28, 28], &device).unwrap();
-        let rng = &mut ChaCha8Rng::seed_from_u64(0);
-        let items: Vec<usize> = (0..labels.len()).collect();
-        let (trainer, loss, _) = trainer.step(&exp, x, &labels, &items, rng).unwrap();
-        out.push((loss as f32, params(&trainer.net)));
-    }
-    let (l_cpu, l_gpu) = (out[0].0, out[1].0);
-    assert!(
-        (l_gpu - l_cpu).abs() <= TOL * l_cpu.abs().max(1e-3),
-        "ACT loss {l_gpu} vs {l_cpu}"
-    );
-    for (i, (g, c)) in out[1].1.iter().zip(&out[0].1).enumerate() {
-        assert_close(&format!("parameter {i} after the ACT step"), g, c);
+fn the_defense_steps_agree() {
+    use rdml::loss::device_miner::set_mine_on_device;
+    let defenses = [
+        "kind = \"act\"\neps = 0.1\nstep = 0.02\nsteps = 2\n",
+        "kind = \"ca-tride\"\neps = 0.1\nstep = 0.02\nsteps = 2\nmode = \"anp-only\"\nprogressive = false\n",
+        "kind = \"mdprop\"\neps = 0.1\nstep = 0.02\nsteps = 2\ndistributions = [{ kind = \"stax\" }, { kind = \"mtax\", targets = 3 }]\n",
+    ];
+    for defense in defenses {
+        let mut out = vec![];
+        for (device, on) in [(cpu().autodiff(), Some(true)), (gpu().autodiff(), None)] {
+            set_mine_on_device(on);
+            let (mut exp, _, labels) = fashion_batch(&device);
+            // Random images, as in the PGD test (pooling ties), in the SPC-2 layout of 8 pairs.
+            let x = images([16, 1, 28, 28], 12, &device);
+            exp.defense = Some(toml::from_str(defense).unwrap());
+            let trainer = Trainer::new(&exp, [1, 28, 28], &device).unwrap();
+            let rng = &mut ChaCha8Rng::seed_from_u64(0);
+            let items: Vec<usize> = (0..labels.len()).collect();
+            let (trainer, loss, _) = trainer.step(&exp, x, &labels, &items, rng).unwrap();
+            out.push((loss as f32, params(&trainer.net)));
+        }
+        set_mine_on_device(None);
+        let (l_cpu, l_gpu) = (out[0].0, out[1].0);
+        let name = defense.lines().next().unwrap_or_default();
+        assert!(
+            (l_gpu - l_cpu).abs() <= TOL * l_cpu.abs().max(1e-3),
+            "{name}: loss {l_gpu} vs {l_cpu}"
+        );
+        for (i, (g, c)) in out[1].1.iter().zip(&out[0].1).enumerate() {
+            assert_close(&format!("{name}: parameter {i} after the step"), g, c);
+        }
     }
 }
 

@@ -7,9 +7,9 @@
 use super::triplets::{self, TripletLayout, TripletPlan, perturb_triplets};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 use crate::attack::engine::{Objective, Pgd, StopRule};
+use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Miner, Mining};
-use crate::loss::{self, LossConfig};
 use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -102,16 +102,7 @@ impl Defense for CaTrideConfig {
 
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
         let clean = Clean::of(step.net, &step.x);
-        let device = step.x.device().without_autodiff();
-        let plan = plan(
-            self,
-            step.loss,
-            (clean.host()?, clean.dim()),
-            step.labels,
-            step.state,
-            &device,
-            step.rng,
-        )?;
+        let plan = plan(self, step.loss, &clean, step.labels, step.state, step.rng)?;
         perturb_triplets(step, clean, plan, &self.pgd(step.state))
     }
 
@@ -338,10 +329,9 @@ pub fn top_rank_triplet(
 fn plan(
     c: &CaTrideConfig,
     loss_cfg: &LossConfig,
-    (clean, dim): (&[f32], usize),
+    clean: &Clean,
     labels: &[u32],
     state: &DefenseState,
-    device: &burn::tensor::Device,
     rng: &mut ChaCha8Rng,
 ) -> Result<TripletPlan> {
     let (distance, base_margin) = triplets::triplet_params(loss_cfg);
@@ -352,9 +342,9 @@ fn plan(
                 margin,
                 ..Mining::default()
             };
-            loss::mine(&semihard, distance, clean, dim, labels, rng)?
+            clean.mine_with(&semihard, distance, labels, rng)?
         }
-        None => loss::mine_triplets(loss_cfg, clean, dim, labels, rng)?,
+        None => clean.mine(loss_cfg, labels, rng)?,
     };
     let layout = TripletLayout { t: tr.len() };
     let cap = is_cap(c.mode, state);
@@ -370,7 +360,7 @@ fn plan(
         adversary: c.adversary,
         lambda: if c.code_weighting { -c.lambda } else { c.lambda },
         code_anp: c.code_anp,
-        clean_anchor: crate::host::rows(clean, &tr.anchor, dim, device),
+        clean_anchor: clean.rows(&tr.anchor),
         top_rank: c.tpr,
         collapse_aware: c.collapse_aware,
     };

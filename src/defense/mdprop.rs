@@ -118,7 +118,6 @@ impl Propagation {
         rng: &mut ChaCha8Rng,
     ) -> Result<Vec<Tensor<4>>> {
         let x = x.clone().without_autodiff();
-        let (host, dim) = (clean.host()?, clean.dim());
         let mut out = vec![];
         for (k, g) in self.distributions.iter().enumerate() {
             let objective: Box<dyn Objective> = match g.targets() {
@@ -131,7 +130,7 @@ impl Propagation {
                 (t, false) => Box::new(TowardTargets {
                     targets: pick_targets(labels, t.unwrap_or(1), false, rng)
                         .iter()
-                        .map(|idx| crate::host::rows(host, idx, dim, &x.device()))
+                        .map(|idx| clean.rows(idx))
                         .collect(),
                 }),
             };

@@ -5,7 +5,8 @@
 use super::diagnostics::DeviceDiagnostics;
 use super::generated::{Generated, UxTargets};
 use crate::attack::engine::{Norm, Pgd};
-use crate::loss::miner::{Miner, Triplets};
+use crate::loss::distance::Distance;
+use crate::loss::miner::{Miner, Mining, Triplets};
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
@@ -140,7 +141,7 @@ pub struct Perturbed {
 
 /// The batch's clean evaluation-mode embeddings (robrank mines on the model's current
 /// embeddings before perturbing): on the device, read back only by what needs them on the host
-/// (a distance-based miner on the CPU, HM's hardness, CA-TRIDE's plan), once.
+/// (a distance-based miner on the CPU's host miners, HM's hardness there), once.
 pub struct Clean {
     pub emb: Tensor<2>,
     host: std::cell::OnceCell<Vec<f32>>,
@@ -171,14 +172,34 @@ impl Clean {
     /// The loss's triplets: a random-negative miner needs no embeddings, the others are mined on
     /// a GPU where the embeddings are and on the CPU from the host copy.
     pub fn mine(&self, loss_cfg: &LossConfig, labels: &[u32], rng: &mut ChaCha8Rng) -> Result<Triplets> {
-        let rows = if loss_cfg.tuple_miner() == Miner::Random {
+        self.mine_with(&loss_cfg.mining(), loss_cfg.distance(), labels, rng)
+    }
+
+    /// Triplets under `mining` (CA-TRIDE's scheduled semihard margin), chosen where
+    /// [`Clean::mine`] chooses them.
+    pub fn mine_with(
+        &self,
+        mining: &Mining,
+        distance: Distance,
+        labels: &[u32],
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Triplets> {
+        let rows = if mining.miner == Miner::Random {
             &[][..]
         } else if loss::device_miner::mines_on_device(&self.emb.device()) {
-            let (mining, distance) = (loss_cfg.mining(), loss_cfg.distance());
-            return Ok(loss::device_miner::mine(&mining, distance, &self.emb, labels, rng));
+            return Ok(loss::device_miner::mine(mining, distance, &self.emb, labels, rng));
         } else {
             self.host()?
         };
-        loss::mine_triplets(loss_cfg, rows, self.dim(), labels, rng)
+        loss::mine(mining, distance, rows, self.dim(), labels, rng)
+    }
+
+    /// The clean embeddings of batch rows `idx`, gathered where they are (no read).
+    pub fn rows(&self, idx: &[usize]) -> Tensor<2> {
+        let device = self.emb.device();
+        if idx.is_empty() {
+            return Tensor::zeros([0, self.dim()], &device);
+        }
+        crate::host::gather(&self.emb, &crate::host::index_tensor(idx, &device))
     }
 }
