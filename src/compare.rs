@@ -5,7 +5,6 @@
 //! per seed (`DIR/<name>-seed<S>`) and the table gives each column's mean ± sample std over the
 //! seeds, as the DML literature reports (Roth et al.).
 
-use crate::atomic::write_atomic;
 use crate::attack::engine::Pgd;
 use crate::attack::score::MeanStd;
 use crate::attack::suite::{Setup, robustness};
@@ -97,28 +96,6 @@ impl SeedSummary {
             unhealthy: unhealthy(rows).into_iter().map(str::to_string).collect(),
         }
     }
-
-    /// `name (seed, seed, …)`, the label of its table row.
-    pub fn label(&self) -> String {
-        let seeds = self.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
-        format!("{} ({seeds})", self.name)
-    }
-
-    /// The table's cells after the name (as [`Row::cells`], each as mean ± std).
-    pub fn cells(&self) -> [String; 9] {
-        let ms = |m: &MeanStd, digits: usize| format!("{:.digits$} ± {:.digits$}", m.mean, m.std);
-        [
-            self.defense.clone(),
-            self.loss.clone(),
-            ms(&self.recall_at_1, 4),
-            ms(&self.map_at_r, 4),
-            self.nmi.as_ref().map_or("-".into(), |m| ms(m, 4)),
-            ms(&self.ers, 1),
-            ms(&self.ars, 1),
-            ms(&self.train_seconds, 0),
-            self.epochs.to_string(),
-        ]
-    }
 }
 
 /// The experiments `compare` trains: each config once, or once per seed, renamed
@@ -160,15 +137,25 @@ fn finished(dir: &Path) -> Option<RunReport> {
 pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
     anyhow::ensure!(opts.seeds >= 1, "--seeds must be ≥ 1");
     let method = crate::attack::registry::method(&opts.method)?;
-    let expanded = expand_seeds(configs, opts.seeds);
-    let exps = &expanded;
+    let exps = expand_seeds(configs, opts.seeds);
+    check_names(&exps)?;
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
+    let mut rows = vec![];
+    for exp in &exps {
+        let dir = opts.out.join(&exp.name);
+        let report = trained(exp, &dir, opts, device)?;
+        rows.push(scored(exp, dir, &report, method.as_ref(), opts, device)?);
+        write_tables(&rows, configs, opts)?;
+    }
+    Ok(rows)
+}
+
+/// Every name is a plain folder name (it names the run folder under `--out`), and no two agree.
+fn check_names(exps: &[Experiment]) -> Result<()> {
     let mut names = std::collections::HashSet::new();
     for exp in exps {
-        let single = std::path::Path::new(&exp.name).components().count() == 1
-            && matches!(
-                std::path::Path::new(&exp.name).components().next(),
-                Some(std::path::Component::Normal(_))
-            );
+        let mut parts = Path::new(&exp.name).components();
+        let single = matches!(parts.next(), Some(std::path::Component::Normal(_))) && parts.next().is_none();
         anyhow::ensure!(
             single && !exp.name.contains(['/', '\\']),
             "name = '{}': the config's name names its run folder under --out; expected a plain \
@@ -181,200 +168,92 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
             exp.name
         );
     }
-    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
-    let mut rows = vec![];
-    for exp in exps {
-        let dir = opts.out.join(&exp.name);
-        let wanted = exp.to_toml()?;
-        let reuse = match finished(&dir) {
-            Some(r) if !opts.overwrite => {
-                let saved = std::fs::read_to_string(dir.join(crate::run_dir::CONFIG)).unwrap_or_default();
-                let diff = config_diff(&saved, &wanted);
-                anyhow::ensure!(
-                    diff.is_empty(),
-                    "{} holds a finished run of '{}' with a different configuration (differs at {}): compare reuses a run only when its config equals the requested one; pass --overwrite to train it again, or choose another --out",
-                    dir.display(),
-                    exp.name,
-                    diff.join(", ")
-                );
-                Some(r)
-            }
-            _ => None,
-        };
-        let report = match reuse {
-            Some(r) => r,
-            None => {
-                let resumable = matches!(inspect(&dir)?, Found::Resumable { .. });
-                train(
-                    exp,
-                    &TrainOptions {
-                        out: dir.clone(),
-                        resume: resumable && !opts.overwrite,
-                        overwrite: opts.overwrite,
-                        progress: opts.progress,
-                    },
-                    device,
-                )?
-            }
-        };
-        let m = report
-            .final_metrics
-            .clone()
-            .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
-        let target = crate::target::Target::open(&dir, None, 0, device)?;
-        let digest = &target.digest;
-        let ctx = target.context(device, false)?;
-        let setup = Setup {
-            method: method.as_ref(),
-            progress: opts.progress,
-            ..Setup::white_box(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed)
-        };
-        let r = robustness(&setup)?;
-        // The run's own copy, as `rdml robustness` writes it: its report shows the terms.
-        let record = crate::attack::record::RobustnessRecord {
-            model: dir.clone(),
-            model_digest: Some(digest.clone()),
-            profile: None,
-            method: Some(opts.method.clone()),
-            surrogate: None,
-            pgd: Some(opts.pgd),
-            queries: Some(opts.queries),
-            seed: Some(opts.seed),
-            robrank_compat: false,
-            table: r.clone(),
-            repeats: None,
-        };
-        crate::run_dir::check_unchanged(&dir, digest, crate::attack::record::FILE)?;
-        crate::atomic::write_json(&dir.join(crate::attack::record::FILE), &record)?;
-        rows.push(Row {
-            name: exp.name.clone(),
-            defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),
-            loss: exp.loss.name().to_string(),
-            recall_at_1: m.recall_at(1).unwrap_or(0.0),
-            map_at_r: m.retrieval.map_at_r,
-            nmi: m.nmi,
-            ers: r.ers,
-            ars: r.ars,
-            train_seconds: report.train_seconds,
-            epochs: report.epochs.len(),
-            verdict: m.health.map(|h| h.verdict),
-            run: dir,
-        });
-        write_tables(&rows, configs, opts)?;
+    Ok(())
+}
+
+/// The experiment's finished run in `dir` when its config is the requested one (an error when it
+/// differs, unless `--overwrite`); otherwise trained there, resuming an interrupted run.
+fn trained(exp: &Experiment, dir: &Path, opts: &CompareOptions, device: &Device) -> Result<RunReport> {
+    let wanted = exp.to_toml()?;
+    if let Some(r) = finished(dir).filter(|_| !opts.overwrite) {
+        let saved = std::fs::read_to_string(dir.join(crate::run_dir::CONFIG)).unwrap_or_default();
+        let diff = config_diff(&saved, &wanted);
+        anyhow::ensure!(
+            diff.is_empty(),
+            "{} holds a finished run of '{}' with a different configuration (differs at {}): compare reuses a run only when its config equals the requested one; pass --overwrite to train it again, or choose another --out",
+            dir.display(),
+            exp.name,
+            diff.join(", ")
+        );
+        return Ok(r);
     }
-    Ok(rows)
+    let resumable = matches!(inspect(dir)?, Found::Resumable { .. });
+    let options = TrainOptions {
+        out: dir.to_path_buf(),
+        resume: resumable && !opts.overwrite,
+        overwrite: opts.overwrite,
+        progress: opts.progress,
+    };
+    train(exp, &options, device)
 }
 
-impl Row {
-    /// The table's cells after the name, formatted (Markdown and the HTML report share them).
-    pub fn cells(&self) -> [String; 9] {
-        [
-            self.defense.clone(),
-            self.loss.clone(),
-            format!("{:.4}", self.recall_at_1),
-            format!("{:.4}", self.map_at_r),
-            self.nmi.map_or("-".into(), |v| format!("{v:.4}")),
-            format!("{:.1}", self.ers),
-            format!("{:.1}", self.ars),
-            format!("{:.0}", self.train_seconds),
-            self.epochs.to_string(),
-        ]
-    }
+/// The run's row: its final test metrics and the robustness suite run on it, whose record is
+/// also written into the run, as `rdml robustness` writes it (its report shows the terms).
+fn scored(
+    exp: &Experiment,
+    dir: PathBuf,
+    report: &RunReport,
+    method: &dyn crate::attack::method::Method,
+    opts: &CompareOptions,
+    device: &Device,
+) -> Result<Row> {
+    let m = report
+        .final_metrics
+        .clone()
+        .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
+    let target = crate::target::Target::open(&dir, None, 0, device)?;
+    let digest = &target.digest;
+    let ctx = target.context(device, false)?;
+    let setup = Setup {
+        method,
+        progress: opts.progress,
+        ..Setup::white_box(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed)
+    };
+    let r = robustness(&setup)?;
+    let record = crate::attack::record::RobustnessRecord {
+        model: dir.clone(),
+        model_digest: Some(digest.clone()),
+        profile: None,
+        method: Some(opts.method.clone()),
+        surrogate: None,
+        pgd: Some(opts.pgd),
+        queries: Some(opts.queries),
+        seed: Some(opts.seed),
+        robrank_compat: false,
+        table: r.clone(),
+        repeats: None,
+    };
+    crate::run_dir::check_unchanged(&dir, digest, crate::attack::record::FILE)?;
+    crate::atomic::write_json(&dir.join(crate::attack::record::FILE), &record)?;
+    Ok(Row {
+        name: exp.name.clone(),
+        defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),
+        loss: exp.loss.name().to_string(),
+        recall_at_1: m.recall_at(1).unwrap_or(0.0),
+        map_at_r: m.retrieval.map_at_r,
+        nmi: m.nmi,
+        ers: r.ers,
+        ars: r.ars,
+        train_seconds: report.train_seconds,
+        epochs: report.epochs.len(),
+        verdict: m.health.map(|h| h.verdict),
+        run: dir,
+    })
 }
 
-/// The table's column names after `experiment`.
-pub const COLUMNS: [&str; 9] = [
-    "defense", "loss", "R@1", "MAP@R", "NMI", "ERS", "ARS", "train s", "epochs",
-];
-
-/// The names of the experiments whose model collapsed or ranks at chance.
-pub fn unhealthy(rows: &[Row]) -> Vec<&str> {
-    rows.iter()
-        .filter(|r| r.verdict.is_some_and(|v| !v.is_healthy()))
-        .map(|r| r.name.as_str())
-        .collect()
-}
-
-/// A Markdown table: `first` heads the label column, then [`COLUMNS`]; one `(label, cells)` per row.
-fn markdown_table(first: &str, rows: impl Iterator<Item = (String, [String; 9])>) -> String {
-    let mut s = format!(
-        "| {first} | {} |\n|---|{}\n",
-        COLUMNS.join(" | "),
-        "---|".repeat(COLUMNS.len())
-    );
-    for (label, cells) in rows {
-        s.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
-    }
-    s
-}
-
-/// The Markdown table of the rows.
-pub fn markdown(rows: &[Row]) -> String {
-    markdown_table(
-        "experiment",
-        rows.iter().map(|r| {
-            let flag = match r.verdict {
-                Some(Verdict::Collapsed) => " (COLLAPSED)",
-                Some(Verdict::AtChance) => " (AT CHANCE)",
-                _ => "",
-            };
-            (format!("{}{flag}", r.name), r.cells())
-        }),
-    )
-}
-
-/// The Markdown table of each experiment's mean ± std over its seeds.
-pub fn markdown_summary(summaries: &[SeedSummary]) -> String {
-    markdown_table(
-        "experiment (seeds)",
-        summaries.iter().map(|m| {
-            let flag = if m.unhealthy.is_empty() {
-                String::new()
-            } else {
-                format!(" ({} unhealthy)", m.unhealthy.len())
-            };
-            (format!("{}{flag}", m.label()), m.cells())
-        }),
-    )
-}
-
-/// The summaries of the experiments whose seeds have all run (`None` with one seed).
-fn summaries_so_far(rows: &[Row], configs: &[Experiment], seeds: usize) -> Option<Vec<SeedSummary>> {
-    let done = rows.len() / seeds.max(1);
-    (seeds > 1).then(|| summaries(&configs[..done.min(configs.len())], rows, seeds))
-}
-
-/// `compare.md`: the per-run table, preceded by the mean ± std table when there are seeds.
-pub fn tables(rows: &[Row], configs: &[Experiment], seeds: usize) -> String {
-    render(rows, summaries_so_far(rows, configs, seeds).as_deref(), seeds)
-}
-
-fn render(rows: &[Row], sums: Option<&[SeedSummary]>, seeds: usize) -> String {
-    match sums {
-        Some(sums) => format!(
-            "Mean ± sample std over {seeds} training seeds:\n\n{}\nEach run:\n\n{}",
-            markdown_summary(sums),
-            markdown(rows)
-        ),
-        None => markdown(rows),
-    }
-}
-
-fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareOptions) -> Result<()> {
-    let sums = summaries_so_far(rows, configs, opts.seeds);
-    let json = serde_json::json!({
-        "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed,
-        "seeds": opts.seeds, "summary": sums, "rows": rows
-    });
-    write_atomic(
-        &opts.out.join("compare.json"),
-        serde_json::to_string_pretty(&json)?.as_bytes(),
-    )?;
-    write_atomic(
-        &opts.out.join("compare.md"),
-        render(rows, sums.as_deref(), opts.seeds).as_bytes(),
-    )
-}
+mod table;
+use table::write_tables;
+pub use table::{COLUMNS, markdown, markdown_summary, tables, unhealthy};
 
 #[cfg(test)]
 mod tests {
