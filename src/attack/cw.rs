@@ -117,18 +117,7 @@ pub fn cw_linf(
     let target = Target { model: &model, bn_set };
     let device: Device = x.device().without_autodiff();
     let [b, ch, h, w] = x0.dims();
-    if let Some(a) = active {
-        ensure!(a.len() == b, "C&W: {} active flags for {b} rows", a.len());
-    }
-    let mut rows: Vec<Row> = (0..b)
-        .map(|i| Row {
-            active: active.is_none_or(|a| a[i]),
-            tau: cfg.eps,
-            c: cfg.initial_const,
-            t: 0,
-            used: 0,
-        })
-        .collect();
+    let mut rows = initial_rows(active, b, cfg)?;
     let atanh = |img: Tensor<4>| {
         let y = img.mul_scalar(2.0).sub_scalar(1.0).mul_scalar(0.999_999);
         // atanh(y) = ½ ln((1 + y)/(1 − y))
@@ -202,6 +191,22 @@ pub fn cw_linf(
         }
     }
     Ok(best)
+}
+
+/// Every row's state before its first round: τ at the budget, the initial constant.
+fn initial_rows(active: Option<&[bool]>, b: usize, cfg: &CwLinf) -> Result<Vec<Row>> {
+    if let Some(a) = active {
+        ensure!(a.len() == b, "C&W: {} active flags for {b} rows", a.len());
+    }
+    Ok((0..b)
+        .map(|i| Row {
+            active: active.is_none_or(|a| a[i]),
+            tau: cfg.eps,
+            c: cfg.initial_const,
+            t: 0,
+            used: 0,
+        })
+        .collect())
 }
 
 /// Judges the rows at a check point from their projected images' margins and L∞ sizes: a row
