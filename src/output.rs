@@ -96,7 +96,7 @@ pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
     }
 }
 
-/// [`write`] of pretty JSON.
+/// [`write()`] of pretty JSON.
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T, overwrite: bool) -> Result<()> {
     let mut s = serde_json::to_string_pretty(value)?;
     s.push('\n');

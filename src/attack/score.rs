@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 /// averaged over the items attacked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttackResult {
-    /// The attack's spec ([`registry::attack`] reads it back).
+    /// The attack's spec ([`super::registry::attack`] reads it back).
     pub attack: String,
-    /// How the images were moved ([`registry::method`]).
+    /// How the images were moved ([`super::registry::method`]).
     #[serde(default = "white_box")]
     pub method: String,
     #[serde(with = "super::column::flat_scores")]

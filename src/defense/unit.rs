@@ -53,7 +53,7 @@ pub trait Defense {
     fn perturb(&self, step: &mut Step) -> Result<Perturbed>;
 
     /// The inner maximisation, then the outer loss on the training-mode forward of the
-    /// perturbed batch (for the triplet defenses, [`super::triplets::adversarial_outcome`]).
+    /// perturbed batch (for the triplet defenses, `triplets::adversarial_outcome`).
     fn loss(&self, step: &mut Step) -> Result<DefendedLoss>;
 }
 

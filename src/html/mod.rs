@@ -71,7 +71,7 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Computes what a run's report shows and the folder lacks (its retrieval grid, on `device`,
-/// when `opts.grid_queries > 0`), then writes `dir/report.html` as [`write`] does.
+/// when `opts.grid_queries > 0`), then writes `dir/report.html` as [`write()`] does.
 pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<PathBuf> {
     ensure!(dir.is_dir(), "{}: no such folder", dir.display());
     if dir.join("compare.json").is_file() {

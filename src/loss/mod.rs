@@ -21,7 +21,7 @@ use anyhow::{Result, ensure};
 use burn::module::Param;
 use burn::tensor::{Device, Tensor};
 use distance::Distance;
-use miner::{Miner, Mining, Triplets};
+use miner::{Miner, Mining};
 use rand_chacha::ChaCha8Rng;
 pub use unit::{Batch, Loss, LossOutput, LossParams, mine};
 
@@ -54,12 +54,13 @@ impl LossConfig {
         self.unit().distance()
     }
 
-    /// The mining settings [`mine_triplets`] uses for this loss.
+    /// The mining settings the loss's triplets are mined with ([`mine`]; the defenses mine them
+    /// on the clean embeddings).
     pub fn mining(&self) -> Mining {
         self.unit().mining().unwrap_or_default()
     }
 
-    /// The miner [`mine_triplets`] uses for this loss (random negatives for the losses that
+    /// The miner of [`LossConfig::mining`] (random negatives for the losses that
     /// mine none of their own).
     pub fn tuple_miner(&self) -> Miner {
         self.mining().miner
@@ -74,17 +75,6 @@ impl LossConfig {
         );
         self.unit().validate()
     }
-}
-
-/// Mines triplets on detached embeddings with the loss's miner.
-pub fn mine_triplets(
-    cfg: &LossConfig,
-    host: &[f32],
-    dim: usize,
-    labels: &[u32],
-    rng: &mut ChaCha8Rng,
-) -> Result<Triplets> {
-    mine(&cfg.mining(), cfg.distance(), host, dim, labels, rng)
 }
 
 /// Evaluates the configured loss on a batch of embeddings `[n, d]` with labels.

@@ -2,7 +2,7 @@
 //! Lightning `.ckpt`) or by safetensors, without running any of its pickle code: the pickle is
 //! parsed by `pytorch-reader`, which interprets only the calls that rebuild tensors, and every
 //! other callable the pickle names is refused here unless it is one of the plain data types
-//! PyTorch and Lightning write (see [`DATA_TYPES`]).
+//! PyTorch and Lightning write (see `DATA_TYPES`).
 
 use anyhow::{Context, Result, bail, ensure};
 use pytorch_reader::{DType, PickleValue, PytorchReader};

@@ -158,7 +158,7 @@ pub struct ResNet<K: Module + Block> {
 }
 
 impl<K: Block> ResNet<K> {
-    /// `depths` = blocks per stage: [2,2,2,2] for ResNet-18, [3,4,6,3] for ResNet-50.
+    /// `depths` = blocks per stage: `[2, 2, 2, 2]` for ResNet-18, `[3, 4, 6, 3]` for ResNet-50.
     pub fn new(in_channels: usize, depths: [usize; 4], embedding_dim: usize, bn: BnSpec, device: &Device) -> Self {
         let mut inp = 64;
         let mut stage = |width: usize, n: usize, stride: usize| {
