@@ -94,7 +94,18 @@ def metrics(
         g_bytes, g_n, gl = g.tobytes(), g.shape[0], _labels(gallery_labels, g.shape[0], "gallery_labels")
     ks = [int(k) for k in recall_ks]
     out = _rdml.metrics(
-        q.tobytes(), q.shape[0], q.shape[1], ql, g_bytes, g_n, gl, ks, distance == "cosine", bool(nmi), bool(pi_ratio), int(seed)
+        query=q.tobytes(),
+        n=q.shape[0],
+        dim=q.shape[1],
+        labels=ql,
+        gallery=g_bytes,
+        gallery_n=g_n,
+        gallery_labels=gl,
+        recall_ks=ks,
+        cosine=distance == "cosine",
+        nmi=bool(nmi),
+        pi_ratio=bool(pi_ratio),
+        seed=int(seed),
     )
     return json.loads(out)
 
@@ -152,17 +163,17 @@ def train(
     ``"none"``. Returns the finished run.
     """
     _rdml.train(
-        os.fspath(config),
-        os.fspath(out),
-        _overrides(set),
-        epochs,
-        max_batches,
-        defense,
-        resume,
-        overwrite,
-        device,
-        None if data is None else os.fspath(data),
-        quiet,
+        config=os.fspath(config),
+        out=os.fspath(out),
+        set=_overrides(set),
+        epochs=epochs,
+        max_batches=max_batches,
+        defense=defense,
+        resume=resume,
+        overwrite=overwrite,
+        device=device,
+        data=None if data is None else os.fspath(data),
+        quiet=quiet,
     )
     return Run(out, data=data, device=device, quiet=quiet)
 
@@ -202,20 +213,21 @@ def import_torch(
         rules = [f"{k}={v}" for k, v in key_map.items()]
     else:
         rules = list(key_map or [])
+    # By name: two flags of one type swapped by position would import silently wrong.
     _rdml.import_torch(
-        os.fspath(path),
-        os.fspath(out),
-        arch,
-        None if embedder is None else os.fspath(embedder),
-        embedding_dim,
-        rules,
-        allow_unused,
-        allow_missing,
-        l2_normalize,
-        input_norm,
-        None if config is None else os.fspath(config),
-        _overrides(set),
-        overwrite,
+        path=os.fspath(path),
+        out=os.fspath(out),
+        arch=arch,
+        embedder=None if embedder is None else os.fspath(embedder),
+        embedding_dim=embedding_dim,
+        key_map=rules,
+        allow_unused=allow_unused,
+        allow_missing=allow_missing,
+        l2_normalize=l2_normalize,
+        input_norm=input_norm,
+        config=None if config is None else os.fspath(config),
+        set=_overrides(set),
+        overwrite=overwrite,
     )
     return Run(out, device=device, quiet=quiet)
 
@@ -299,9 +311,11 @@ class Run:
     ) -> Dict[str, Any]:
         """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
         out = _rdml.attack(
-            self.path, spec, profile, eps, step, steps, norm, random_start, method, int(queries), int(batch), int(seed),
-            robrank_compat, None if surrogate is None else os.fspath(surrogate), int(repeats), int(bn_set),
-            self.data, self.device, self.quiet,
+            dir=self.path,
+            spec=spec,
+            bn_set=int(bn_set),
+            **self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                                robrank_compat, surrogate, repeats),
         )
         return json.loads(out)
 
@@ -325,11 +339,22 @@ class Run:
         """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
         ``rows``) is also written to the run folder's robustness.json and its report."""
         out = _rdml.robustness(
-            self.path, profile, eps, step, steps, norm, random_start, method, int(queries), int(batch), int(seed),
-            robrank_compat, None if surrogate is None else os.fspath(surrogate), int(repeats),
-            self.data, self.device, self.quiet,
+            dir=self.path,
+            **self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                                robrank_compat, surrogate, repeats),
         )
         return json.loads(out)
+
+    def _attack_args(self, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                     robrank_compat, surrogate, repeats) -> Dict[str, Any]:
+        """The keyword arguments ``attack`` and ``robustness`` share, by name (two of one type
+        swapped by position would run a different attack silently)."""
+        return dict(
+            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
+            method=method, queries=int(queries), batch=int(batch), seed=int(seed),
+            robrank_compat=robrank_compat, surrogate=None if surrogate is None else os.fspath(surrogate),
+            repeats=int(repeats), data=self.data, device=self.device, quiet=self.quiet,
+        )
 
     def report(self, *, grid: int = 4) -> str:
         """``rdml report``: writes the run's report.html; returns its path."""
