@@ -91,7 +91,7 @@ impl DeviceDiagnostics {
 
 /// Per-triplet `d(a,p)` and `d(a,n)` `[k]` of embeddings `e` (rows indexed by `t`).
 fn pair_distances(e: &Tensor<2>, t: &Triplets, d: Distance) -> (Tensor<1>, Tensor<1>) {
-    let [a, p, n] = t.tensors(&e.device()).map(|i| crate::host::gather(e, &i));
+    let [a, p, n] = t.gather(e);
     (d.rows(a.clone(), p), d.rows(a, n))
 }
 

@@ -22,7 +22,7 @@ use super::triplets::{self, TripletLayout, select_rows};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::{Objective, Pgd, Request};
 use crate::loss::LossConfig;
-use crate::loss::miner::{Rows, Triplets};
+use crate::loss::miner::Triplets;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
@@ -193,7 +193,7 @@ fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tenso
             }
             let z = Request::new(net, &obj, pgd).movable(Some(&movable)).run(&rows)?;
             let t = tr.len();
-            let anchors = select_rows(&z, &Rows::Host(tr.anchor.clone()));
+            let anchors = select_rows(&z, &tr.anchor_rows());
             let rest = original.clone().narrow(0, t, 2 * t);
             Tensor::cat(vec![anchors, rest], 0)
         }

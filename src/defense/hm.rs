@@ -234,7 +234,7 @@ pub fn source_and_destination_on_device(
         None => Tensor::<1>::full([src.len()], lga_destination(prev_loss, margin), &device),
         Some(m) => {
             let dst = mine(m);
-            let [a, p, n] = dst.tensors(&device).map(|i| crate::host::gather(clean, &i));
+            let [a, p, n] = dst.gather(clean);
             hardness(a, p, n, distance)
         }
     };
@@ -286,7 +286,7 @@ fn outer_with_ics(step: &Step, pert: Perturbed, lambda: f32) -> Result<DefendedL
     let idx = pert
         .triplets
         .as_ref()
-        .map(|tr| Rows::concat(&[&Rows::Host(tr.anchor.clone()), &tr.positive]))
+        .map(|tr| Rows::concat(&[&tr.anchor_rows(), &tr.positive]))
         .unwrap_or_default();
     let clean_ap = triplets::select_rows(x, &idx);
     let all = net.forward(Tensor::cat(vec![pert.adversarial.clone().autodiff(), clean_ap], 0));

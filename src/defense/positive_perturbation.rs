@@ -159,7 +159,7 @@ pub fn plan(
         std::slice::from_ref(&third)
     };
     if per_pair {
-        rows = Rows::concat(&[&rows, &Rows::Host(tr.anchor.clone())]);
+        rows = Rows::concat(&[&rows, &tr.anchor_rows()]);
     }
     let mut movable = vec![false; rows.len()];
     for &block in blocks {

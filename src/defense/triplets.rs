@@ -18,7 +18,7 @@ pub struct TripletLayout {
 impl TripletLayout {
     /// Indices of the stacked rows into the original batch.
     pub fn gather_index(tr: &Triplets) -> Rows {
-        Rows::concat(&[&Rows::Host(tr.anchor.clone()), &tr.positive, &tr.negative])
+        Rows::concat(&[&tr.anchor_rows(), &tr.positive, &tr.negative])
     }
     /// The triplets over stacked rows: (i, T+i, 2T+i).
     pub fn stacked(&self) -> Triplets {

@@ -6,7 +6,7 @@ use super::diagnostics::DeviceDiagnostics;
 use super::generated::{Generated, UxTargets};
 use crate::attack::engine::{Norm, Pgd};
 use crate::loss::distance::Distance;
-use crate::loss::miner::{Miner, Mining, Triplets};
+use crate::loss::miner::{Mining, Triplets};
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
@@ -169,14 +169,14 @@ impl Clean {
         Ok(self.host.get().map_or(&[][..], |v| v.as_slice()))
     }
 
-    /// The loss's triplets: a random-negative miner needs no embeddings, the others are mined on
-    /// a GPU where the embeddings are and on the CPU from the host copy.
+    /// The loss's triplets, mined where [`loss::mine_where`] says (on the CPU from the host
+    /// copy, read once).
     pub fn mine(&self, loss_cfg: &LossConfig, labels: &[u32], rng: &mut ChaCha8Rng) -> Result<Triplets> {
         self.mine_with(&loss_cfg.mining(), loss_cfg.distance(), labels, rng)
     }
 
-    /// Triplets under `mining` (CA-TRIDE's scheduled semihard margin), chosen where
-    /// [`Clean::mine`] chooses them.
+    /// Triplets under `mining` (CA-TRIDE's scheduled semihard margin), chosen as [`Clean::mine`]
+    /// chooses them.
     pub fn mine_with(
         &self,
         mining: &Mining,
@@ -184,14 +184,9 @@ impl Clean {
         labels: &[u32],
         rng: &mut ChaCha8Rng,
     ) -> Result<Triplets> {
-        let rows = if mining.miner == Miner::Random {
-            &[][..]
-        } else if loss::device_miner::mines_on_device(&self.emb.device()) {
-            return Ok(loss::device_miner::mine(mining, distance, &self.emb, labels, rng));
-        } else {
-            self.host()?
-        };
-        loss::mine(mining, distance, rows, self.dim(), labels, rng)
+        loss::mine_where(mining, distance, &self.emb, labels, rng, || {
+            self.host().map(std::borrow::Cow::Borrowed)
+        })
     }
 
     /// The clean embeddings of batch rows `idx`, gathered where they are (no read).

@@ -6,7 +6,6 @@ use super::distance::Distance;
 use super::miner::Triplets;
 use super::miner::{Anchors, Miner, Mining};
 use super::unit::{Batch, Loss, LossOutput};
-use crate::host::gather;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -74,8 +73,7 @@ pub fn contrastive_loss(
     pos_margin: f32,
     neg_margin: f32,
 ) -> Tensor<1> {
-    let device = emb.device();
-    let [a, p, n] = t.tensors(&device).map(|i| gather(emb, &i));
+    let [a, p, n] = t.gather(emb);
     contrastive_pairs(a.clone(), p, a, n, distance, pos_margin, neg_margin)
 }
 

@@ -6,7 +6,6 @@ use super::distance::Distance;
 use super::miner::Triplets;
 use super::miner::{Anchors, Miner, Mining};
 use super::unit::{Batch, Loss, LossOutput};
-use crate::host::gather;
 use anyhow::{Result, ensure};
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -103,8 +102,7 @@ pub fn margin_loss(
     beta: Tensor<1>,
     nu: f32,
 ) -> Tensor<1> {
-    let device = emb.device();
-    let [a, p, n] = t.tensors(&device).map(|i| gather(emb, &i));
+    let [a, p, n] = t.gather(emb);
     let dap = distance.rows(a.clone(), p);
     let dan = distance.rows(a, n);
     let pos = relu(dap.sub(beta.clone()).add_scalar(alpha));

@@ -66,6 +66,17 @@ impl Triplets {
             self.negative.tensor(device),
         ]
     }
+
+    /// The anchor, positive and negative rows `[T, d]` of the embeddings `emb`, gathered where
+    /// `emb` is.
+    pub fn gather(&self, emb: &Tensor<2>) -> [Tensor<2>; 3] {
+        self.tensors(&emb.device()).map(|i| crate::host::gather(emb, &i))
+    }
+
+    /// The anchors as [`Rows`] (to stack with the positives and negatives).
+    pub fn anchor_rows(&self) -> Rows {
+        Rows::Host(self.anchor.clone())
+    }
 }
 
 /// A tuple loss's mining settings (`miner`, `anchors`, `cutoff`, `nonzero_loss_cutoff` of its

@@ -23,7 +23,7 @@ use burn::tensor::{Device, Tensor};
 use distance::Distance;
 use miner::{Miner, Mining};
 use rand_chacha::ChaCha8Rng;
-pub use unit::{Batch, Loss, LossOutput, LossParams, mine};
+pub use unit::{Batch, Loss, LossOutput, LossParams, mine, mine_where};
 
 crate::kinds::kind_registry! {
     /// The `[loss]` table of an experiment config: `kind` and that loss's own parameters.
@@ -85,26 +85,8 @@ pub fn compute(
     params: &LossParams,
     rng: &mut ChaCha8Rng,
 ) -> Result<LossOutput> {
-    compute_given(cfg, emb, None, labels, params, rng)
-}
-
-/// [`compute`] with the embeddings' host copy when the caller has read it already; with `None`
-/// they are read here, and only for a miner that needs distances (random negatives do not).
-pub fn compute_given(
-    cfg: &LossConfig,
-    emb: Tensor<2>,
-    host: Option<&[f32]>,
-    labels: &[u32],
-    params: &LossParams,
-    rng: &mut ChaCha8Rng,
-) -> Result<LossOutput> {
     debug_assert_eq!(emb.dims()[0], labels.len());
-    let batch = Batch {
-        emb,
-        labels,
-        params,
-        host,
-    };
+    let batch = Batch { emb, labels, params };
     cfg.unit().compute(&batch, rng)
 }
 

@@ -6,7 +6,6 @@ use super::distance::Distance;
 use super::miner::Triplets;
 use super::miner::{Anchors, Miner, Mining};
 use super::unit::{Batch, Loss, LossOutput};
-use crate::host::gather;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -71,8 +70,7 @@ pub fn triplet_terms(
     distance: Distance,
     margin: f32,
 ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    let device = emb.device();
-    let [a, p, n] = t.tensors(&device).map(|i| gather(emb, &i));
+    let [a, p, n] = t.gather(emb);
     let dap = distance.rows(a.clone(), p);
     let dan = distance.rows(a, n);
     (relu(dap.clone() - dan.clone() + margin), dap, dan)

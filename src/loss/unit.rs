@@ -6,6 +6,7 @@ use anyhow::{Result, ensure};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
+use std::borrow::Cow;
 
 /// One loss: its parameters' checks, the distance it and its miner use, and its value on a batch.
 pub trait Loss {
@@ -55,35 +56,36 @@ pub struct Batch<'a> {
     pub emb: Tensor<2>,
     pub labels: &'a [u32],
     pub params: &'a LossParams,
-    /// The embeddings' host copy, when the caller has read it already.
-    pub(crate) host: Option<&'a [f32]>,
 }
 
 impl Batch<'_> {
-    /// Triplets mined with `loss`'s settings on the detached embeddings: random negatives need
-    /// none, a GPU mines the others where the embeddings are, the CPU on their host copy.
+    /// Triplets mined with `loss`'s settings on the detached embeddings ([`mine_where`]).
     pub fn triplets(&self, loss: &dyn Loss, rng: &mut ChaCha8Rng) -> Result<Triplets> {
         let mining = loss.mining().unwrap_or_default();
-        let dim = self.emb.dims()[1];
-        match self.host {
-            Some(h) => mine(&mining, loss.distance(), h, dim, self.labels, rng),
-            None if mining.miner == Miner::Random => mine(&mining, loss.distance(), &[], dim, self.labels, rng),
-            None if super::device_miner::mines_on_device(&self.emb.device()) => Ok(super::device_miner::mine(
-                &mining,
-                loss.distance(),
-                &self.emb,
-                self.labels,
-                rng,
-            )),
-            None => mine(
-                &mining,
-                loss.distance(),
-                &crate::host::read(&self.emb)?,
-                dim,
-                self.labels,
-                rng,
-            ),
-        }
+        mine_where(&mining, loss.distance(), &self.emb, self.labels, rng, || {
+            Ok(Cow::Owned(crate::host::read(&self.emb)?))
+        })
+    }
+}
+
+/// Triplets under `mining` from the detached embeddings `emb`, chosen where it costs no wait:
+/// random negatives need no distances, a GPU mines the others where `emb` is, the CPU on the
+/// host copy `host` gives (asked for only then).
+pub fn mine_where<'h>(
+    mining: &Mining,
+    distance: Distance,
+    emb: &Tensor<2>,
+    labels: &[u32],
+    rng: &mut ChaCha8Rng,
+    host: impl FnOnce() -> Result<Cow<'h, [f32]>>,
+) -> Result<Triplets> {
+    let dim = emb.dims()[1];
+    if mining.miner == Miner::Random {
+        mine(mining, distance, &[], dim, labels, rng)
+    } else if super::device_miner::mines_on_device(&emb.device()) {
+        Ok(super::device_miner::mine(mining, distance, emb, labels, rng))
+    } else {
+        mine(mining, distance, &host()?, dim, labels, rng)
     }
 }
 
