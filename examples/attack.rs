@@ -14,7 +14,9 @@ fn main() -> anyhow::Result<()> {
     let device = rdml::device::open(None, &[])?.device;
     // The run as an attack target: weights, test split, and the distance it was trained with.
     let target = Target::open(Path::new(&dir), None, 0, &device)?;
-    let ctx = target.context(&device, false)?;
+    // 128 items attacked at once, and embedded at once for the clean ranking.
+    let batch = 128;
+    let ctx = target.context(&device, false, batch)?;
     // robrank's MNIST budget (L∞ ε 77/255, 32 steps of 3/255), unchanged by flags or spec keys.
     let pgd = resolve("rob28", &Overrides::default(), &Overrides::default())?;
     let method = registry::method("white-box")?;
@@ -24,7 +26,7 @@ fn main() -> anyhow::Result<()> {
         method: method.as_ref(),
         pgd,
         queries: 64,
-        batch: 128,
+        batch,
         seed: 0,
         progress: true,
     };

@@ -213,7 +213,7 @@ fn scored(
         .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
     let target = crate::target::Target::open(&dir, None, 0, device)?;
     let digest = &target.digest;
-    let ctx = target.context(device, false)?;
+    let ctx = target.context(device, false, opts.batch)?;
     let setup = Setup {
         method,
         progress: opts.progress,

@@ -139,7 +139,7 @@ pub fn store(
     device: &Device,
 ) -> Result<GridRecord> {
     let target = crate::target::Target::open(dir, data, 0, device)?;
-    let ctx = target.context(device, false)?;
+    let ctx = target.context(device, false, target.run.exp.eval.batch_size)?;
     let record = GridRecord {
         rows: rows(&ctx, pgd, queries, seed)?,
         model_digest: target.digest.clone(),

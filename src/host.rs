@@ -1,7 +1,7 @@
 //! Moving data between the host and tensors, for every module (losses, attacks, defenses,
 //! evaluation): reading a tensor back is fallible (a device can fail or run out of memory), and
-//! a failed read is an error, never an empty or default vector.
-
+//! a failed read is an error, never an empty or default vector, nor a panic: a device's failure
+//! surfaces at the next read, so reads take burn's `try_into_data`.
 //!
 //! Every read of the library goes through here and is counted ([`reads`]): on a GPU each one
 //! waits for the device to finish its queue, so the tests bound how many a training step or an
@@ -30,7 +30,8 @@ pub fn read(t: &Tensor<2>) -> Result<Vec<f32>> {
     t.clone()
         .detach()
         .without_autodiff()
-        .into_data()
+        .try_into_data()
+        .map_err(|e| anyhow!("reading a tensor back from the device: {e}"))?
         .convert::<f32>()
         .try_into_vec::<f32>()
         .map_err(|e| anyhow!("reading a tensor back from the device: {e:?}"))
@@ -41,7 +42,8 @@ pub fn read_index(t: &Tensor<1, Int>) -> Result<Vec<usize>> {
     count();
     let v = t
         .clone()
-        .into_data()
+        .try_into_data()
+        .map_err(|e| anyhow!("reading indices back from the device: {e}"))?
         .convert::<i64>()
         .try_into_vec::<i64>()
         .map_err(|e| anyhow!("reading indices back from the device: {e:?}"))?;

@@ -29,25 +29,35 @@ fn main() {
         Ok(Ok(Outcome::Unhealthy)) => UNHEALTHY_EXIT,
         Ok(Err(e)) => {
             let msg = format!("{e:#}");
-            eprintln!("error: {msg}");
-            if let Some(advice) = rdml::device::out_of_memory_advice(&msg) {
-                eprintln!("{advice}");
+            if !out_of_memory(&msg) {
+                eprintln!("error: {msg}");
             }
             1
         }
-        Err(payload) => {
-            let msg = panic_message(payload.as_ref());
-            match rdml::device::out_of_memory_advice(&msg) {
-                Some(advice) => {
-                    eprintln!("error: {advice}");
-                    eprintln!("(from the device: {})", msg.lines().next().unwrap_or(""));
-                    1
-                }
-                None => 101,
-            }
-        }
+        Err(payload) if out_of_memory(&panic_message(payload.as_ref())) => 1,
+        Err(_) => 101,
     };
     std::process::exit(code);
+}
+
+/// Prints the advice for a device out of memory, with the device's own line (the failure, not
+/// the dozen lines of skipped kernels around it); false when `msg` is another failure.
+fn out_of_memory(msg: &str) -> bool {
+    let Some(advice) = rdml::device::out_of_memory_advice(msg) else {
+        return false;
+    };
+    let device_line = msg
+        .lines()
+        .map(str::trim)
+        .find(|l| {
+            let l = l.to_ascii_lowercase().replace('_', " ");
+            l.contains("allocat") || l.contains("out of memory") || l.contains("out of device memory")
+        })
+        .or_else(|| msg.lines().next())
+        .unwrap_or("");
+    eprintln!("error: {advice}");
+    eprintln!("(from the device: {device_line})");
+    true
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -50,12 +50,12 @@ fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
     anyhow::ensure!(s.queries >= 1, "--queries must be ≥ 1");
     anyhow::ensure!(s.batch >= 1, "--batch must be ≥ 1");
     let target = Target::open(dir, s.data.as_deref(), s.bn_set, device)?;
-    let ctx = target.context(device, s.robrank_compat)?;
+    let ctx = target.context(device, s.robrank_compat, s.batch)?;
     let surrogate = match &s.surrogate {
         Some(sur) => {
             let set = &target.run.test.query;
             let (_, net) = crate::train::load_model(sur, set.item_shape(), device).context("--surrogate")?;
-            Some(Context::new(&net, set, device, s.robrank_compat)?)
+            Some(Context::embedded_by(&net, set, s.batch, device, s.robrank_compat)?)
         }
         None => None,
     };

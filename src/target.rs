@@ -27,10 +27,11 @@ impl Target {
         Ok(Self { run, digest })
     }
 
-    /// The attack context on the test queries, reporting ES:D in the run's `loss.distance`.
-    pub fn context(&self, device: &Device, robrank_compat: bool) -> Result<Context> {
+    /// The attack context on the test queries, reporting ES:D in the run's `loss.distance`, its
+    /// clean embeddings made `batch` items at a time (the attack's `--batch`).
+    pub fn context(&self, device: &Device, robrank_compat: bool, batch: usize) -> Result<Context> {
         Ok(
-            Context::new(&self.run.net, &self.run.test.query, device, robrank_compat)?
+            Context::embedded_by(&self.run.net, &self.run.test.query, batch, device, robrank_compat)?
                 .with_distance(self.run.exp.loss.distance()),
         )
     }

@@ -405,3 +405,21 @@ fn a_missing_driver_or_adapter_is_an_error_not_a_panic() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("auto → cpu"), "{text}");
 }
+
+/// A device's failure to allocate surfaces at the next read as an error that gets the
+/// out-of-memory advice, not as a panic. 256 GiB is past any one GPU's memory and past the
+/// largest buffer of any Vulkan driver (lavapipe's is 128 MiB).
+#[test]
+fn a_tensor_too_large_for_the_device_is_an_error_with_advice() {
+    let dev = gpu();
+    let big = Tensor::<2>::ones([1 << 26, 1024], &dev) * 2.0;
+    let before = rdml::host::reads();
+    let e = rdml::host::read(&big.slice([0..2, 0..4])).expect_err("256 GiB on one device");
+    assert_eq!(rdml::host::reads(), before + 1);
+    let msg = format!("{e:#}");
+    let advice = rdml::device::out_of_memory_advice(&msg).unwrap_or_else(|| panic!("no advice for: {msg}"));
+    assert!(advice.contains("lower the batch size"), "{advice}");
+    // The device still works after the failure.
+    let small = Tensor::<2>::ones([2, 4], &dev) * 2.0;
+    assert_eq!(rdml::host::read(&small).unwrap(), vec![2.0; 8]);
+}

@@ -27,11 +27,27 @@ pub struct Context {
     pub distance: Distance,
 }
 
+/// The batch of the clean embeddings for [`Context::new`]; the pipelines pass their `--batch`.
+const CLEAN_BATCH: usize = 256;
+
 impl Context {
     pub fn new(model: &EmbeddingNet, set: &ImageSet, device: &Device, robrank_compat: bool) -> Result<Self> {
+        Self::embedded_by(model, set, CLEAN_BATCH, device, robrank_compat)
+    }
+
+    /// The context with the clean embeddings made `batch` items at a time: a device that can
+    /// attack `--batch` items at once can embed them, so a smaller `--batch` also gets a run
+    /// that ran out of memory through. The embeddings do not depend on `batch`.
+    pub fn embedded_by(
+        model: &EmbeddingNet,
+        set: &ImageSet,
+        batch: usize,
+        device: &Device,
+        robrank_compat: bool,
+    ) -> Result<Self> {
         let device = device.clone().without_autodiff();
         let model = model.valid();
-        let clean = embed(&model, set, 256, &device)?;
+        let clean = embed(&model, set, batch.max(1), &device)?;
         let cand = Tensor::<2>::from_data(TensorData::new(clean.data.clone(), [clean.n, clean.dim]), &device);
         let cand_sq = cand.clone().powi_scalar(2).sum_dim(1).transpose();
         Ok(Self {

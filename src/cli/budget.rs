@@ -48,7 +48,8 @@ pub struct Budget {
     /// Number of test items used as queries (candidates for CA), from the start of the test split.
     #[arg(long, default_value_t = 1024)]
     pub queries: usize,
-    /// Items attacked at once.
+    /// Items attacked at once (and embedded at once for the clean ranking: lower it when the
+    /// device runs out of memory).
     #[arg(long, default_value_t = 128)]
     pub batch: usize,
     /// Seed of the attacks' selections and random starts.

@@ -60,7 +60,7 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
             let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(spec)?;
             let pgd = budget.pgd(&profile, spec_budget)?;
             let method = rdml::attack::registry::method(&budget.method)?;
-            let ctx = target.context(&device, budget.robrank_compat)?;
+            let ctx = target.context(&device, budget.robrank_compat, budget.batch)?;
             let setup = rdml::attack::suite::Setup {
                 target: &ctx,
                 attacker: &ctx,

@@ -98,17 +98,24 @@ pub fn cuda_devices() -> Result<Vec<CudaGpu>> {
     cuda::devices()
 }
 
-/// Turns a failure message into advice when it is the GPU running out of memory.
+/// Turns a failure message into advice when it is the GPU running out of memory, or a tensor
+/// larger than the largest buffer the device allows (cubecl's `BufferTooBig`: 128 MiB on Mesa's
+/// lavapipe, where a rob224 attack batch of 64 outgrows it).
 pub fn out_of_memory_advice(message: &str) -> Option<String> {
     let m = message.to_ascii_lowercase().replace(['-', '_'], " ");
-    let oom = m.contains("out of memory") || m.contains("outofmemory") || m.contains("out of device memory");
-    oom.then(|| {
-        "the device ran out of memory: lower the batch size (train.sampler.pairs, or \
-         train.sampler.classes × per_class, for training; eval.batch_size for evaluation; \
-         --batch for attack, robustness and compare) or use a device with more memory; a run \
-         stopped here resumes from its last finished epoch with --resume"
-            .to_string()
-    })
+    let what = if m.contains("out of memory") || m.contains("outofmemory") || m.contains("out of device memory") {
+        "the device ran out of memory"
+    } else if m.contains("can't allocate buffer of size") || m.contains("buffertoobig") {
+        "a tensor is larger than the largest buffer the device allows"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{what}: lower the batch size (train.sampler.pairs, or train.sampler.classes × \
+         per_class, for training; eval.batch_size for evaluation; --batch for attack, robustness \
+         and compare) or use a device with more memory; a run stopped here resumes from its last \
+         finished epoch with --resume"
+    ))
 }
 
 /// What `rdml devices` lists, one line each: the CPU, each CUDA device and Vulkan adapter (or
@@ -219,5 +226,15 @@ mod tests {
         // The CUDA driver's spelling.
         assert!(out_of_memory_advice("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")").is_some());
         assert!(out_of_memory_advice("CUDA_ERROR_OUT_OF_MEMORY").is_some());
+        // What Mesa's lavapipe gave for a rob224 attack batch of 64 (64 × 64 × 112 × 112 floats).
+        let big = out_of_memory_advice(
+            "reading a tensor back from the device: An error happened during execution\nCaused by:\n  \
+             Several failures at once\nCaused by:\n  An IO error happened\nCaused by:\n  can't \
+             allocate buffer of size: 205520896",
+        );
+        assert!(
+            big.unwrap()
+                .starts_with("a tensor is larger than the largest buffer the device allows: lower the batch size")
+        );
     }
 }

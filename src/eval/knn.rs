@@ -73,7 +73,8 @@ where
         );
         let mut dots: Vec<f32> = q
             .matmul(gt.clone())
-            .into_data()
+            .try_into_data()
+            .map_err(|e| anyhow::anyhow!("reading distances back from the device: {e}"))?
             .try_into_vec::<f32>()
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let rows: Vec<T> = dots
