@@ -4,17 +4,40 @@
 # Python with PyTorch (CUDA) and NumPy. PyTorch runs twice: with its own TF32 defaults (cuDNN
 # convolutions in TF32, matmuls in FP32) and with TF32 matmuls too (as rdml's CUDA route does).
 # Usage: bash bench/gpu.sh [DIR=.gpu] [STEPS=5] [PYTHON=python3] [DEVICES="cuda vulkan"]
-# With the device tool: run `bash bench/gpu.sh .gpu` with `.gpu` in carry.
-# Workloads (README "GPU"): one epoch of fashion-c2f2-triplet; one ACT step of C2F2 at 32 PGD
-# steps; a ResNet-18 training step and a 32-step ACT step at 224x224, batch 112; the rob224 suite
-# on 512 queries of the synthetic 3x224x224 set. Peak GPU memory is nvidia-smi's memory.used
-# sampled every 100 ms, minus the reading before the workload, for both sides alike.
+# Environment:
+#   WORKLOADS   which, in this order (default: all, most wanted first):
+#               "tests resnet18-act resnet18 profile oom c2f2-act epoch rob224"
+#   BUDGET      seconds for the whole run: a measurement gets what is left, one that cannot start
+#               is skipped, and the table is printed in time. Default 540 when $OUT is set (the
+#               device tool's 600 s limit per command), else none (0).
+#   LIMIT       seconds one measurement may take (default 240)
+#   TORCH_DEVICE  PyTorch's device (default cuda)
+# With the device tool: run `bash bench/gpu.sh .gpu` with `.gpu` in carry. Results go to
+# bench/out/gpu/; when $OUT is set, the log is $OUT/gpu.log and the folder is packed into
+# $OUT/gpu.tgz after every workload, so a run stopped at its limit still brings back what it did.
+# Workloads (bench/README.md "On a GPU"): the GPU equivalence tests; a ResNet-18 ACT step (32 PGD
+# steps) and a ResNet-18 training step at 224x224, batch 112; per-kernel GPU time of that ACT
+# step (cubecl's profiler); a batch too large for the card (exit 1 with the out-of-memory
+# advice, no panic); one ACT step of C2F2 at 32 PGD steps; one epoch of
+# fashion-c2f2-triplet; the rob224 suite on 512 queries of the synthetic 3x224x224 set. Each runs
+# rdml on the first device, then PyTorch, then rdml on the other devices, so a budget cut loses
+# the slower route's figure first. Peak GPU memory is nvidia-smi's memory.used sampled every
+# 100 ms, minus the reading before the workload, for both sides alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-.gpu}; steps=${2:-5}; py=${3:-python3}; devices=${4:-cuda vulkan}
+workloads=${WORKLOADS:-tests resnet18-act resnet18 profile oom c2f2-act epoch rob224}
+budget=${BUDGET:-$([ -n "${OUT:-}" ] && echo 540 || echo 0)}
+limit=${LIMIT:-240}
+torch_device=${TORCH_DEVICE:-cuda}
+first=${devices%% *}; others=${devices#"$first"}
+out=bench/out/gpu; rm -rf "$out"; mkdir -p "$out"
+[ -n "${OUT:-}" ] && exec > >(tee -a "$OUT/gpu.log") 2>&1
+start=$SECONDS
+
+unxz() { python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"; chmod +x "$2"; }
 bin=/tmp/rdml-gpu
-python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$dir/rdml.xz" $bin
-chmod +x $bin
+unxz "$dir/rdml.xz" $bin
 if ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
     for f in "$dir"/*.deb; do dpkg -x "$f" /; done
     ldconfig
@@ -30,103 +53,163 @@ fi
 if [ -z "${CUDA_PATH:-}" ] && [ ! -f /usr/local/cuda/include/cuda_fp16.h ] && command -v nvcc >/dev/null; then
     export CUDA_PATH=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
 fi
-out=bench/out/gpu; rm -rf "$out"; mkdir -p "$out"
 $bin devices | tee "$out/devices.txt"
-# First the numbers: each GPU route against the CPU (tests/vulkan.rs, relative error ≤ 1e-3),
-# one test at a time. The test that runs the rdml binary by its build path is skipped here.
-if [ -f "$dir/gpu-tests.xz" ]; then
-    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$dir/gpu-tests.xz" /tmp/rdml-gpu-tests
-    chmod +x /tmp/rdml-gpu-tests
-    for d in $devices; do
-        echo "equivalence tests on $d:"
-        RDML_GPU=$d /tmp/rdml-gpu-tests --test-threads=1 --skip a_missing_driver_or_adapter 2>&1 | tee "$out/tests-$d.txt" | grep -E "^test |test result" || true
-    done
-fi
 
-used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
-# measure NAME CMD...: wall seconds and peak memory (MiB above the idle reading) of CMD.
+# left: the seconds the next measurement may take (LIMIT, or what BUDGET leaves); 0 when too few.
+left() {
+    local t=$limit
+    if [ "$budget" -gt 0 ]; then
+        local r=$((budget - (SECONDS - start) - 15))
+        [ $r -lt "$t" ] && t=$r
+    fi
+    [ "$t" -lt 10 ] && t=0
+    echo $t
+}
+used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 || true; }
+# pack: the results so far into $OUT (written aside, then renamed: never half a file).
+pack() {
+    [ -n "${OUT:-}" ] || return 0
+    python3 "bench/gpu_summary.py" "$out" "$devices" --quiet || true
+    tar czf "$OUT/gpu.tgz.tmp" -C bench/out --exclude='*.safetensors' --exclude='*.bpk' --exclude=report.html \
+        --exclude=grid.json gpu &&
+        mv "$OUT/gpu.tgz.tmp" "$OUT/gpu.tgz"
+}
+# measure NAME CMD...: wall seconds, exit status and peak memory (MiB above the idle reading) of
+# CMD, stopped at what left() gives; one line says how it went.
 measure() {
     local name=$1; shift
+    local t; t=$(left)
+    last_rc=skipped
+    if [ "$t" = 0 ]; then echo "$name: skipped, BUDGET=$budget s spent"; return; fi
     local base; base=$(used)
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.mem" &
-    local smi=$!
+    local smi=
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name.mem" &
+        smi=$!
+    fi
     local s; s=$(date +%s.%N)
-    "$@" > "$out/$name.out" 2> "$out/$name.err" || { echo "$name failed:"; tail -20 "$out/$name.err"; }
+    local rc=0
+    timeout -k 5 "$t" "$@" > "$out/$name.out" 2> "$out/$name.err" || rc=$?
+    last_rc=$rc
     local e; e=$(date +%s.%N)
-    kill $smi; wait $smi 2>/dev/null || true
-    python3 - "$name" "$s" "$e" "$base" "$out" <<'PY'
-import json, sys
-name, s, e, base, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-mem = [float(l) for l in open(f"{out}/{name}.mem") if l.strip()]
-json.dump({"wall_s": e - s, "peak_mib": max(mem, default=base) - base}, open(f"{out}/{name}.json", "w"))
+    if [ -n "$smi" ]; then kill $smi; wait $smi 2>/dev/null || true; fi
+    python3 - "$name" "$s" "$e" "${base:-}" "$out" "$rc" "$t" <<'PY'
+import json, os, sys
+name, s, e, base, out, rc, t = sys.argv[1:8]
+wall, rc = float(e) - float(s), int(rc)
+mem_file = f"{out}/{name}.mem"
+mem = [float(l) for l in open(mem_file) if l.strip()] if os.path.exists(mem_file) else []
+peak = max(mem) - float(base) if mem and base else None
+json.dump({"wall_s": wall, "peak_mib": peak, "rc": rc}, open(f"{out}/{name}.json", "w"))
+state = "ok" if rc == 0 else f"stopped at its limit of {t} s" if rc in (124, 137) else f"failed (exit {rc})"
+print(f"{name}: {state}, {wall:.1f} s wall" + (f", peak {peak:.0f} MiB" if peak is not None else ""), flush=True)
 PY
+    [ "$rc" = 0 ] || tail -5 "$out/$name.err" | sed 's/^/    /'
 }
 
-fashion="$dir/fashion-mnist"
-if [ -d "$fashion" ]; then
+tests() {
+    [ -f "$dir/gpu-tests.xz" ] || { echo "no $dir/gpu-tests.xz: equivalence tests skipped"; return; }
+    unxz "$dir/gpu-tests.xz" /tmp/rdml-gpu-tests
+    # Each GPU route against the CPU (tests/vulkan.rs, relative error <= 1e-3), one test at a
+    # time; the test that runs the rdml binary by its build path cannot run here.
     for d in $devices; do
-        measure rdml-$d-epoch $bin train --config fashion-c2f2-triplet --out "$out/epoch-run-$d" --epochs 1 \
-            --device $d --quiet --set "data.root=\"$fashion\""
+        RDML_GPU=$d measure "tests-$d" /tmp/rdml-gpu-tests --test-threads=1 --skip a_missing_driver_or_adapter
+        grep -E "^test |test result" "$out/tests-$d.out" | sed "s/^/    $d: /" || true
     done
+}
+
+# torch NAME ARGS...: PyTorch's side of workload NAME in both TF32 modes.
+torch() {
+    local name=$1; shift
     for tf in default on; do
-        measure torch-$tf-epoch bash -c "cd bench && $py torch_gpu.py --workloads epoch --tf32 $tf --data ../$fashion --json ../$out/torch-$tf-epoch-r.json"
+        measure "torch-$tf-$name" bash -c "cd bench && $py torch_gpu.py --device $torch_device --tf32 $tf $* --json ../$out/torch-$tf-$name-r.json"
     done
-    data_arg=$fashion
-else
-    echo "no $fashion: epoch skipped, c2f2-act on random images"
-    data_arg=-
-fi
-for w in c2f2-act resnet18 resnet18-act; do
-    case $w in
+}
+
+step_args() {
+    case $1 in
         c2f2-act) args=(--config fashion-c2f2-act)
-            if [ "$data_arg" = - ]; then args+=(--random-images 1,28,28); else args+=(--set "data.root=\"$data_arg\""); fi ;;
+            if [ -d "$dir/fashion-mnist" ]; then args+=(--set "data.root=\"$dir/fashion-mnist\""); else args+=(--random-images 1,28,28); fi ;;
         resnet18) args=(--config fashion-c2f2-triplet --random-images 3,224,224 --set 'model.arch="resnet18"'
             --set 'train.sampler={kind="spc2",pairs=56}') ;;
-        resnet18-act) args=(--config fashion-c2f2-triplet --random-images 3,224,224 --set 'model.arch="resnet18"'
-            --set 'train.sampler={kind="spc2",pairs=56}' --defense '{kind="act",eps=0.031372549,step=0.003921569,steps=32}') ;;
+        resnet18-act) step_args resnet18
+            args+=(--defense '{kind="act",eps=0.031372549,step=0.003921569,steps=32}') ;;
     esac
-    for d in $devices; do
-        measure "rdml-$d-$w" $bin bench-step "${args[@]}" --steps "$steps" --device $d --out "$out/rdml-$d-$w-r.json"
-    done
-    for tf in default on; do
-        measure "torch-$tf-$w" bash -c "cd bench && $py torch_gpu.py --workloads $w --tf32 $tf --steps $steps --json ../$out/torch-$tf-$w-r.json"
-    done
-done
-$bin train --config synthetic-two-gaussians --out "$out/synth-run" --epochs 1 --max-batches 2 --device cpu \
-    --quiet --set model.embedding_dim=512 --set model.imagenet_norm=true > /dev/null
-for d in $devices; do
-    measure rdml-$d-rob224 $bin robustness --model "$out/synth-run" --profile rob224 --queries 512 --device $d
-done
-measure torch-default-rob224 bash -c "cd bench && $py torch_suite.py --arch resnet18 --synthetic 516 --profile rob224 --queries 512 --device cuda"
+}
 
-python3 - "$out" "$devices" <<'PY'
-import json, os, sys
-out, devices = sys.argv[1], sys.argv[2].split()
-def j(p):
-    p = os.path.join(out, p)
-    return json.load(open(p)) if os.path.exists(p) else None
-def mem(key):
-    return (j(f"{key}.json") or {}).get("peak_mib")
-# (workload, rdml's value on device d, PyTorch's value with TF32 mode tf)
-rows = []
-for d in devices:
-    for tf in ["default", "on"]:
-        ep_r, ep_t = j(f"epoch-run-{d}/run.json"), j(f"torch-{tf}-epoch-r.json")
-        if ep_r and ep_t:
-            rows.append(("epoch fashion-c2f2-triplet (s)", d, tf, ep_r["epochs"][0]["seconds"], ep_t["epoch_seconds"], "epoch"))
-        for w in ["c2f2-act", "resnet18", "resnet18-act"]:
-            r, t = j(f"rdml-{d}-{w}-r.json"), j(f"torch-{tf}-{w}-r.json")
-            if r and t:
-                rows.append((f"{w} step (s)", d, tf, r["seconds_per_step"], t["seconds_per_step"][w], w))
-        r, t = j(f"rdml-{d}-rob224.json"), j(f"torch-{tf}-rob224.json")
-        if r and t:
-            rows.append(("rob224 suite, 512 queries (s, wall)", d, tf, r["wall_s"], t["wall_s"], "rob224"))
-res = []
-print(f"{'workload':<38} {'rdml on':>8} {'torch TF32':>10} {'rdml':>9} {'PyTorch':>9} {'ratio':>6} {'rdml MiB':>9} {'torch MiB':>9}")
-for name, d, tf, a, b, key in rows:
-    ma, mb = mem(f"rdml-{d}-{key}"), mem(f"torch-{tf}-{key}")
-    print(f"{name:<38} {d:>8} {tf:>10} {a:>9.4f} {b:>9.4f} {a / b:>6.2f} {ma or 0:>9.0f} {mb or 0:>9.0f}")
-    res.append({"workload": name, "rdml_device": d, "pytorch_tf32": tf, "rdml": a, "pytorch": b,
-                "ratio": a / b, "rdml_peak_mib": ma, "pytorch_peak_mib": mb})
-json.dump(res, open(os.path.join(out, "summary.json"), "w"), indent=1)
-PY
+step() {
+    local w=$1 d
+    step_args "$w"
+    for d in $first TORCH $others; do
+        if [ "$d" = TORCH ]; then torch "$w" --workloads "$w" --steps "$steps"; continue; fi
+        measure "rdml-$d-$w" $bin bench-step "${args[@]}" --steps "$steps" --device "$d" --out "$out/rdml-$d-$w-r.json"
+    done
+}
+
+# Where the GPU time of one ResNet-18 ACT step goes, kernel by kernel, on the first device.
+# cubecl times each kernel on its own, which adds to the step: the shares count, not the total.
+profile() {
+    step_args resnet18-act
+    local log=$out/profile-$first.log
+    CUBECL_DEBUG_LOG=$log CUBECL_DEBUG_OPTION=profile measure "profile-$first" \
+        $bin bench-step "${args[@]}" --steps 1 --device "$first"
+    [ -f "$log" ] && python3 bench/gpu_profile.py "$log" 25 | tee "$out/profile-$first.txt" || true
+}
+
+# A ResNet-18 training step on 4,096 images of 224x224 (about 13 GB for the first convolution's
+# output alone, hundreds for the step) must end with exit 1 and the out-of-memory advice.
+oom() {
+    local d
+    for d in $devices; do
+        measure "oom-$d" $bin bench-step --config fashion-c2f2-triplet --random-images 3,224,224 \
+            --set 'model.arch="resnet18"' --set 'train.sampler={kind="spc2",pairs=2048}' --steps 1 --device "$d"
+        [ "$last_rc" = skipped ] && continue
+        if grep -q "^error: --device" "$out/oom-$d.err"; then
+            echo "    oom-$d: no such device here"
+        elif [ "$last_rc" = 1 ] && grep -q "lower the batch size" "$out/oom-$d.err"; then
+            echo "    oom-$d: exit 1 with the advice, as it should"
+        else
+            echo "    oom-$d: NOT the out-of-memory advice (exit $last_rc)"
+        fi
+    done
+}
+
+epoch() {
+    local fashion=$dir/fashion-mnist d
+    [ -d "$fashion" ] || { echo "no $fashion (bench/gpu_prepare.sh FASHION_DIR): epoch skipped"; return; }
+    for d in $first TORCH $others; do
+        if [ "$d" = TORCH ]; then torch epoch --workloads epoch --data "../$fashion"; continue; fi
+        measure "rdml-$d-epoch" $bin train --config fashion-c2f2-triplet --out "$out/epoch-run-$d" --epochs 1 \
+            --device "$d" --quiet --set "data.root=\"$fashion\""
+    done
+}
+
+rob224() {
+    local d
+    $bin train --config synthetic-two-gaussians --out "$out/synth-run" --epochs 1 --max-batches 2 --device cpu \
+        --quiet --set model.embedding_dim=512 --set model.imagenet_norm=true > /dev/null
+    for d in $first TORCH $others; do
+        if [ "$d" = TORCH ]; then
+            measure torch-default-rob224 bash -c "cd bench && $py torch_suite.py --arch resnet18 --synthetic 516 --profile rob224 --queries 512 --device $torch_device"
+            continue
+        fi
+        measure "rdml-$d-rob224" $bin robustness --model "$out/synth-run" --profile rob224 --queries 512 --device "$d"
+    done
+}
+
+for w in $workloads; do
+    echo "== $w ($((SECONDS - start)) s in)"
+    case $w in
+        tests) tests ;;
+        c2f2-act | resnet18 | resnet18-act) step "$w" ;;
+        profile) profile ;;
+        oom) oom ;;
+        epoch) epoch ;;
+        rob224) rob224 ;;
+        *) echo "unknown workload '$w' (WORKLOADS: tests resnet18-act resnet18 profile oom c2f2-act epoch rob224)"; exit 2 ;;
+    esac
+    pack
+done
+echo "== table ($((SECONDS - start)) s in)"
+python3 bench/gpu_summary.py "$out" "$devices"
+pack
