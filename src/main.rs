@@ -29,35 +29,21 @@ fn main() {
         Ok(Ok(Outcome::Unhealthy)) => UNHEALTHY_EXIT,
         Ok(Err(e)) => {
             let msg = format!("{e:#}");
-            if !out_of_memory(&msg) {
-                eprintln!("error: {msg}");
+            match rdml::device::out_of_memory_report(&msg) {
+                Some(report) => eprintln!("error: {report}"),
+                None => eprintln!("error: {msg}"),
             }
             1
         }
-        Err(payload) if out_of_memory(&panic_message(payload.as_ref())) => 1,
-        Err(_) => 101,
+        Err(payload) => match rdml::device::out_of_memory_report(&panic_message(payload.as_ref())) {
+            Some(report) => {
+                eprintln!("error: {report}");
+                1
+            }
+            None => 101,
+        },
     };
     std::process::exit(code);
-}
-
-/// Prints the advice for a device out of memory, with the device's own line (the failure, not
-/// the dozen lines of skipped kernels around it); false when `msg` is another failure.
-fn out_of_memory(msg: &str) -> bool {
-    let Some(advice) = rdml::device::out_of_memory_advice(msg) else {
-        return false;
-    };
-    let device_line = msg
-        .lines()
-        .map(str::trim)
-        .find(|l| {
-            let l = l.to_ascii_lowercase().replace('_', " ");
-            l.contains("allocat") || l.contains("out of memory") || l.contains("out of device memory")
-        })
-        .or_else(|| msg.lines().next())
-        .unwrap_or("");
-    eprintln!("error: {advice}");
-    eprintln!("(from the device: {device_line})");
-    true
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

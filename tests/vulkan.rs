@@ -419,6 +419,18 @@ fn a_tensor_too_large_for_the_device_is_an_error_with_advice() {
     let msg = format!("{e:#}");
     let advice = rdml::device::out_of_memory_advice(&msg).unwrap_or_else(|| panic!("no advice for: {msg}"));
     assert!(advice.contains("lower the batch size"), "{advice}");
+    // What the command line and Python print: the advice and the device's line that says why.
+    let report = rdml::device::out_of_memory_report(&msg).unwrap();
+    let why = report
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_ascii_lowercase()
+        .replace('_', " ");
+    assert!(
+        why.starts_with("(from the device: ") && (why.contains("allocat") || why.contains("out of")),
+        "{report}"
+    );
     // The device still works after the failure.
     let small = Tensor::<2>::ones([2, 4], &dev) * 2.0;
     assert_eq!(rdml::host::read(&small).unwrap(), vec![2.0; 8]);

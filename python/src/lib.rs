@@ -28,7 +28,8 @@ fn raise(e: anyhow::Error) -> PyErr {
     if missing {
         PyFileNotFoundError::new_err(msg)
     } else {
-        PyRuntimeError::new_err(msg)
+        // A device out of memory: the command line's advice, not cubecl's skipped kernels.
+        PyRuntimeError::new_err(rdml::device::out_of_memory_report(&msg).unwrap_or(msg))
     }
 }
 

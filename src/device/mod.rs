@@ -118,6 +118,23 @@ pub fn out_of_memory_advice(message: &str) -> Option<String> {
     ))
 }
 
+/// The advice for a device out of memory, then the device's own line (the failure, not the
+/// dozen lines of kernels it made skip): what the command line and the Python package say in
+/// place of `message`; `None` when `message` is another failure.
+pub fn out_of_memory_report(message: &str) -> Option<String> {
+    let advice = out_of_memory_advice(message)?;
+    let device_line = message
+        .lines()
+        .map(str::trim)
+        .find(|l| {
+            let l = l.to_ascii_lowercase().replace('_', " ");
+            l.contains("allocat") || l.contains("out of memory") || l.contains("out of device memory")
+        })
+        .or_else(|| message.lines().next())
+        .unwrap_or("");
+    Some(format!("{advice}\n(from the device: {device_line})"))
+}
+
 /// What `rdml devices` lists, one line each: the CPU, each CUDA device and Vulkan adapter (or
 /// why there is none), and what `auto` takes.
 pub fn list() -> Result<Vec<String>> {
@@ -236,5 +253,16 @@ mod tests {
             big.unwrap()
                 .starts_with("a tensor is larger than the largest buffer the device allows: lower the batch size")
         );
+        let report = out_of_memory_report(
+            "reading a tensor back from the device: An error happened during execution\nCaused by:\n  \
+             skipped `KernelBinop`: it needed memory ManagedMemoryId { value: 646 }\nCaused by:\n  \
+             can't allocate buffer of size: 205520896\nNo backtrace available",
+        )
+        .unwrap();
+        assert!(
+            report.ends_with("\n(from the device: can't allocate buffer of size: 205520896)"),
+            "{report}"
+        );
+        assert!(out_of_memory_report("shape mismatch").is_none());
     }
 }
