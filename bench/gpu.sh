@@ -35,9 +35,9 @@ out=bench/out/gpu; rm -rf "$out"; mkdir -p "$out"
 [ -n "${OUT:-}" ] && exec > >(tee -a "$OUT/gpu.log") 2>&1
 start=$SECONDS
 
-unxz() { python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"; chmod +x "$2"; }
+unpack_xz() { python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"; chmod +x "$2"; }
 bin=/tmp/rdml-gpu
-unxz "$dir/rdml.xz" $bin
+unpack_xz "$dir/rdml.xz" $bin
 if ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
     for f in "$dir"/*.deb; do dpkg -x "$f" /; done
     ldconfig
@@ -109,7 +109,7 @@ PY
 
 tests() {
     [ -f "$dir/gpu-tests.xz" ] || { echo "no $dir/gpu-tests.xz: equivalence tests skipped"; return; }
-    unxz "$dir/gpu-tests.xz" /tmp/rdml-gpu-tests
+    unpack_xz "$dir/gpu-tests.xz" /tmp/rdml-gpu-tests
     # Each GPU route against the CPU (tests/vulkan.rs, relative error <= 1e-3), one test at a
     # time; the test that runs the rdml binary by its build path cannot run here.
     for d in $devices; do

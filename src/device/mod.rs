@@ -98,41 +98,41 @@ pub fn cuda_devices() -> Result<Vec<CudaGpu>> {
     cuda::devices()
 }
 
-/// Turns a failure message into advice when it is the GPU running out of memory, or a tensor
+/// The line of a failure message that says the device ran out of memory, or that a tensor is
 /// larger than the largest buffer the device allows (cubecl's `BufferTooBig`: 128 MiB on Mesa's
-/// lavapipe, where a rob224 attack batch of 64 outgrows it).
+/// lavapipe, where a rob224 attack batch of 64 outgrows it), with what it means.
+fn out_of_memory_line(message: &str) -> Option<(&'static str, &str)> {
+    message.lines().map(str::trim).find_map(|line| {
+        let l = line.to_ascii_lowercase().replace(['-', '_'], " ");
+        if l.contains("out of memory") || l.contains("outofmemory") || l.contains("out of device memory") {
+            Some(("the device ran out of memory", line))
+        } else if l.contains("can't allocate buffer of size") || l.contains("buffertoobig") {
+            Some(("a tensor is larger than the largest buffer the device allows", line))
+        } else {
+            None
+        }
+    })
+}
+
+/// Turns a failure message into advice when it is the device running out of memory.
 pub fn out_of_memory_advice(message: &str) -> Option<String> {
-    let m = message.to_ascii_lowercase().replace(['-', '_'], " ");
-    let what = if m.contains("out of memory") || m.contains("outofmemory") || m.contains("out of device memory") {
-        "the device ran out of memory"
-    } else if m.contains("can't allocate buffer of size") || m.contains("buffertoobig") {
-        "a tensor is larger than the largest buffer the device allows"
-    } else {
-        return None;
-    };
-    Some(format!(
-        "{what}: lower the batch size (train.sampler.pairs, or train.sampler.classes × \
-         per_class, for training; eval.batch_size for evaluation; --batch for attack, robustness \
-         and compare) or use a device with more memory; a run stopped here resumes from its last \
-         finished epoch with --resume"
-    ))
+    out_of_memory_line(message).map(|(what, _)| advice(what))
 }
 
 /// The advice for a device out of memory, then the device's own line (the failure, not the
 /// dozen lines of kernels it made skip): what the command line and the Python package say in
 /// place of `message`; `None` when `message` is another failure.
 pub fn out_of_memory_report(message: &str) -> Option<String> {
-    let advice = out_of_memory_advice(message)?;
-    let device_line = message
-        .lines()
-        .map(str::trim)
-        .find(|l| {
-            let l = l.to_ascii_lowercase().replace('_', " ");
-            l.contains("allocat") || l.contains("out of memory") || l.contains("out of device memory")
-        })
-        .or_else(|| message.lines().next())
-        .unwrap_or("");
-    Some(format!("{advice}\n(from the device: {device_line})"))
+    out_of_memory_line(message).map(|(what, line)| format!("{}\n(from the device: {line})", advice(what)))
+}
+
+fn advice(what: &str) -> String {
+    format!(
+        "{what}: lower the batch size (train.sampler.pairs, or train.sampler.classes × \
+         per_class, for training; eval.batch_size for evaluation; --batch for attack, robustness \
+         and compare) or use a device with more memory; a run stopped here resumes from its last \
+         finished epoch with --resume"
+    )
 }
 
 /// What `rdml devices` lists, one line each: the CPU, each CUDA device and Vulkan adapter (or
