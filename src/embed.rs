@@ -9,7 +9,6 @@
 use crate::atomic::write_atomic;
 use crate::attack::examples::AdversarialSink;
 use crate::eval::knn::Embeddings;
-use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result, bail, ensure};
 use burn::tensor::Tensor;
 use std::path::{Path, PathBuf};
@@ -73,12 +72,12 @@ impl Exported {
 
 /// Collects the embeddings of an attack's adversarial images (see `rdml embed --attack`).
 pub struct AttackedEmbeddings<'a> {
-    model: &'a EmbeddingNet,
+    model: &'a dyn crate::attack::oracle::Oracle,
     pub out: Exported,
 }
 
 impl<'a> AttackedEmbeddings<'a> {
-    pub fn new(model: &'a EmbeddingNet) -> Self {
+    pub fn new(model: &'a dyn crate::attack::oracle::Oracle) -> Self {
         Self {
             model,
             out: Exported::default(),

@@ -73,7 +73,7 @@ pub fn rows(ctx: &Context, pgd: &Pgd, queries: usize, seed: u64) -> Result<Vec<G
     let adv = WhiteBox.perturb(ctx, &images, plan.as_ref(), unit.optimiser(), pgd, seed, None)?;
     let [b, ..] = adv.images.dims();
     let adv_host = crate::host::read(&adv.images.clone().reshape([b as i32, -1]))?;
-    let adv_emb = embed_tensor(&ctx.model, adv.images)?;
+    let adv_emb = embed_tensor(ctx.model.as_ref(), adv.images)?;
     let per = shape.iter().product::<usize>();
     let dim = ctx.clean.dim;
     let cells = |q: usize, list: &[(f32, u32)]| -> Result<Vec<Cell>> {

@@ -5,7 +5,8 @@
 //!
 //! The layers: a module uses only its own layer's earlier modules and the layers before it (no
 //! import points up, no two modules import each other; `tools/modules.py` checks both in CI):
-//! 1. `host`, `atomic` (files written whole), `run_dir`, `output`, `progress`, `device`,
+//! 1. `host`, `atomic` (files written whole), `run_dir`, `scored_dir` (a scored model's `out`
+//!    folder), `output`, `progress`, `device`,
 //!    `kernel`, `data`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
@@ -15,7 +16,8 @@
 //! 6. `config`, `train`;
 //! 7. the pipelines: `import` (a PyTorch model made a run folder), `target` (a run opened as an attack target), `grid` (the report's stored
 //!    retrieval grid), `scoring` (a run attacked and scored), `quickstart`, `compare`, `embed`,
-//!    `html` (the report, from records alone);
+//!    `html` (the report, from records alone), `model_scoring` (a model held outside rdml,
+//!    an oracle, attacked and scored on the caller's images);
 //! 8. the command line (`src/cli/`, in the binary).
 
 pub mod atomic;
@@ -35,14 +37,45 @@ pub mod kernel;
 mod kinds;
 pub mod loss;
 pub mod model;
+pub mod model_scoring;
 pub mod output;
 pub mod progress;
 pub mod quickstart;
 pub mod report;
 pub mod run_dir;
+pub mod scored_dir;
 pub mod scoring;
 pub mod target;
 pub mod train;
+
+/// An error in what the caller passed (an image, a label, a keyword, a model's answer), as told
+/// apart from a failure of the machine or the disk: a front end shows it as its own kind of error
+/// (the Python package: `ValueError`). The message names the field.
+#[derive(Debug)]
+pub struct InputError(pub String);
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// An [`InputError`] as an `anyhow` error.
+pub fn input_error(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(InputError(msg.into()))
+}
+
+/// `Err(input_error(...))` unless `cond`.
+#[macro_export]
+macro_rules! ensure_input {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err($crate::input_error(format!($($arg)+)));
+        }
+    };
+}
 
 /// The CPU device (burn's Flex backend, rdml's own kernels). Named explicitly rather than
 /// `Device::default()`, which in a build with the `vulkan` feature is the GPU; a GPU is chosen

@@ -8,6 +8,7 @@ use burn::tensor::{Device, Tensor};
 use rdml::attack::cw::{CwLinf, cw_linf};
 use rdml::attack::engine::{Norm, Objective, Pgd, Request};
 use rdml::attack::objective::shift::EmbeddingShift;
+use rdml::attack::oracle::Net;
 use rdml::attack::registry::attack as named;
 use rdml::attack::suite::{Context, aggregate, ars_rank_term, ers, run};
 use rdml::data::loader::load_batch;
@@ -280,7 +281,7 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
         ..CwLinf::default()
     };
     let active = [true, true, false, true, true, true];
-    let xa = cw_linf(&net, 0, &x, Some(&active), &obj, &cfg).unwrap();
+    let xa = cw_linf(&Net::new(&net, 0), &x, Some(&active), &obj, &cfg).unwrap();
     let d = (xa.clone() - x.clone()).into_data().try_to_vec::<f32>().unwrap();
     let per = 28 * 28;
     let row = |i: usize| &d[i * per..(i + 1) * per];
@@ -313,6 +314,6 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
         "L∞ per row {linf:?}: τ shrank for only {shrunk} of {won}"
     );
     // ε = 0 returns the input.
-    let z = cw_linf(&net, 0, &x, None, &obj, &CwLinf { eps: 0.0, ..cfg }).unwrap();
+    let z = cw_linf(&Net::new(&net, 0), &x, None, &obj, &CwLinf { eps: 0.0, ..cfg }).unwrap();
     assert_eq!(z.into_data(), x.into_data());
 }

@@ -27,7 +27,7 @@ import numpy as np
 from . import _rdml
 
 __version__ = _rdml.__version__
-__all__ = ["Run", "devices", "import_torch", "metrics", "open", "presets", "train"]
+__all__ = ["Run", "attack", "devices", "embed", "import_torch", "metrics", "open", "presets", "robustness", "train"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -230,6 +230,110 @@ def import_torch(
         overwrite=overwrite,
     )
     return Run(out, device=device, quiet=quiet)
+
+
+def _scoring_args(model, images, labels, differentiable, device):
+    """The model as the library calls it, and the images and labels as bytes and lists."""
+    from ._torch import TorchModel, images_and_labels
+
+    x, y = images_and_labels(images, labels)
+    return dict(
+        model=TorchModel(model, device),
+        differentiable=bool(differentiable),
+        images=x.tobytes(),
+        shape=tuple(int(s) for s in x.shape),
+        labels=y.tolist(),
+    )
+
+
+def robustness(
+    model: Any,
+    images: Any,
+    labels: Any = None,
+    *,
+    profile: str = "rob28",
+    queries: Optional[int] = None,
+    eps: Optional[float] = None,
+    step: Optional[float] = None,
+    steps: Optional[int] = None,
+    norm: Optional[str] = None,
+    random_start: bool = False,
+    seed: int = 0,
+    batch: int = 128,
+    robrank_compat: bool = False,
+    method: str = "white-box",
+    repeats: int = 1,
+    out: Optional[PathLike] = None,
+    device: Any = None,
+    differentiable: bool = True,
+    quiet: bool = False,
+) -> Dict[str, Any]:
+    """robrank's ERS suite on your own model and images: the dict ``Run.robustness`` returns.
+
+    ``model`` is a ``torch.nn.Module`` or a function of a torch tensor returning N × D
+    embeddings; it runs on the device of its parameters (or ``device``), in eval mode, with no
+    gradient to its parameters. ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
+    model normalises them itself, since budgets are in pixels) with one integer label each, or a
+    torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``queries`` defaults to
+    512. ``differentiable=False`` declares a model that can only be queried (``method="nes"``).
+    ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is written
+    otherwise. An exception inside the model is raised as itself.
+    """
+    args = _scoring_args(model, images, labels, differentiable, device)
+    with args["model"].frozen():
+        raw = _rdml.robustness_model(
+            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
+            method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
+            robrank_compat=robrank_compat, repeats=int(repeats), out=None if out is None else os.fspath(out),
+            quiet=quiet, **args,
+        )
+    return json.loads(raw)
+
+
+def attack(
+    model: Any,
+    images: Any,
+    labels: Any,
+    spec: str,
+    *,
+    profile: str = "rob28",
+    queries: Optional[int] = None,
+    eps: Optional[float] = None,
+    step: Optional[float] = None,
+    steps: Optional[int] = None,
+    norm: Optional[str] = None,
+    random_start: bool = False,
+    seed: int = 0,
+    batch: int = 128,
+    robrank_compat: bool = False,
+    method: str = "white-box",
+    repeats: int = 1,
+    device: Any = None,
+    differentiable: bool = True,
+    quiet: bool = False,
+) -> Dict[str, Any]:
+    """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
+    the dict ``Run.attack`` returns. ``queries`` defaults to 1024; the rest as ``rdml.robustness``."""
+    args = _scoring_args(model, images, labels, differentiable, device)
+    with args["model"].frozen():
+        raw = _rdml.attack_model(
+            spec=spec, profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
+            method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
+            robrank_compat=robrank_compat, repeats=int(repeats), quiet=quiet, **args,
+        )
+    return json.loads(raw)
+
+
+def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:
+    """The embeddings (N × D float32) of images N × C × H × W in [0, 1] by your own model, in
+    batches, as ``rdml.robustness`` sees them."""
+    from ._torch import TorchModel, images_and_labels
+
+    x, _ = images_and_labels(images, np.zeros(len(images), dtype=np.int64))
+    m = TorchModel(model, device)
+    with m.frozen():
+        raw, dim = _rdml.embed_model(model=m, images=x.tobytes(), shape=tuple(int(s) for s in x.shape), batch=int(batch))
+    return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], dim).copy()
 
 
 def open(run_dir: PathLike, *, data: Optional[PathLike] = None, device: Optional[str] = None, quiet: bool = False) -> "Run":

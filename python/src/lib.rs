@@ -7,13 +7,14 @@
 use anyhow::{Context as _, Result};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 use rdml::attack::engine::{Norm, Pgd};
 use rdml::attack::profile::{Overrides, resolve};
 use rdml::attack::registry;
 use rdml::config::Experiment;
 use rdml::eval::knn::Embeddings;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// A library error as the Python exception a user expects, with rdml's message.
 fn raise(e: anyhow::Error) -> PyErr {
@@ -237,6 +238,7 @@ fn embed<'py>(
         ))
     })?;
     let dim = exp.model.embedding_dim;
+    let oracle = rdml::attack::oracle::Net::new(&net, 0);
     let out = py
         .allow_threads(|| -> Result<Vec<f32>> {
             let per = c * h * w;
@@ -245,7 +247,7 @@ fn embed<'py>(
                 let m = batch.min(n - start);
                 let data = burn::tensor::TensorData::new(x[start * per..(start + m) * per].to_vec(), [m, c, h, w]);
                 let t = burn::tensor::Tensor::<4>::from_data(data, &dev);
-                out.extend(rdml::attack::context::embed_tensor(&net, t)?);
+                out.extend(rdml::attack::context::embed_tensor(&oracle, t)?);
             }
             Ok(out)
         })
@@ -504,6 +506,260 @@ fn report(py: Python<'_>, dir: &str, data: Option<String>, grid: usize, device: 
     Ok(path.display().to_string())
 }
 
+/// A Python object standing for the caller's model (`rdml/_torch.py`'s `TorchModel`): `embed(images:
+/// bytes, shape, keep) -> bytes` and `pull_back(grad: bytes) -> bytes`, float32 throughout. An
+/// exception it raises (the user's model's own, a Ctrl-C) is kept and raised again as itself
+/// when the library call returns.
+struct PyModel {
+    obj: Py<PyAny>,
+    differentiable: bool,
+    raised: Arc<Mutex<Option<PyErr>>>,
+}
+
+/// The library error that stands for a Python exception kept by [`PyModel`].
+const PY_RAISED: &str = "the model raised an exception";
+
+impl PyModel {
+    fn call(
+        &self,
+        method: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
+    ) -> Result<Vec<f32>> {
+        Python::with_gil(|py| {
+            let out = args(py)
+                .and_then(|a| self.obj.call_method1(py, method, a))
+                .and_then(|r| r.extract::<Vec<u8>>(py));
+            match out {
+                Ok(bytes) => floats(&bytes, "model").map_err(|e| anyhow::anyhow!("{e}")),
+                Err(e) => {
+                    *self.raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    anyhow::bail!(PY_RAISED)
+                }
+            }
+        })
+    }
+}
+
+impl rdml::attack::oracle::HostModel for PyModel {
+    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Vec<f32>> {
+        self.call("embed", |py| {
+            let s = PyTuple::new(py, shape)?;
+            PyTuple::new(
+                py,
+                [
+                    to_bytes(py, images).into_any(),
+                    s.into_any(),
+                    keep.into_pyobject(py)?.to_owned().into_any(),
+                ],
+            )
+        })
+    }
+
+    fn pull_back(&self, grad: &[f32]) -> Result<Vec<f32>> {
+        self.call("pull_back", |py| PyTuple::new(py, [to_bytes(py, grad)]))
+    }
+
+    fn differentiable(&self) -> bool {
+        self.differentiable
+    }
+}
+
+/// Runs `job` on the caller's model without the GIL; an exception the model raised is raised
+/// again as itself, a library error as [`raise`] says.
+fn with_model<T: Send>(
+    py: Python<'_>,
+    model: Py<PyAny>,
+    differentiable: bool,
+    job: impl FnOnce(Box<dyn rdml::attack::oracle::HostModel>) -> Result<T> + Send,
+) -> PyResult<T> {
+    let raised = Arc::new(Mutex::new(None));
+    let m = PyModel {
+        obj: model,
+        differentiable,
+        raised: raised.clone(),
+    };
+    let out = py.allow_threads(|| job(Box::new(m)));
+    out.map_err(|e| {
+        let kept = raised.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match kept {
+            Some(err) if e.chain().any(|c| c.to_string() == PY_RAISED) => err,
+            _ => invalid_or_raise(e),
+        }
+    })
+}
+
+/// A request's own checks (what the caller passed) as `ValueError`, other failures as [`raise`].
+fn invalid_or_raise(e: anyhow::Error) -> PyErr {
+    if e.chain().any(|c| c.is::<rdml::InputError>()) {
+        invalid(e)
+    } else {
+        raise(e)
+    }
+}
+
+/// The keywords of `rdml.robustness(model, …)` and `rdml.attack(model, …)` as the library's request.
+#[allow(clippy::too_many_arguments)]
+fn model_scoring(
+    profile: String,
+    (eps, step, steps): (Option<f32>, Option<f32>, Option<usize>),
+    norm: Option<&str>,
+    random_start: bool,
+    method: String,
+    (queries, batch, seed, repeats): (Option<usize>, usize, u64, usize),
+    robrank_compat: bool,
+    out: Option<String>,
+    quiet: bool,
+) -> PyResult<rdml::model_scoring::ModelScoring> {
+    Ok(rdml::model_scoring::ModelScoring {
+        profile,
+        eps,
+        step,
+        steps,
+        norm: norm.map(str::parse::<Norm>).transpose().map_err(invalid)?,
+        random_start,
+        method,
+        queries,
+        batch,
+        seed,
+        robrank_compat,
+        repeats,
+        out: out.map(PathBuf::from),
+        progress: !quiet,
+    })
+}
+
+/// `rdml.robustness(model, images, labels, …)`: the ERS suite on the caller's model; the record
+/// as JSON.
+#[pyfunction]
+#[pyo3(signature = (model, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[allow(clippy::too_many_arguments)]
+fn robustness_model(
+    py: Python<'_>,
+    model: Py<PyAny>,
+    differentiable: bool,
+    images: &[u8],
+    shape: [usize; 4],
+    labels: Vec<i64>,
+    profile: String,
+    eps: Option<f32>,
+    step: Option<f32>,
+    steps: Option<usize>,
+    norm: Option<&str>,
+    random_start: bool,
+    method: String,
+    queries: Option<usize>,
+    batch: usize,
+    seed: u64,
+    robrank_compat: bool,
+    repeats: usize,
+    out: Option<String>,
+    quiet: bool,
+) -> PyResult<String> {
+    let req = model_scoring(
+        profile,
+        (eps, step, steps),
+        norm,
+        random_start,
+        method,
+        (queries, batch, seed, repeats),
+        robrank_compat,
+        out,
+        quiet,
+    )?;
+    let images = rdml::model_scoring::Images {
+        images: floats(images, "images")?,
+        shape,
+        labels,
+    };
+    let scored = with_model(py, model, differentiable, |m| {
+        req.robustness(m, images, &rdml::default_device())
+    })?;
+    serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
+}
+
+/// `rdml.attack(model, images, labels, spec, …)`: one attack on the caller's model, as JSON.
+#[pyfunction]
+#[pyo3(signature = (model, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
+#[allow(clippy::too_many_arguments)]
+fn attack_model(
+    py: Python<'_>,
+    model: Py<PyAny>,
+    differentiable: bool,
+    images: &[u8],
+    shape: [usize; 4],
+    labels: Vec<i64>,
+    spec: String,
+    profile: String,
+    eps: Option<f32>,
+    step: Option<f32>,
+    steps: Option<usize>,
+    norm: Option<&str>,
+    random_start: bool,
+    method: String,
+    queries: Option<usize>,
+    batch: usize,
+    seed: u64,
+    robrank_compat: bool,
+    repeats: usize,
+    quiet: bool,
+) -> PyResult<String> {
+    let req = model_scoring(
+        profile,
+        (eps, step, steps),
+        norm,
+        random_start,
+        method,
+        (queries, batch, seed, repeats),
+        robrank_compat,
+        None,
+        quiet,
+    )?;
+    let images = rdml::model_scoring::Images {
+        images: floats(images, "images")?,
+        shape,
+        labels,
+    };
+    let runs = with_model(py, model, differentiable, |m| {
+        req.attack(&spec, m, images, &rdml::default_device())
+    })?;
+    let v = rdml::model_scoring::attack_json(&runs).map_err(raise)?;
+    Ok(v.to_string())
+}
+
+/// `rdml.embed(model, images)`: `(bytes of [n, d], d)`.
+#[pyfunction]
+#[pyo3(signature = (model, images, shape, batch))]
+fn embed_model<'py>(
+    py: Python<'py>,
+    model: Py<PyAny>,
+    images: &[u8],
+    shape: [usize; 4],
+    batch: usize,
+) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+    let x = floats(images, "images")?;
+    let e = with_model(py, model, false, |m| {
+        rdml::model_scoring::embed(m, &x, shape, batch, &rdml::default_device())
+    })?;
+    Ok((to_bytes(py, &e.data), e.dim))
+}
+
+/// The library's defaults of the model-scoring keywords, for the package's test that its
+/// signatures say the same: (profile, method, batch, seed, repeats, robustness queries, attack
+/// queries).
+#[pyfunction]
+fn model_scoring_defaults() -> (String, String, usize, u64, usize, usize, usize) {
+    let d = rdml::model_scoring::ModelScoring::default();
+    (
+        d.profile,
+        d.method,
+        d.batch,
+        d.seed,
+        d.repeats,
+        rdml::model_scoring::ROBUSTNESS_QUERIES,
+        rdml::model_scoring::ATTACK_QUERIES,
+    )
+}
+
 #[pymodule]
 fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Ctrl-C between batches: Python's handler runs (and its KeyboardInterrupt is raised again
@@ -521,5 +777,9 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(robustness, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_function(wrap_pyfunction!(import_torch, m)?)?;
+    m.add_function(wrap_pyfunction!(robustness_model, m)?)?;
+    m.add_function(wrap_pyfunction!(attack_model, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_model, m)?)?;
+    m.add_function(wrap_pyfunction!(model_scoring_defaults, m)?)?;
     Ok(())
 }

@@ -1,19 +1,21 @@
 //! What every attack of a suite needs: the model in evaluation mode, the test set, its clean
 //! embeddings (host and device copies) and the distance helpers the selections use.
 
-use crate::data::ImageSet;
-use crate::eval::embed;
+use super::oracle::{Net, Oracle};
+use crate::data::{ImageSet, loader};
+use crate::eval::batch_tensor;
 use crate::eval::knn::{Embeddings, top_k};
 use crate::eval::metrics::{self, Retrieval};
 use crate::loss::distance::Distance;
 use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result};
-use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
+use std::sync::Arc;
 
 /// The test set, its clean embeddings and the model: what every attack needs.
 pub struct Context {
-    pub model: EmbeddingNet,
+    /// The attacked model, as an oracle: an rdml network or a model held outside rdml.
+    pub model: Arc<dyn Oracle>,
     pub set: ImageSet,
     pub clean: Embeddings,
     pub(crate) cand: Tensor<2>,
@@ -45,9 +47,19 @@ impl Context {
         device: &Device,
         robrank_compat: bool,
     ) -> Result<Self> {
+        Self::of(Arc::new(Net::new(model, 0)), set, batch, device, robrank_compat)
+    }
+
+    /// The context of any oracle on `set`, its clean embeddings made `batch` items at a time.
+    pub fn of(
+        model: Arc<dyn Oracle>,
+        set: &ImageSet,
+        batch: usize,
+        device: &Device,
+        robrank_compat: bool,
+    ) -> Result<Self> {
         let device = device.clone().without_autodiff();
-        let model = model.valid();
-        let clean = embed(&model, set, batch.max(1), &device)?;
+        let clean = embed_set(model.as_ref(), set, batch.max(1), &device)?;
         let cand = Tensor::<2>::from_data(TensorData::new(clean.data.clone(), [clean.n, clean.dim]), &device);
         let cand_sq = cand.clone().powi_scalar(2).sum_dim(1).transpose();
         Ok(Self {
@@ -126,8 +138,22 @@ impl Context {
 }
 
 /// The embeddings of images `x` by `model`, read back to the host.
-pub fn embed_tensor(model: &EmbeddingNet, x: Tensor<4>) -> Result<Vec<f32>> {
-    crate::host::read(&model.forward(x)).context("reading the attacked embeddings")
+pub fn embed_tensor(model: &dyn Oracle, x: Tensor<4>) -> Result<Vec<f32>> {
+    crate::host::read(&model.embed(x)?).context("reading the attacked embeddings")
+}
+
+/// Every item of `set` embedded by `model`, `batch` at a time (a Ctrl-C is heard between
+/// batches).
+pub fn embed_set(model: &dyn Oracle, set: &ImageSet, batch: usize, device: &Device) -> Result<Embeddings> {
+    let mut data = Vec::new();
+    let mut dim = 0;
+    for b in loader::prefetch(set.clone(), loader::sequential(set.len(), batch), None, 2) {
+        let e = model.embed(batch_tensor(&b?, device))?;
+        dim = e.dims()[1];
+        data.extend(crate::host::read(&e)?);
+        crate::progress::between_batches()?;
+    }
+    Embeddings::new(data, set.len(), dim)
 }
 
 /// Euclidean distance of two host embeddings.

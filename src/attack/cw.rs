@@ -15,10 +15,9 @@
 //! Rows are independent: each has its own τ, c, Adam moments and step count, so one forward pass
 //! per step serves the whole batch.
 
-use super::engine::{Objective, Target};
-use crate::model::EmbeddingNet;
+use super::engine::Objective;
+use super::oracle::{Oracle, require_gradient};
 use anyhow::{Context as _, Result, ensure};
-use burn::module::Module;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -101,8 +100,7 @@ struct Row {
 /// Runs the attack on `x` (`[b, c, h, w]` in [0, 1]); rows with `active[i] == false` are left
 /// clean. The objective must give per-row margins ([`Objective::per_row`]).
 pub fn cw_linf(
-    model: &EmbeddingNet,
-    bn_set: usize,
+    model: &dyn Oracle,
     x: &Tensor<4>,
     active: Option<&[bool]>,
     objective: &dyn Objective,
@@ -113,8 +111,7 @@ pub fn cw_linf(
         return Ok(x0);
     }
     cfg.validate()?;
-    let model = model.valid();
-    let target = Target { model: &model, bn_set };
+    require_gradient(model)?;
     let device: Device = x.device().without_autodiff();
     let [b, ch, h, w] = x0.dims();
     let mut rows = initial_rows(active, b, cfg)?;
@@ -146,12 +143,26 @@ pub fn cw_linf(
         let live = per_row(&rows, &|r| f32::from(u8::from(r.active)));
         let tau = per_row(&rows, &|r| r.tau);
         let cst = per_row(&rows, &|r| r.c);
+        // The margin's gradient at the image through the model, then the chain through tanh
+        // and the excess term (which does not involve the model) in rdml's own graph.
+        let weighted = (cst.clone() * live.clone()).reshape([b]);
+        let no_margins = std::cell::Cell::new(false);
+        let margin_loss = |emb: Tensor<2>| match objective.per_row(emb.clone()) {
+            Some(m) => (m * weighted.clone().autodiff()).sum(),
+            None => {
+                no_margins.set(true);
+                emb.sum().mul_scalar(0.0)
+            }
+        };
+        let image = wt.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
+        let g_image = model.gradient(image, &margin_loss)?.input;
+        ensure!(!no_margins.get(), "C&W needs an objective with per-row margins");
+        let Some(g_image) = g_image else { break };
         let wi = wt.clone().autodiff().require_grad();
         let xi = wi.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
-        let margin = margins_of(target.embed(xi.clone()))?;
-        let excess = relu((xi - x0.clone().autodiff()).abs() - tau.autodiff()).sum_dims(&[1, 2, 3]);
-        let loss = (margin.reshape([b, 1, 1, 1]) * cst.autodiff() + excess) * live.clone().autodiff();
-        let grads = loss.sum().backward();
+        let excess = relu((xi.clone() - x0.clone().autodiff()).abs() - tau.autodiff()).sum_dims(&[1, 2, 3]);
+        let loss = (xi * g_image.autodiff()).sum() + (excess * live.clone().autodiff()).sum();
+        let grads = loss.backward();
         let Some(g) = wi.grad(&grads) else { break };
         let g = g.without_autodiff() * live.clone();
         for r in rows.iter_mut().filter(|r| r.active) {
@@ -175,7 +186,7 @@ pub fn cw_linf(
         }
         let xc = wt.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
         let proj = (x0.clone() + (xc - x0.clone()).clamp(-cfg.eps, cfg.eps)).clamp(0.0, 1.0);
-        let margins = crate::host::read1(&margins_of(target.embed(proj.clone()))?)?;
+        let margins = crate::host::read1(&margins_of(model.embed(proj.clone())?)?)?;
         let linf = crate::host::read1(&(proj.clone() - x0.clone()).abs().max_dims(&[1, 2, 3]).reshape([b]))?;
         let (success, restart) = judge(&mut rows, &due, &margins, &linf, cfg);
         if success.iter().any(|&s| s) {

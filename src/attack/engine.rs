@@ -6,9 +6,9 @@
 //! gradients); only the input carries autodiff. Images live in [0, 1] and normalisation happens
 //! inside the model, so ε is in pixel units.
 
+use super::oracle::{Net, Oracle};
 use crate::model::EmbeddingNet;
 use anyhow::{Result, ensure};
-use burn::module::Module;
 use burn::tensor::{Bool, Device, Distribution, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -133,18 +133,6 @@ impl StopRule {
     }
 }
 
-/// Forward function of the perturbed images: the embedding model with a chosen BN set.
-pub struct Target<'a> {
-    pub model: &'a EmbeddingNet,
-    pub bn_set: usize,
-}
-
-impl Target<'_> {
-    pub(crate) fn embed(&self, x: Tensor<4>) -> Tensor<2> {
-        self.model.forward_set(x, self.bn_set)
-    }
-}
-
 /// How many steps a GPU runs between two reads of the early-stop flag.
 pub const GPU_STOP_CHECK: usize = 8;
 
@@ -158,10 +146,19 @@ pub fn set_stop_check_every(n: Option<usize>) {
     CHECK_EVERY.with(|c| c.set(n));
 }
 
-/// One run of the engine: the model as it infers with batch-norm set `bn_set`, the objective it
-/// minimises, the budget, the rows that may move (`None`: all) and the random start's seed.
+/// The model a [`Request`] attacks: an rdml network (a defense's, in training or evaluation mode)
+/// with the batch-norm set it infers with, or any oracle.
+#[derive(Clone, Copy)]
+pub enum Model<'a> {
+    Net(&'a EmbeddingNet),
+    Oracle(&'a dyn Oracle),
+}
+
+/// One run of the engine: the model (a network as it infers with batch-norm set `bn_set`, or an
+/// oracle), the objective it minimises, the budget, the rows that may move (`None`: all) and the
+/// random start's seed.
 pub struct Request<'a> {
-    pub model: &'a EmbeddingNet,
+    pub model: Model<'a>,
     pub bn_set: usize,
     pub objective: &'a dyn Objective,
     pub pgd: &'a Pgd,
@@ -172,6 +169,11 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// `objective` under `pgd` on the clean BN set, every row moving, seed 0.
     pub fn new(model: &'a EmbeddingNet, objective: &'a dyn Objective, pgd: &'a Pgd) -> Self {
+        Self::on(Model::Net(model), objective, pgd)
+    }
+
+    /// `objective` under `pgd` on `model`, every row moving, seed 0.
+    pub fn on(model: Model<'a>, objective: &'a dyn Objective, pgd: &'a Pgd) -> Self {
         Self {
             model,
             bn_set: 0,
@@ -214,11 +216,15 @@ impl<'a> Request<'a> {
     pub fn run_checking(&self, x: &Tensor<4>, check_every: usize) -> Result<Tensor<4>> {
         let (pgd, objective, movable) = (self.pgd, self.objective, self.movable);
         pgd.validate()?;
-        let model = self.model.valid();
-        let target = Target {
-            model: &model,
-            bn_set: self.bn_set,
+        let net;
+        let target: &dyn Oracle = match self.model {
+            Model::Net(m) => {
+                net = Net::new(m, self.bn_set);
+                &net
+            }
+            Model::Oracle(o) => o,
         };
+        crate::attack::oracle::require_gradient(target)?;
         let device: Device = x.device().without_autodiff();
         let x0 = x.clone().without_autodiff();
         let [b, _, _, _] = x0.dims();
@@ -250,7 +256,10 @@ impl<'a> Request<'a> {
         } else {
             x0.clone()
         };
-        let fixed_emb: Option<Tensor<2>> = restore.then(|| target.embed(x0.clone().select(0, index(&fixed))).detach());
+        let fixed_emb: Option<Tensor<2>> = match restore {
+            true => Some(target.embed(x0.clone().select(0, index(&fixed)))?.detach()),
+            false => None,
+        };
         let mut xa = random_start(&x_move0, pgd, self.seed);
         let rule = objective.stop_rule();
         let (mut last, mut before): (Option<Tensor<1>>, Option<Tensor<1>>) = (None, None);
@@ -266,18 +275,18 @@ impl<'a> Request<'a> {
                 }
                 stopped = Some(s);
             }
-            let xi = xa.clone().autodiff().require_grad();
-            let moved = target.embed(xi.clone());
-            let emb = match &fixed_emb {
-                Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
-                None => moved,
+            let loss = |moved: Tensor<2>| {
+                let emb = match &fixed_emb {
+                    Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
+                    None => moved,
+                };
+                objective.loss(emb, k)
             };
-            let loss = objective.loss(emb, k);
+            let grad = target.gradient(xa.clone(), &loss)?;
             before = last.take();
-            last = rule.map(|_| loss.clone().detach().without_autodiff());
-            let grads = loss.backward();
-            let Some(g) = xi.grad(&grads) else { break };
-            let next = descend(xa.clone(), &x_move0, g.without_autodiff(), pgd);
+            last = rule.map(|_| grad.loss);
+            let Some(g) = grad.input else { break };
+            let next = descend(xa.clone(), &x_move0, g, pgd);
             xa = match &stopped {
                 Some(s) => next.mask_where(s.clone().reshape([1, 1, 1, 1]).expand(xa.shape()), xa),
                 None => next,

@@ -8,7 +8,7 @@ pub mod universal;
 
 use super::context::Context;
 use super::cw::{CwLinf, cw_linf};
-use super::engine::{Pgd, Request};
+use super::engine::{Model, Pgd, Request};
 use super::unit::{Optimiser, Plan};
 use anyhow::Result;
 use burn::tensor::Tensor;
@@ -29,6 +29,11 @@ pub struct Batch {
 pub trait Method: Send + Sync {
     /// The canonical spec, which [`super::registry::method`] parses back to this method.
     fn spec(&self) -> String;
+
+    /// Whether it asks the model for gradients (white-box methods); black-box ones only embed.
+    fn needs_gradient(&self) -> bool {
+        true
+    }
 
     /// Whether [`Method::fit`] must see every batch of a run before any is perturbed.
     fn fits_all_batches(&self) -> bool {
@@ -82,7 +87,7 @@ impl Method for WhiteBox {
         _fitted: Option<&Tensor<4>>,
     ) -> Result<Perturbed> {
         let images = match optimiser {
-            Optimiser::Pgd => Request::new(&attacker.model, plan.objective(), pgd)
+            Optimiser::Pgd => Request::on(Model::Oracle(attacker.model.as_ref()), plan.objective(), pgd)
                 .movable(plan.movable())
                 .seed(seed)
                 .run(x)?,
@@ -94,7 +99,7 @@ impl Method for WhiteBox {
                     budget: rounds * pgd.steps,
                     ..CwLinf::default()
                 };
-                cw_linf(&attacker.model, 0, x, plan.movable(), plan.objective(), &cw)?
+                cw_linf(attacker.model.as_ref(), x, plan.movable(), plan.objective(), &cw)?
             }
         };
         Ok(Perturbed {

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod examples;
 pub mod method;
 pub mod objective;
+pub mod oracle;
 pub mod profile;
 pub mod record;
 pub mod registry;

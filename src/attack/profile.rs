@@ -87,23 +87,34 @@ impl From<SpecBudget> for Overrides {
 /// spec's own budget keys (`spec`, robrank's `eps=…:alpha=…:pgditer=…`), which must agree with
 /// the flags where both are given; validated with the keys named as flags (`--eps`, …).
 pub fn resolve(name: &str, flags: &Overrides, spec: &Overrides) -> Result<Pgd> {
-    fn both<T: PartialEq + std::fmt::Display + Copy>(flag: Option<T>, key: Option<T>, what: &str) -> Result<Option<T>> {
+    resolve_as(name, flags, spec, "--")
+}
+
+/// [`resolve`], with the keys named as `prefix` + `eps`, `profile`, … (`--` on the command
+/// line; nothing for a library request, whose fields are the Python package's keywords).
+pub fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, prefix: &str) -> Result<Pgd> {
+    fn both<T: PartialEq + std::fmt::Display + Copy>(
+        flag: Option<T>,
+        key: Option<T>,
+        what: &str,
+        prefix: &str,
+    ) -> Result<Option<T>> {
         match (flag, key) {
             (Some(f), Some(k)) if f != k => {
-                anyhow::bail!("--{what} {f} and the attack spec's value {k} disagree: give one")
+                anyhow::bail!("{prefix}{what} {f} and the attack spec's value {k} disagree: give one")
             }
             (f, k) => Ok(f.or(k)),
         }
     }
     let o = Overrides {
-        eps: both(flags.eps, spec.eps, "eps")?,
-        step: both(flags.step, spec.step, "step")?,
-        steps: both(flags.steps, spec.steps, "steps")?,
+        eps: both(flags.eps, spec.eps, "eps", prefix)?,
+        step: both(flags.step, spec.step, "step", prefix)?,
+        steps: both(flags.steps, spec.steps, "steps", prefix)?,
         norm: flags.norm.or(spec.norm),
         random_start: flags.random_start || spec.random_start,
     };
-    let pgd = profile(name).context("--profile")?.pgd(&o);
-    pgd.validate_as("--")?;
+    let pgd = profile(name).with_context(|| format!("{prefix}profile"))?.pgd(&o);
+    pgd.validate_as(prefix)?;
     Ok(pgd)
 }
 

@@ -125,7 +125,11 @@ pub fn run_saving(
         }
         bar.set(bi + 1, "batches");
         crate::progress::between_batches()?;
-        let adv = Embeddings::new(embed_tensor(&target.model, p.images)?, chunk.len(), target.clean.dim)?;
+        let adv = Embeddings::new(
+            embed_tensor(target.model.as_ref(), p.images)?,
+            chunk.len(),
+            target.clean.dim,
+        )?;
         batch.plan.score(target, &adv, &mut tally)?;
         if attack.keeps_attacked() {
             attacked.extend(adv.data);

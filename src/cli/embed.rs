@@ -71,7 +71,7 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
                 seed: budget.seed,
                 progress: !quiet,
             };
-            let mut sink = rdml::embed::AttackedEmbeddings::new(&ctx.model);
+            let mut sink = rdml::embed::AttackedEmbeddings::new(ctx.model.as_ref());
             let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;
             (sink.out, format!("{} test items attacked by {}", r.queries, r.attack))
         }

@@ -88,6 +88,22 @@ pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Path
     write_run(dir, grid)
 }
 
+/// The page of a model scored on the caller's own images (`rdml.robustness(model, …, out=…)`):
+/// what was scored, then the suite's table as a run's report shows it.
+pub fn scored_page(record: &crate::attack::record::RobustnessRecord, images: usize) -> Result<String> {
+    let mut page = Page::new("rdml report: a model scored on its own images");
+    page.note(
+        "Model",
+        &format!(
+            "A model outside rdml, attacked through its embeddings and their gradient (method {}) on              {images} images; each query is ranked among the other {}.",
+            record.method.as_deref().unwrap_or("white-box"),
+            images.saturating_sub(1)
+        ),
+    );
+    page.robustness(&record.table, &record.budget_words())?;
+    Ok(page.finish())
+}
+
 /// What the report says of the retrieval grid.
 enum Grid {
     /// Not asked for.

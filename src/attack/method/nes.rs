@@ -8,9 +8,9 @@
 use crate::attack::context::Context;
 use crate::attack::engine::{Objective, Pgd, descend, random_start};
 use crate::attack::method::{Method, Perturbed, moving_rows};
+use crate::attack::oracle::Oracle;
 use crate::attack::spec::Params;
 use crate::attack::unit::{Optimiser, Plan};
-use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result, ensure};
 use burn::tensor::{Distribution, Tensor};
 
@@ -43,6 +43,10 @@ impl Method for Nes {
         }
     }
 
+    fn needs_gradient(&self) -> bool {
+        false
+    }
+
     fn perturb(
         &self,
         attacker: &Context,
@@ -65,7 +69,7 @@ impl Method for Nes {
         let mut xa = random_start(&x0, pgd, seed);
         for k in 0..pgd.steps {
             let g = estimate_gradient(
-                &attacker.model,
+                attacker.model.as_ref(),
                 &xa,
                 plan.objective(),
                 self.population,
@@ -85,7 +89,7 @@ impl Method for Nes {
 /// NES's estimate of the gradient of each row's loss at `x` `[b, c, h, w]`, from `population`
 /// forward passes of `model` (no gradient of the model is used).
 pub fn estimate_gradient(
-    model: &EmbeddingNet,
+    model: &dyn Oracle,
     x: &Tensor<4>,
     objective: &dyn Objective,
     population: usize,
@@ -95,7 +99,7 @@ pub fn estimate_gradient(
     let [b, _, _, _] = x.dims();
     let losses = |x: Tensor<4>| -> Result<Tensor<4>> {
         Ok(objective
-            .row_losses(model.forward(x))
+            .row_losses(model.embed(x)?)
             .context("NES needs each row's loss, and this attack's objective does not split by row")?
             .reshape([b, 1, 1, 1]))
     };

@@ -71,14 +71,17 @@ impl Method for Universal {
             for batch in batches {
                 let b = batch.images.dims()[0];
                 let mask = moving_rows(batch.plan.as_ref(), b, &batch.images.device());
+                // The loss's gradient at the perturbed images through the model, then the chain
+                // back to δ through `apply` in rdml's own graph.
+                let x = apply(&batch.images, delta.clone(), mask.clone());
+                let weight = b as f32 / total as f32;
+                let loss = |emb: Tensor<2>| batch.plan.objective().loss(emb, k).mul_scalar(weight);
+                let Some(gx) = attacker.model.gradient(x, &loss)?.input else {
+                    continue;
+                };
                 let d = delta.clone().autodiff().require_grad();
                 let x = apply(&batch.images.clone().autodiff(), d.clone(), mask.autodiff());
-                let loss = batch
-                    .plan
-                    .objective()
-                    .loss(attacker.model.forward(x), k)
-                    .mul_scalar(b as f32 / total as f32);
-                let grads = loss.backward();
+                let grads = (x * gx.autodiff()).sum().backward();
                 if let Some(gd) = d.grad(&grads) {
                     g = g + gd.without_autodiff();
                 }

@@ -1,0 +1,316 @@
+//! A model held outside rdml (a PyTorch module on its own device, called from the Python
+//! package) attacked and scored on the caller's own images: the request that
+//! `rdml.robustness(model, images, labels, …)`, `rdml.attack(model, …)` and `rdml.embed(model, …)`
+//! fill. The model is an oracle ([`crate::attack::oracle::External`]); objectives, selections,
+//! budgets, defaults and every check of the caller's input live here, with the fields named as
+//! the Python keywords.
+
+use crate::attack::engine::{Norm, Pgd};
+use crate::attack::oracle::{External, HostModel, Oracle};
+use crate::attack::profile::{Overrides, resolve_as};
+use crate::attack::record::{FILE, RobustnessRecord};
+use crate::attack::registry;
+use crate::attack::robustness::robustness_spread;
+use crate::attack::score::AttackResult;
+use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated};
+use crate::data::{ImageSet, Source};
+use crate::eval::knn::Embeddings;
+use crate::scored_dir;
+use anyhow::Result;
+use burn::tensor::Device;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What `out` receives: the suite's record and its page.
+const OUT_FILES: [&str; 2] = [FILE, crate::html::FILE];
+
+/// Queries attacked by default: the suite's and one attack's (`Run.robustness`, `Run.attack`).
+pub const ROBUSTNESS_QUERIES: usize = 512;
+pub const ATTACK_QUERIES: usize = 1024;
+
+/// The caller's images: `shape` = `[n, c, h, w]`, values in [0, 1], one label per image.
+#[derive(Debug, Clone, Default)]
+pub struct Images {
+    pub images: Vec<f32>,
+    pub shape: [usize; 4],
+    pub labels: Vec<i64>,
+}
+
+impl Images {
+    /// The images checked (shape, range, labels) as an in-memory test set, labels made dense.
+    pub fn set(self) -> Result<ImageSet> {
+        let [n, c, h, w] = self.shape;
+        check_images(&self.images, self.shape)?;
+        crate::ensure_input!(
+            self.labels.len() == n,
+            "labels: {} labels for {n} images; expected one per image",
+            self.labels.len()
+        );
+        crate::ensure_input!(
+            n >= 2,
+            "images: {n} image(s); an attack ranks each item among the others, so at least 2 are needed"
+        );
+        let mut ids = std::collections::HashMap::new();
+        let labels: Vec<u32> = self
+            .labels
+            .iter()
+            .map(|l| {
+                let next = ids.len() as u32;
+                *ids.entry(*l).or_insert(next)
+            })
+            .collect();
+        let source = Source::Floats {
+            data: self.images,
+            channels: c,
+            height: h,
+            width: w,
+        };
+        Ok(ImageSet::new("images", Arc::new(source), (0..n).collect(), labels))
+    }
+}
+
+/// Images `[n, c, h, w]` as the attacks take them: the shape filled, values finite and in [0, 1].
+pub fn check_images(images: &[f32], shape: [usize; 4]) -> Result<()> {
+    crate::ensure_input!(
+        shape[1..].iter().all(|&s| s > 0),
+        "images: shape {shape:?}; expected N × C × H × W with C, H, W ≥ 1"
+    );
+    let want = shape.iter().try_fold(1usize, |a, &s| a.checked_mul(s));
+    crate::ensure_input!(
+        want == Some(images.len()),
+        "images: {} values for the shape {shape:?}",
+        images.len()
+    );
+    if let Some(i) = images.iter().position(|v| !(0.0..=1.0).contains(v)) {
+        let per = shape[1] * shape[2] * shape[3];
+        return Err(crate::input_error(format!(
+            "images: value {} at image {} lies outside [0, 1]; rdml's budgets are in pixels of images in [0, 1] \
+             (divide 8-bit images by 255; normalisation belongs inside the model)",
+            images[i],
+            i / per
+        )));
+    }
+    Ok(())
+}
+
+/// How the caller's model is attacked: the Python keywords of `rdml.robustness` and `rdml.attack`.
+#[derive(Debug, Clone)]
+pub struct ModelScoring {
+    /// The budget's profile, changed by `eps`, `step`, `steps`, `norm`, `random_start`.
+    pub profile: String,
+    pub eps: Option<f32>,
+    pub step: Option<f32>,
+    pub steps: Option<usize>,
+    pub norm: Option<Norm>,
+    pub random_start: bool,
+    /// How the images are moved (`white-box`, `nes[:…]`, `universal`).
+    pub method: String,
+    /// Items attacked; `None`: [`ROBUSTNESS_QUERIES`] or [`ATTACK_QUERIES`].
+    pub queries: Option<usize>,
+    pub batch: usize,
+    pub seed: u64,
+    pub robrank_compat: bool,
+    pub repeats: usize,
+    /// A folder for the suite's record and report (nothing is written without it).
+    pub out: Option<PathBuf>,
+    pub progress: bool,
+}
+
+impl Default for ModelScoring {
+    fn default() -> Self {
+        Self {
+            profile: "rob28".into(),
+            eps: None,
+            step: None,
+            steps: None,
+            norm: None,
+            random_start: false,
+            method: "white-box".into(),
+            queries: None,
+            batch: 128,
+            seed: 0,
+            robrank_compat: false,
+            repeats: 1,
+            out: None,
+            progress: true,
+        }
+    }
+}
+
+/// What the suite gives: its record (as `Run.robustness` returns it) and where it was written.
+pub struct ModelScored {
+    pub record: RobustnessRecord,
+    pub written: Option<PathBuf>,
+}
+
+impl ModelScoring {
+    /// The budget: the profile changed by the keywords and by an attack spec's own keys.
+    fn pgd(&self, spec: crate::attack::spec::SpecBudget) -> Result<Pgd> {
+        let flags = Overrides {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+            norm: self.norm,
+            random_start: self.random_start,
+        };
+        resolve_as(&self.profile, &flags, &spec.into(), "")
+    }
+
+    fn check(&self) -> Result<()> {
+        crate::ensure_input!(self.batch >= 1, "batch must be ≥ 1");
+        crate::ensure_input!(self.repeats >= 1, "repeats must be ≥ 1");
+        crate::ensure_input!(self.queries.is_none_or(|q| q >= 1), "queries must be ≥ 1");
+        Ok(())
+    }
+
+    /// The method, refused when it needs gradients the model cannot give.
+    fn method(&self, model: &dyn Oracle) -> Result<Box<dyn crate::attack::method::Method>> {
+        let method = registry::method(&self.method).map_err(|e| anyhow::anyhow!("method: {e:#}"))?;
+        crate::ensure_input!(
+            !method.needs_gradient() || model.differentiable(),
+            "method = {:?} needs the model's gradient, and the model was declared not differentiable: \
+             use method=\"nes\" (a black-box gradient estimate from its outputs alone)",
+            self.method
+        );
+        Ok(method)
+    }
+
+    /// The context of `model` on `images`: their clean embeddings made `batch` at a time.
+    fn context(
+        &self,
+        model: Box<dyn HostModel>,
+        images: Images,
+        device: &Device,
+    ) -> Result<(Context, Arc<dyn Oracle>)> {
+        let set = images.set()?;
+        let oracle: Arc<dyn Oracle> = Arc::new(External::new(model, device));
+        let ctx = Context::of(oracle.clone(), &set, self.batch, device, self.robrank_compat)?;
+        Ok((ctx, oracle))
+    }
+
+    fn setup<'a>(
+        &self,
+        ctx: &'a Context,
+        method: &'a dyn crate::attack::method::Method,
+        pgd: Pgd,
+        queries: usize,
+    ) -> Setup<'a> {
+        Setup {
+            target: ctx,
+            attacker: ctx,
+            method,
+            pgd,
+            queries,
+            batch: self.batch,
+            seed: self.seed,
+            progress: self.progress,
+        }
+    }
+
+    /// robrank's ERS suite on the caller's model and images; with `out`, its record and report
+    /// written there.
+    pub fn robustness(&self, model: Box<dyn HostModel>, images: Images, device: &Device) -> Result<ModelScored> {
+        self.check()?;
+        let pgd = self.pgd(Default::default())?;
+        let out = self
+            .out
+            .as_ref()
+            .map(|o| scored_dir::prepare(o, &OUT_FILES))
+            .transpose()?;
+        let (ctx, oracle) = self.context(model, images, device)?;
+        let method = self.method(oracle.as_ref())?;
+        let queries = self.queries.unwrap_or(ROBUSTNESS_QUERIES);
+        let runs = robustness_repeated(&self.setup(&ctx, method.as_ref(), pgd, queries), self.repeats)?;
+        let spread = robustness_spread(&runs);
+        let record = RobustnessRecord {
+            model: out.clone().unwrap_or_default(),
+            model_digest: None,
+            profile: Some(self.profile.clone()),
+            method: Some(self.method.clone()),
+            surrogate: None,
+            pgd: Some(pgd),
+            queries: Some(queries),
+            seed: Some(self.seed),
+            robrank_compat: self.robrank_compat,
+            table: runs[0].clone(),
+            repeats: (self.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
+        };
+        let written = match &out {
+            Some(dir) => {
+                let mut json = serde_json::to_vec_pretty(&record)?;
+                json.push(b'\n');
+                let page = crate::html::scored_page(&record, ctx.n())?.into_bytes();
+                scored_dir::write(dir, &[(OUT_FILES[0], json), (OUT_FILES[1], page)])?;
+                Some(dir.join(crate::html::FILE))
+            }
+            None => None,
+        };
+        Ok(ModelScored { record, written })
+    }
+
+    /// One attack (`spec`, as `rdml attack` names it) on the caller's model and images, run
+    /// `repeats` times.
+    pub fn attack(
+        &self,
+        spec: &str,
+        model: Box<dyn HostModel>,
+        images: Images,
+        device: &Device,
+    ) -> Result<Vec<AttackResult>> {
+        self.check()?;
+        crate::ensure_input!(
+            self.out.is_none(),
+            "out: an attack writes no record; out is for the robustness suite"
+        );
+        let (unit, spec_budget) = registry::attack_with_budget(spec).map_err(|e| anyhow::anyhow!("spec: {e:#}"))?;
+        let pgd = self.pgd(spec_budget)?;
+        let (ctx, oracle) = self.context(model, images, device)?;
+        let method = self.method(oracle.as_ref())?;
+        let queries = self.queries.unwrap_or(ATTACK_QUERIES);
+        run_repeated(
+            &self.setup(&ctx, method.as_ref(), pgd, queries),
+            unit.as_ref(),
+            self.repeats,
+            None,
+        )
+    }
+}
+
+/// `runs` of one attack as `rdml attack --json` prints them: the one result, or with repeats
+/// every run and each score's mean and sample std.
+pub fn attack_json(runs: &[AttackResult]) -> Result<serde_json::Value> {
+    Ok(match runs {
+        [one] => serde_json::to_value(one)?,
+        _ => serde_json::json!({"runs": runs, "mean_std": crate::attack::score::spread(runs)}),
+    })
+}
+
+/// The embeddings of the caller's images by the caller's model, `batch` at a time.
+pub fn embed(
+    model: Box<dyn HostModel>,
+    images: &[f32],
+    shape: [usize; 4],
+    batch: usize,
+    device: &Device,
+) -> Result<Embeddings> {
+    crate::ensure_input!(batch >= 1, "batch must be ≥ 1");
+    crate::ensure_input!(shape[0] >= 1, "images: no image to embed");
+    check_images(images, shape)?;
+    let oracle = External::new(model, device);
+    let [n, c, h, w] = shape;
+    let per = c * h * w;
+    let mut data = Vec::with_capacity(n);
+    let mut dim = 0;
+    for start in (0..n).step_by(batch) {
+        let m = batch.min(n - start);
+        let x = burn::tensor::Tensor::<4>::from_data(
+            burn::tensor::TensorData::new(images[start * per..(start + m) * per].to_vec(), [m, c, h, w]),
+            &device.clone().without_autodiff(),
+        );
+        let e = oracle.embed(x)?;
+        dim = e.dims()[1];
+        data.extend(crate::host::read(&e)?);
+        crate::progress::between_batches()?;
+    }
+    Embeddings::new(data, n, dim)
+}
