@@ -6,7 +6,7 @@
 //! the Python keywords.
 
 use crate::attack::engine::{Norm, Pgd};
-use crate::attack::oracle::{External, HostModel, Oracle};
+use crate::attack::oracle::{External, HostModel, Net, Oracle};
 use crate::attack::profile::{Overrides, resolve_as};
 use crate::attack::record::{FILE, RobustnessRecord};
 use crate::attack::registry;
@@ -93,6 +93,31 @@ pub fn check_images(images: &[f32], shape: [usize; 4]) -> Result<()> {
     Ok(())
 }
 
+/// The model a request scores: one held outside rdml, or an rdml run folder's network (scored
+/// on the caller's images as the outside one is: the same selections, seeds and checks).
+pub enum Model {
+    Outside(Box<dyn HostModel>),
+    Run(PathBuf),
+}
+
+impl Model {
+    /// The model as an oracle for images of `item` shape `[c, h, w]` on `device`.
+    fn oracle(self, item: [usize; 3], device: &Device) -> Result<Arc<dyn Oracle>> {
+        Ok(match self {
+            Model::Outside(m) => Arc::new(External::new(m, device)),
+            Model::Run(dir) => {
+                let (_, net) = crate::train::load_model(&dir, item, device).map_err(|e| {
+                    crate::input_error(format!(
+                        "model: {} does not take images of shape {item:?} (C × H × W): {e:#}",
+                        dir.display()
+                    ))
+                })?;
+                Arc::new(Net::new(&net, 0))
+            }
+        })
+    }
+}
+
 /// How the caller's model is attacked: the Python keywords of `rdml.robustness` and `rdml.attack`.
 #[derive(Debug, Clone)]
 pub struct ModelScoring {
@@ -153,7 +178,7 @@ impl ModelScoring {
             norm: self.norm,
             random_start: self.random_start,
         };
-        resolve_as(&self.profile, &flags, &spec.into(), "")
+        resolve_as(&self.profile, &flags, &spec.into(), "").map_err(|e| crate::input_error(format!("{e:#}")))
     }
 
     fn check(&self) -> Result<()> {
@@ -165,7 +190,7 @@ impl ModelScoring {
 
     /// The method, refused when it needs gradients the model cannot give.
     fn method(&self, model: &dyn Oracle) -> Result<Box<dyn crate::attack::method::Method>> {
-        let method = registry::method(&self.method).map_err(|e| anyhow::anyhow!("method: {e:#}"))?;
+        let method = registry::method(&self.method).map_err(|e| crate::input_error(format!("method: {e:#}")))?;
         crate::ensure_input!(
             !method.needs_gradient() || model.differentiable(),
             "method = {:?} needs the model's gradient, and the model was declared not differentiable: \
@@ -176,14 +201,9 @@ impl ModelScoring {
     }
 
     /// The context of `model` on `images`: their clean embeddings made `batch` at a time.
-    fn context(
-        &self,
-        model: Box<dyn HostModel>,
-        images: Images,
-        device: &Device,
-    ) -> Result<(Context, Arc<dyn Oracle>)> {
+    fn context(&self, model: Model, images: Images, device: &Device) -> Result<(Context, Arc<dyn Oracle>)> {
         let set = images.set()?;
-        let oracle: Arc<dyn Oracle> = Arc::new(External::new(model, device));
+        let oracle = model.oracle(set.item_shape(), device)?;
         let ctx = Context::of(oracle.clone(), &set, self.batch, device, self.robrank_compat)?;
         Ok((ctx, oracle))
     }
@@ -209,7 +229,7 @@ impl ModelScoring {
 
     /// robrank's ERS suite on the caller's model and images; with `out`, its record and report
     /// written there.
-    pub fn robustness(&self, model: Box<dyn HostModel>, images: Images, device: &Device) -> Result<ModelScored> {
+    pub fn robustness(&self, model: Model, images: Images, device: &Device) -> Result<ModelScored> {
         self.check()?;
         let pgd = self.pgd(Default::default())?;
         let out = self
@@ -250,19 +270,14 @@ impl ModelScoring {
 
     /// One attack (`spec`, as `rdml attack` names it) on the caller's model and images, run
     /// `repeats` times.
-    pub fn attack(
-        &self,
-        spec: &str,
-        model: Box<dyn HostModel>,
-        images: Images,
-        device: &Device,
-    ) -> Result<Vec<AttackResult>> {
+    pub fn attack(&self, spec: &str, model: Model, images: Images, device: &Device) -> Result<Vec<AttackResult>> {
         self.check()?;
         crate::ensure_input!(
             self.out.is_none(),
             "out: an attack writes no record; out is for the robustness suite"
         );
-        let (unit, spec_budget) = registry::attack_with_budget(spec).map_err(|e| anyhow::anyhow!("spec: {e:#}"))?;
+        let (unit, spec_budget) =
+            registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
         let pgd = self.pgd(spec_budget)?;
         let (ctx, oracle) = self.context(model, images, device)?;
         let method = self.method(oracle.as_ref())?;
@@ -286,18 +301,12 @@ pub fn attack_json(runs: &[AttackResult]) -> Result<serde_json::Value> {
 }
 
 /// The embeddings of the caller's images by the caller's model, `batch` at a time.
-pub fn embed(
-    model: Box<dyn HostModel>,
-    images: &[f32],
-    shape: [usize; 4],
-    batch: usize,
-    device: &Device,
-) -> Result<Embeddings> {
+pub fn embed(model: Model, images: &[f32], shape: [usize; 4], batch: usize, device: &Device) -> Result<Embeddings> {
     crate::ensure_input!(batch >= 1, "batch must be ≥ 1");
     crate::ensure_input!(shape[0] >= 1, "images: no image to embed");
     check_images(images, shape)?;
-    let oracle = External::new(model, device);
     let [n, c, h, w] = shape;
+    let oracle = model.oracle([c, h, w], device)?;
     let per = c * h * w;
     let mut data = Vec::with_capacity(n);
     let mut dim = 0;

@@ -232,13 +232,29 @@ def import_torch(
     return Run(out, device=device, quiet=quiet)
 
 
+def _model_args(model, device) -> Dict[str, Any]:
+    """An rdml ``Run`` by its folder, anything else as a PyTorch model."""
+    from ._torch import TorchModel
+
+    if isinstance(model, Run):
+        return dict(model=None, run=model.path)
+    return dict(model=TorchModel(model, device), run=None)
+
+
+def _frozen(m):
+    """The PyTorch model's eval mode and frozen parameters for the call (nothing for a Run)."""
+    import contextlib
+
+    return m.frozen() if m is not None else contextlib.nullcontext()
+
+
 def _scoring_args(model, images, labels, differentiable, device):
     """The model as the library calls it, and the images and labels as bytes and lists."""
-    from ._torch import TorchModel, images_and_labels
+    from ._torch import images_and_labels
 
     x, y = images_and_labels(images, labels)
     return dict(
-        model=TorchModel(model, device),
+        **_model_args(model, device),
         differentiable=bool(differentiable),
         images=x.tobytes(),
         shape=tuple(int(s) for s in x.shape),
@@ -272,7 +288,7 @@ def robustness(
 
     ``model`` is a ``torch.nn.Module`` or a function of a torch tensor returning N × D
     embeddings; it runs on the device of its parameters (or ``device``), in eval mode, with no
-    gradient to its parameters. ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
+    gradient to its parameters. An ``rdml.Run`` is scored too (its own network, on these images). ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
     model normalises them itself, since budgets are in pixels) with one integer label each, or a
     torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``queries`` defaults to
     512. ``differentiable=False`` declares a model that can only be queried (``method="nes"``).
@@ -280,7 +296,7 @@ def robustness(
     otherwise. An exception inside the model is raised as itself.
     """
     args = _scoring_args(model, images, labels, differentiable, device)
-    with args["model"].frozen():
+    with _frozen(args["model"]):
         raw = _rdml.robustness_model(
             profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
             method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
@@ -315,7 +331,7 @@ def attack(
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
     the dict ``Run.attack`` returns. ``queries`` defaults to 1024; the rest as ``rdml.robustness``."""
     args = _scoring_args(model, images, labels, differentiable, device)
-    with args["model"].frozen():
+    with _frozen(args["model"]):
         raw = _rdml.attack_model(
             spec=spec, profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
             method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
@@ -327,12 +343,12 @@ def attack(
 def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:
     """The embeddings (N × D float32) of images N × C × H × W in [0, 1] by your own model, in
     batches, as ``rdml.robustness`` sees them."""
-    from ._torch import TorchModel, images_and_labels
+    from ._torch import images_and_labels
 
     x, _ = images_and_labels(images, np.zeros(len(images), dtype=np.int64))
-    m = TorchModel(model, device)
-    with m.frozen():
-        raw, dim = _rdml.embed_model(model=m, images=x.tobytes(), shape=tuple(int(s) for s in x.shape), batch=int(batch))
+    args = _model_args(model, device)
+    with _frozen(args["model"]):
+        raw, dim = _rdml.embed_model(**args, images=x.tobytes(), shape=tuple(int(s) for s in x.shape), batch=int(batch))
     return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], dim).copy()
 
 

@@ -568,17 +568,22 @@ impl rdml::attack::oracle::HostModel for PyModel {
 /// again as itself, a library error as [`raise`] says.
 fn with_model<T: Send>(
     py: Python<'_>,
-    model: Py<PyAny>,
+    model: Option<Py<PyAny>>,
+    run: Option<String>,
     differentiable: bool,
-    job: impl FnOnce(Box<dyn rdml::attack::oracle::HostModel>) -> Result<T> + Send,
+    job: impl FnOnce(rdml::model_scoring::Model) -> Result<T> + Send,
 ) -> PyResult<T> {
     let raised = Arc::new(Mutex::new(None));
-    let m = PyModel {
-        obj: model,
-        differentiable,
-        raised: raised.clone(),
+    let m = match (model, run) {
+        (_, Some(dir)) => rdml::model_scoring::Model::Run(run_dir(&dir)?),
+        (Some(obj), None) => rdml::model_scoring::Model::Outside(Box::new(PyModel {
+            obj,
+            differentiable,
+            raised: raised.clone(),
+        })),
+        (None, None) => return Err(PyValueError::new_err("model: missing")),
     };
-    let out = py.allow_threads(|| job(Box::new(m)));
+    let out = py.allow_threads(|| job(m));
     out.map_err(|e| {
         let kept = raised.lock().unwrap_or_else(|p| p.into_inner()).take();
         match kept {
@@ -631,11 +636,12 @@ fn model_scoring(
 /// `rdml.robustness(model, images, labels, …)`: the ERS suite on the caller's model; the record
 /// as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[pyo3(signature = (model, run, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn robustness_model(
     py: Python<'_>,
-    model: Py<PyAny>,
+    model: Option<Py<PyAny>>,
+    run: Option<String>,
     differentiable: bool,
     images: &[u8],
     shape: [usize; 4],
@@ -671,7 +677,7 @@ fn robustness_model(
         shape,
         labels,
     };
-    let scored = with_model(py, model, differentiable, |m| {
+    let scored = with_model(py, model, run, differentiable, |m| {
         req.robustness(m, images, &rdml::default_device())
     })?;
     serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
@@ -679,11 +685,12 @@ fn robustness_model(
 
 /// `rdml.attack(model, images, labels, spec, …)`: one attack on the caller's model, as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
+#[pyo3(signature = (model, run, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn attack_model(
     py: Python<'_>,
-    model: Py<PyAny>,
+    model: Option<Py<PyAny>>,
+    run: Option<String>,
     differentiable: bool,
     images: &[u8],
     shape: [usize; 4],
@@ -719,7 +726,7 @@ fn attack_model(
         shape,
         labels,
     };
-    let runs = with_model(py, model, differentiable, |m| {
+    let runs = with_model(py, model, run, differentiable, |m| {
         req.attack(&spec, m, images, &rdml::default_device())
     })?;
     let v = rdml::model_scoring::attack_json(&runs).map_err(raise)?;
@@ -728,16 +735,17 @@ fn attack_model(
 
 /// `rdml.embed(model, images)`: `(bytes of [n, d], d)`.
 #[pyfunction]
-#[pyo3(signature = (model, images, shape, batch))]
+#[pyo3(signature = (model, run, images, shape, batch))]
 fn embed_model<'py>(
     py: Python<'py>,
-    model: Py<PyAny>,
+    model: Option<Py<PyAny>>,
+    run: Option<String>,
     images: &[u8],
     shape: [usize; 4],
     batch: usize,
 ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
     let x = floats(images, "images")?;
-    let e = with_model(py, model, false, |m| {
+    let e = with_model(py, model, run, true, |m| {
         rdml::model_scoring::embed(m, &x, shape, batch, &rdml::default_device())
     })?;
     Ok((to_bytes(py, &e.data), e.dim))
