@@ -150,6 +150,7 @@ pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
     if let Some(e) = &req.embedder {
         sources.push(checkpoint::read(e)?);
     }
+    crate::model::import::refuse_unreadable(req.arch, &sources, &rules)?;
     let (file_dim, in_shape) = crate::model::import::inferred_shape(req.arch, &sources, &rules)?;
     let dim = match (req.embedding_dim, file_dim) {
         (Some(asked), Some(found)) if asked != found => bail!(
@@ -166,6 +167,7 @@ pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
     let device = crate::default_device();
     let (net, mut record) = crate::model::import::import(&exp.model, in_shape, &sources, &rules, &req.allow, &device)?;
     record.embedding_dim = dim;
+    record.config = req.config.clone();
     let tmp = sibling(&req.out, "import")?;
     let written = write_run(&tmp, &exp, net, in_shape, &record).and_then(|()| put_in_place(&tmp, &req.out));
     if written.is_err() {

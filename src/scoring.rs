@@ -50,6 +50,11 @@ fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
     anyhow::ensure!(s.queries >= 1, "--queries must be ≥ 1");
     anyhow::ensure!(s.batch >= 1, "--batch must be ≥ 1");
     let target = Target::open(dir, s.data.as_deref(), s.bn_set, device)?;
+    if s.data.is_none()
+        && let Some(note) = imported_data_note(dir, &target)
+    {
+        eprintln!("{note}");
+    }
     let ctx = target.context(device, s.robrank_compat, s.batch)?;
     let surrogate = match &s.surrogate {
         Some(sur) => {
@@ -60,6 +65,30 @@ fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
         None => None,
     };
     Ok(Opened { target, ctx, surrogate })
+}
+
+/// What an imported run is scored on when it was imported without a config: its architecture's
+/// default config's data, which the user may not have meant.
+fn imported_data_note(dir: &Path, target: &Target) -> Option<String> {
+    let bytes = std::fs::read(dir.join(crate::run_dir::IMPORT)).ok()?;
+    let record: crate::model::import::ImportRecord = serde_json::from_slice(&bytes).ok()?;
+    if record.config.is_some() {
+        return None;
+    }
+    let data = &target.run.exp.data;
+    let root = data
+        .root
+        .as_ref()
+        .map(|r| format!(" in {}", r.display()))
+        .unwrap_or_default();
+    Some(format!(
+        "note: {} was imported without a config, so it is scored on its default config's data: {}{root} \
+         ({} test items). Give the data with --data DIR (Python: data=), import with --config, or score \
+         the model on your own images with rdml.robustness(run, images, labels) in Python.",
+        dir.display(),
+        serde_json::to_value(data.dataset).ok()?.as_str()?,
+        target.run.test.query.len()
+    ))
 }
 
 /// Runs `attack` on the run in `dir` `s.repeats` times, the first run's adversarial images given

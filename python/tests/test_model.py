@@ -271,3 +271,30 @@ def test_ctrl_c_stops_a_scoring_call_between_batches(tmp_path):
     err = p.stderr.read()
     assert p.wait(timeout=60) != 0
     assert "KeyboardInterrupt" in err, err
+
+
+def test_import_refuses_what_it_cannot_read_and_names_the_data_it_scores_on(tmp_path, capfd):
+    vit = {"cls_token": torch.zeros(1, 1, 8), "pos_embed": torch.zeros(1, 5, 8),
+           "blocks.0.attn.qkv.weight": torch.zeros(24, 8), "head.weight": torch.zeros(4, 8)}
+    efficientnet = {"features.1.0.block.0.0.weight": torch.zeros(8, 1, 3, 3), "classifier.1.weight": torch.zeros(4, 8)}
+    for name, sd, family in [("vit", vit, "vision transformer"), ("eff", efficientnet, "EfficientNet")]:
+        torch.save(sd, tmp_path / f"{name}.pth")
+        for allow in (False, True):
+            with pytest.raises(ValueError, match=f"not a ResNet-18 that rdml can read: the file holds an? {family}.*rdml.robustness"):
+                rdml.import_torch(tmp_path / f"{name}.pth", tmp_path / name, arch="resnet18", embedding_dim=8,
+                                  allow_missing=allow, allow_unused=allow)
+        assert not (tmp_path / name).exists()
+    # A ResNet's stem alone: --allow-missing would leave almost all of it random.
+    torchvision = pytest.importorskip("torchvision")
+    r = torchvision.models.resnet18(weights=None, num_classes=8).state_dict()
+    stem = {k: v for k, v in r.items() if k.startswith(("conv1.", "bn1.", "fc."))}
+    torch.save(stem, tmp_path / "stem.pth")
+    with pytest.raises(ValueError, match=r"it fills \d+ of the \d+ parameters of rdml's ResNet-18"):
+        rdml.import_torch(tmp_path / "stem.pth", tmp_path / "stem", arch="resnet18", allow_missing=True)
+    # Imported without a config: scoring says which data it runs on.
+    torch.manual_seed(0)
+    torch.save(L2(c2f2(16)).state_dict(), tmp_path / "c2f2.pth")
+    run = rdml.import_torch(tmp_path / "c2f2.pth", tmp_path / "run", arch="c2f2", quiet=True)
+    capfd.readouterr()
+    run.attack("CA+", queries=2, steps=1)
+    assert "imported without a config, so it is scored on its default config's data: fashion-mnist-embedded" in capfd.readouterr().err

@@ -39,6 +39,10 @@ pub struct ImportRecord {
     pub integer: Vec<String>,
     /// Tensors outside the weights' dictionary (optimiser state): not read.
     pub outside: usize,
+    /// The config the run took its data from; `None`: the architecture's default (the run is
+    /// then scored on that config's data, which commands say when they do).
+    #[serde(default)]
+    pub config: Option<String>,
 }
 
 /// The keys of `sources` with an embedder file's keys under `embedder.` (PML's second file).
@@ -140,6 +144,7 @@ pub fn import(
         .cloned()
         .collect();
     missing.sort();
+    refuse_foreign(sources, cfg.arch, &names, expected_main(&expected), missing.len())?;
     if !unused.is_empty() && !allow.unused {
         bail!(
             "{}: {} tensor(s) fit no parameter of rdml's {}: {}{hint}; pass --allow-unused to leave them out",
@@ -177,8 +182,70 @@ pub fn import(
         missing,
         integer: sources.iter().flat_map(|s| s.integer.clone()).collect(),
         outside: sources.iter().map(|s| s.outside.len()).sum(),
+        config: None,
     };
     Ok((net, record))
+}
+
+/// rdml's parameters a file must fill (the first batch-norm set stands for the others).
+fn expected_main(expected: &BTreeMap<String, Vec<usize>>) -> usize {
+    expected
+        .keys()
+        .filter(|p| !p.contains(".sets.") || p.contains(".sets.0."))
+        .count()
+}
+
+/// Refuses a file that fills fewer than half of rdml's parameters: another architecture, which
+/// `--allow-missing` would turn into a mostly random network.
+fn refuse_foreign(sources: &[Checkpoint], arch: Arch, names: &[String], expected: usize, missing: usize) -> Result<()> {
+    let filled = expected - missing.min(expected);
+    if 2 * filled >= expected {
+        return Ok(());
+    }
+    let found = layout::looks_like(names)
+        .map(|a| format!("the file looks like {a}"))
+        .unwrap_or_else(|| {
+            format!(
+                "its keys begin {}",
+                list(&names.iter().take(4).cloned().collect::<Vec<_>>())
+            )
+        });
+    bail!(foreign_message(
+        &sources[0].path,
+        arch,
+        &format!(
+            "it fills {filled} of the {expected} parameters of rdml's {} ({found})",
+            arch_name(arch)
+        )
+    ))
+}
+
+/// Refuses, before anything is inferred from it, a file of a family rdml does not build (a vision
+/// transformer, an EfficientNet, …), whatever the flags.
+pub fn refuse_unreadable(arch: Arch, sources: &[Checkpoint], rules: &[KeyRule]) -> Result<()> {
+    let keys = source_keys(sources);
+    let named: Vec<String> = keys.iter().map(|k| k.2.clone()).collect();
+    let (names, _) = layout::canonical(&named, rules, sources.len() > 1)?;
+    match layout::foreign(&names) {
+        Some(family) => bail!(foreign_message(
+            &sources[0].path,
+            arch,
+            &format!("the file holds {family}")
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Why a file is not imported, and the route that scores its model.
+fn foreign_message(path: &std::path::Path, arch: Arch, why: &str) -> String {
+    format!(
+        "{}: not a {} that rdml can read: {why}. rdml import reads C2F2, ResNet-18 and ResNet-50 \
+         only, and never builds a model it cannot fill (--allow-missing covers a few absent \
+         parameters, not another architecture). Any PyTorch model is attacked and scored where it \
+         lives: in Python, rdml.robustness(model, images, labels) (README: \"Score your own PyTorch model\")",
+        path.display(),
+        arch_name(arch)
+    )
 }
 
 fn arch_name(arch: Arch) -> &'static str {

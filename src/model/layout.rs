@@ -177,6 +177,41 @@ pub fn looks_like(names: &[String]) -> Option<&'static str> {
     } else if has("conv2.weight") && has("fc1.weight") {
         Some("a C2F2")
     } else {
+        foreign(names)
+    }
+}
+
+/// A family rdml does not build, recognised by its parameter names (timm's, torchvision's,
+/// Hugging Face's and OpenAI CLIP's spellings).
+pub fn foreign(names: &[String]) -> Option<&'static str> {
+    let any = |parts: &[&str]| names.iter().any(|n| parts.iter().any(|p| n.contains(p)));
+    if any(&[
+        "attn.qkv",
+        "cls_token",
+        "pos_embed",
+        "self_attention",
+        "attention.query",
+        "in_proj_weight",
+    ]) {
+        Some("a vision transformer (ViT, DeiT, DINO, CLIP's visual tower)")
+    } else if any(&[
+        "_depthwise_conv",
+        "conv_dw",
+        "block.0.0.",
+        "_blocks.",
+        "se.conv_reduce",
+        "conv_pw",
+    ]) {
+        Some("an EfficientNet or MobileNet (depthwise blocks)")
+    } else if any(&["Mixed_", "inception", "Conv2d_1a", "inception_3a"]) {
+        Some("an Inception network (GoogLeNet, BN-Inception, Inception-v3)")
+    } else if any(&["stages.", "downsample_layers."]) {
+        Some("a ConvNeXt")
+    } else if any(&["features.denseblock"]) {
+        Some("a DenseNet")
+    } else if any(&["features.0.weight", "classifier.0.weight"]) {
+        Some("a VGG or AlexNet")
+    } else {
         None
     }
 }
