@@ -298,3 +298,19 @@ def test_import_refuses_what_it_cannot_read_and_names_the_data_it_scores_on(tmp_
     capfd.readouterr()
     run.attack("CA+", queries=2, steps=1)
     assert "imported without a config, so it is scored on its default config's data: fashion-mnist-embedded" in capfd.readouterr().err
+
+
+def test_the_readme_pytorch_session_prints_what_the_readme_shows(tmp_path):
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"<!-- torch-session -->\s*```python\n(.*?)```", text, re.S)
+    shown = re.search(r"<!-- torch-output -->\s*```text\n(.*?)```", text, re.S)
+    assert code and shown, "README: the PyTorch session and its output"
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    p = subprocess.run([sys.executable, "-c", code.group(1)], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    number = re.compile(r"-?\d+(\.\d+)?")
+    got = [number.sub("N", line) for line in p.stdout.strip().splitlines()]
+    assert got == [number.sub("N", line) for line in shown.group(1).strip().splitlines()], p.stdout
+    assert (tmp_path / "scored" / "robustness.json").is_file() and (tmp_path / "scored" / "report.html").is_file()
