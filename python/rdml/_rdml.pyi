@@ -1,6 +1,6 @@
 """Type stubs of the compiled part of rdml (see rdml/__init__.py for the documented API)."""
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 __version__: str
 
@@ -35,3 +35,19 @@ def import_torch(
     allow_unused: bool, allow_missing: bool, l2_normalize: bool, input_norm: Optional[str], config: Optional[str],
     set: Sequence[str], overwrite: bool,
 ) -> str: ...
+def robustness_model(
+    model: Optional[Any], run: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
+    labels: Sequence[int], profile: str, eps: Optional[float], step: Optional[float], steps: Optional[int],
+    norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int, seed: int,
+    robrank_compat: bool, repeats: int, out: Optional[str], quiet: bool,
+) -> str: ...
+def attack_model(
+    model: Optional[Any], run: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
+    labels: Sequence[int], spec: str, profile: str, eps: Optional[float], step: Optional[float], steps: Optional[int],
+    norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int, seed: int,
+    robrank_compat: bool, repeats: int, quiet: bool,
+) -> str: ...
+def embed_model(
+    model: Optional[Any], run: Optional[str], images: bytes, shape: Tuple[int, int, int, int], batch: int
+) -> Tuple[bytes, int]: ...
+def model_scoring_defaults() -> Tuple[str, str, int, int, int, int, int]: ...

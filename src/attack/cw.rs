@@ -143,27 +143,9 @@ pub fn cw_linf(
         let live = per_row(&rows, &|r| f32::from(u8::from(r.active)));
         let tau = per_row(&rows, &|r| r.tau);
         let cst = per_row(&rows, &|r| r.c);
-        // The margin's gradient at the image through the model, then the chain through tanh
-        // and the excess term (which does not involve the model) in rdml's own graph.
-        let weighted = (cst.clone() * live.clone()).reshape([b]);
-        let no_margins = std::cell::Cell::new(false);
-        let margin_loss = |emb: Tensor<2>| match objective.per_row(emb.clone()) {
-            Some(m) => (m * weighted.clone().autodiff()).sum(),
-            None => {
-                no_margins.set(true);
-                emb.sum().mul_scalar(0.0)
-            }
+        let Some(g) = tanh_space_gradient(model, objective, &wt, &x0, (&cst, &live, &tau))? else {
+            break;
         };
-        let image = wt.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
-        let g_image = model.gradient(image, &margin_loss)?.input;
-        ensure!(!no_margins.get(), "C&W needs an objective with per-row margins");
-        let Some(g_image) = g_image else { break };
-        let wi = wt.clone().autodiff().require_grad();
-        let xi = wi.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
-        let excess = relu((xi.clone() - x0.clone().autodiff()).abs() - tau.autodiff()).sum_dims(&[1, 2, 3]);
-        let loss = (xi * g_image.autodiff()).sum() + (excess * live.clone().autodiff()).sum();
-        let grads = loss.backward();
-        let Some(g) = wi.grad(&grads) else { break };
         let g = g.without_autodiff() * live.clone();
         for r in rows.iter_mut().filter(|r| r.active) {
             r.t += 1;
@@ -202,6 +184,39 @@ pub fn cw_linf(
         }
     }
     Ok(best)
+}
+
+/// The gradient in tanh space `w` of `Σ_rows live·(c·margin + Σ_pixels [|x − x₀| − τ]_+)`: the
+/// margin's through the model (its gradient at the image), then the chain through tanh and the
+/// excess term (which does not involve the model) in rdml's own graph; `None` where the loss
+/// does not reach the images.
+fn tanh_space_gradient(
+    model: &dyn Oracle,
+    objective: &dyn Objective,
+    wt: &Tensor<4>,
+    x0: &Tensor<4>,
+    (cst, live, tau): (&Tensor<4>, &Tensor<4>, &Tensor<4>),
+) -> Result<Option<Tensor<4>>> {
+    let b = wt.dims()[0];
+    let weighted = (cst.clone() * live.clone()).reshape([b]);
+    let no_margins = std::cell::Cell::new(false);
+    let margin_loss = |emb: Tensor<2>| match objective.per_row(emb.clone()) {
+        Some(m) => (m * weighted.clone().autodiff()).sum(),
+        None => {
+            no_margins.set(true);
+            emb.sum().mul_scalar(0.0)
+        }
+    };
+    let image = wt.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
+    let g_image = model.gradient(image, &margin_loss)?.input;
+    ensure!(!no_margins.get(), "C&W needs an objective with per-row margins");
+    let Some(g_image) = g_image else { return Ok(None) };
+    let wi = wt.clone().autodiff().require_grad();
+    let xi = wi.clone().tanh().add_scalar(1.0).mul_scalar(0.5);
+    let excess = relu((xi.clone() - x0.clone().autodiff()).abs() - tau.clone().autodiff()).sum_dims(&[1, 2, 3]);
+    let loss = (xi * g_image.autodiff()).sum() + (excess * live.clone().autodiff()).sum();
+    let grads = loss.backward();
+    Ok(wi.grad(&grads))
 }
 
 /// Every row's state before its first round: τ at the budget, the initial constant.

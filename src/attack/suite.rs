@@ -125,11 +125,7 @@ pub fn run_saving(
         }
         bar.set(bi + 1, "batches");
         crate::progress::between_batches()?;
-        let adv = Embeddings::new(
-            embed_tensor(target.model.as_ref(), p.images)?,
-            chunk.len(),
-            target.clean.dim,
-        )?;
+        let adv = embed_attacked(target, p.images, chunk.len())?;
         batch.plan.score(target, &adv, &mut tally)?;
         if attack.keeps_attacked() {
             attacked.extend(adv.data);
@@ -178,6 +174,11 @@ pub fn run_saving(
         queries: q,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// The embeddings of `n` attacked images by the attacked model.
+fn embed_attacked(target: &Context, images: Tensor<4>, n: usize) -> Result<Embeddings> {
+    Embeddings::new(embed_tensor(target.model.as_ref(), images)?, n, target.clean.dim)
 }
 
 /// Runs the nine attacks of robrank's ERS suite as `setup` says, each with its own seed.
