@@ -168,6 +168,7 @@ pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
     let (net, mut record) = crate::model::import::import(&exp.model, in_shape, &sources, &rules, &req.allow, &device)?;
     record.embedding_dim = dim;
     record.config = req.config.clone();
+    record.default_config = req.config.is_none();
     let tmp = sibling(&req.out, "import")?;
     let written = write_run(&tmp, &exp, net, in_shape, &record).and_then(|()| put_in_place(&tmp, &req.out));
     if written.is_err() {

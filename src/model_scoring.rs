@@ -16,7 +16,7 @@ use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated};
 use crate::data::{ImageSet, Source};
 use crate::eval::knn::Embeddings;
 use crate::scored_dir;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use burn::tensor::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -101,16 +101,31 @@ pub enum Model {
 }
 
 impl Model {
+    fn differentiable(&self) -> bool {
+        match self {
+            Model::Outside(m) => m.differentiable(),
+            Model::Run(_) => true,
+        }
+    }
+
+    /// The run folder scored and the digest of its weights (none for a model outside rdml).
+    fn record_of(&self) -> Result<(PathBuf, Option<String>)> {
+        Ok(match self {
+            Model::Outside(_) => (PathBuf::new(), None),
+            Model::Run(dir) => (dir.clone(), Some(crate::run_dir::model_digest(dir)?)),
+        })
+    }
+
     /// The model as an oracle for images of `item` shape `[c, h, w]` on `device`.
     fn oracle(self, item: [usize; 3], device: &Device) -> Result<Arc<dyn Oracle>> {
         Ok(match self {
             Model::Outside(m) => Arc::new(External::new(m, device)),
             Model::Run(dir) => {
-                let (_, net) = crate::train::load_model(&dir, item, device).map_err(|e| {
-                    crate::input_error(format!(
-                        "model: {} does not take images of shape {item:?} (C × H × W): {e:#}",
+                let (_, net) = crate::train::load_model(&dir, item, device).with_context(|| {
+                    format!(
+                        "model: the run {} loaded for images of shape {item:?} (C × H × W)",
                         dir.display()
-                    ))
+                    )
                 })?;
                 Arc::new(Net::new(&net, 0))
             }
@@ -189,7 +204,7 @@ impl ModelScoring {
     }
 
     /// The method, refused when it needs gradients the model cannot give.
-    fn method(&self, model: &dyn Oracle) -> Result<Box<dyn crate::attack::method::Method>> {
+    fn method(&self, model: &Model) -> Result<Box<dyn crate::attack::method::Method>> {
         let method = registry::method(&self.method).map_err(|e| crate::input_error(format!("method: {e:#}")))?;
         crate::ensure_input!(
             !method.needs_gradient() || model.differentiable(),
@@ -201,11 +216,10 @@ impl ModelScoring {
     }
 
     /// The context of `model` on `images`: their clean embeddings made `batch` at a time.
-    fn context(&self, model: Model, images: Images, device: &Device) -> Result<(Context, Arc<dyn Oracle>)> {
+    fn context(&self, model: Model, images: Images, device: &Device) -> Result<Context> {
         let set = images.set()?;
         let oracle = model.oracle(set.item_shape(), device)?;
-        let ctx = Context::of(oracle.clone(), &set, self.batch, device, self.robrank_compat)?;
-        Ok((ctx, oracle))
+        Context::of(oracle, &set, self.batch, device, self.robrank_compat)
     }
 
     fn setup<'a>(
@@ -235,16 +249,17 @@ impl ModelScoring {
         let out = self
             .out
             .as_ref()
-            .map(|o| scored_dir::prepare(o, &OUT_FILES))
+            .map(|o| scored_dir::check(o, &OUT_FILES))
             .transpose()?;
-        let (ctx, oracle) = self.context(model, images, device)?;
-        let method = self.method(oracle.as_ref())?;
+        let method = self.method(&model)?;
+        let (scored, digest) = model.record_of()?;
+        let ctx = self.context(model, images, device)?;
         let queries = self.queries.unwrap_or(ROBUSTNESS_QUERIES);
         let runs = robustness_repeated(&self.setup(&ctx, method.as_ref(), pgd, queries), self.repeats)?;
         let spread = robustness_spread(&runs);
         let record = RobustnessRecord {
-            model: out.clone().unwrap_or_default(),
-            model_digest: None,
+            model: scored,
+            model_digest: digest,
             profile: Some(self.profile.clone()),
             method: Some(self.method.clone()),
             surrogate: None,
@@ -279,8 +294,8 @@ impl ModelScoring {
         let (unit, spec_budget) =
             registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
         let pgd = self.pgd(spec_budget)?;
-        let (ctx, oracle) = self.context(model, images, device)?;
-        let method = self.method(oracle.as_ref())?;
+        let method = self.method(&model)?;
+        let ctx = self.context(model, images, device)?;
         let queries = self.queries.unwrap_or(ATTACK_QUERIES);
         run_repeated(
             &self.setup(&ctx, method.as_ref(), pgd, queries),

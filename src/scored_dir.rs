@@ -24,7 +24,12 @@ fn read_marker(dir: &Path) -> Result<Digests> {
         return Ok(Digests::new());
     }
     let bytes = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{}: not a marker rdml wrote", p.display()))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        crate::input_error(format!(
+            "out: {} is not a marker rdml wrote ({e}); choose another folder",
+            p.display()
+        ))
+    })
 }
 
 fn write_marker(dir: &Path, d: &Digests) -> Result<()> {
@@ -32,8 +37,9 @@ fn write_marker(dir: &Path, d: &Digests) -> Result<()> {
 }
 
 /// Checks that `dir` may receive `names` (a new or empty folder, or one whose files of those
-/// names rdml wrote), creating it when missing; refuses a run folder, whose records are its own.
-pub fn prepare(dir: &Path, names: &[&str]) -> Result<PathBuf> {
+/// names rdml wrote); refuses a run folder, whose records are its own. Nothing is created: a call
+/// refused later leaves nothing behind.
+pub fn check(dir: &Path, names: &[&str]) -> Result<PathBuf> {
     if let Ok(meta) = std::fs::symlink_metadata(dir) {
         crate::ensure_input!(
             meta.is_dir(),
@@ -46,7 +52,7 @@ pub fn prepare(dir: &Path, names: &[&str]) -> Result<PathBuf> {
             dir.display()
         );
     } else {
-        std::fs::create_dir_all(dir).with_context(|| format!("out: cannot create {}", dir.display()))?;
+        return Ok(dir.to_path_buf());
     }
     let known = read_marker(dir)?;
     for name in names {
@@ -70,8 +76,12 @@ pub fn prepare(dir: &Path, names: &[&str]) -> Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
-/// Writes `files` (name, bytes) into `dir`, journaled as the module says.
+/// Writes `files` (name, bytes) into `dir` (created when missing), journaled as the module says,
+/// after [`check`] again: a file that appeared or changed there since is not replaced.
 pub fn write(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
+    let names: Vec<&str> = files.iter().map(|f| f.0).collect();
+    check(dir, &names)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("out: cannot create {}", dir.display()))?;
     let mut known = read_marker(dir)?;
     for (name, bytes) in files {
         let old = std::fs::read(dir.join(name)).ok().map(|b| digest(&b));

@@ -72,7 +72,7 @@ fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
 fn imported_data_note(dir: &Path, target: &Target) -> Option<String> {
     let bytes = std::fs::read(dir.join(crate::run_dir::IMPORT)).ok()?;
     let record: crate::model::import::ImportRecord = serde_json::from_slice(&bytes).ok()?;
-    if record.config.is_some() {
+    if !record.default_config {
         return None;
     }
     let data = &target.run.exp.data;

@@ -237,8 +237,8 @@ def _model_args(model, device) -> Dict[str, Any]:
     from ._torch import TorchModel
 
     if isinstance(model, Run):
-        return dict(model=None, run=model.path)
-    return dict(model=TorchModel(model, device), run=None)
+        return dict(model=None, run=model.path, device=model.device)
+    return dict(model=TorchModel(model, device), run=None, device=None)
 
 
 def _frozen(m):

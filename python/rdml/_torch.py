@@ -53,12 +53,13 @@ class TorchModel:
 
     @contextlib.contextmanager
     def frozen(self) -> Iterator["TorchModel"]:
-        """Eval mode and no parameter gradients for the call; both restored after."""
+        """Eval mode and no parameter gradients for the call; every module's mode and every
+        parameter's flag restored after, whatever happened."""
         torch = self._torch
         if not isinstance(self.model, torch.nn.Module):
             yield self
             return
-        training = self.model.training
+        modes = [(m, m.training) for m in self.model.modules()]
         needs = [(p, p.requires_grad) for p in self.model.parameters()]
         self.model.eval()
         for p, _ in needs:
@@ -68,7 +69,8 @@ class TorchModel:
         finally:
             for p, r in needs:
                 p.requires_grad_(r)
-            self.model.train(training)
+            for m, t in modes:
+                m.training = t
             self._kept = None
 
     def _images(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool):
@@ -78,28 +80,19 @@ class TorchModel:
             x.requires_grad_(True)
         return x
 
-    def embed(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool) -> bytes:
+    def embed(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool) -> Tuple[bytes, Tuple[int, ...], bool]:
+        """The embeddings' float32 bytes, their shape and whether they carry a gradient to the
+        images; the library checks the rest."""
         torch = self._torch
         x = self._images(images, shape, keep)
         with torch.enable_grad() if keep else torch.no_grad():
             e = self.model(x if self.dtype == torch.float32 else x.to(self.dtype))
         if not isinstance(e, torch.Tensor):
             raise TypeError(f"model: returned a {type(e).__name__}; expected a torch.Tensor of N × D embeddings")
-        if e.ndim != 2 or e.shape[0] != shape[0]:
-            raise ValueError(
-                f"model: returned a tensor of shape {tuple(e.shape)} for {shape[0]} images; expected {shape[0]} × D embeddings"
-            )
         if not e.is_floating_point():
             raise ValueError(f"model: returned {e.dtype} embeddings; expected floating-point values")
-        if keep:
-            if not e.requires_grad:
-                raise ValueError(
-                    "model: its embeddings carry no gradient back to the images (it is not differentiable, "
-                    "or it runs under torch.no_grad()), so a white-box method cannot attack it; "
-                    'use method="nes", a black-box estimate from its outputs alone'
-                )
-            self._kept = (x, e)
-        return e.detach().to(torch.float32).cpu().numpy().tobytes()
+        self._kept = (x, e) if keep and e.requires_grad else None
+        return e.detach().to(torch.float32).cpu().numpy().tobytes(), tuple(e.shape), bool(e.requires_grad)
 
     def pull_back(self, grad: bytes) -> bytes:
         torch = self._torch

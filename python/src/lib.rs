@@ -520,43 +520,55 @@ struct PyModel {
 const PY_RAISED: &str = "the model raised an exception";
 
 impl PyModel {
-    fn call(
+    /// Calls `method` with `args`, then reads its answer with `read`; a Python exception is kept.
+    fn call<T>(
         &self,
         method: &str,
         args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
-    ) -> Result<Vec<f32>> {
+        read: impl for<'py> FnOnce(Bound<'py, PyAny>) -> PyResult<T>,
+    ) -> Result<T> {
         Python::with_gil(|py| {
             let out = args(py)
-                .and_then(|a| self.obj.call_method1(py, method, a))
-                .and_then(|r| r.extract::<Vec<u8>>(py));
-            match out {
-                Ok(bytes) => floats(&bytes, "model").map_err(|e| anyhow::anyhow!("{e}")),
-                Err(e) => {
-                    *self.raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    anyhow::bail!(PY_RAISED)
-                }
-            }
+                .and_then(|a| self.obj.bind(py).call_method1(method, a))
+                .and_then(read);
+            out.map_err(|e| {
+                *self.raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                anyhow::anyhow!(PY_RAISED)
+            })
         })
     }
 }
 
+/// Float32 values of a model's answer, as the library's error when they are not.
+fn answer_floats(bytes: &[u8]) -> Result<Vec<f32>> {
+    floats(bytes, "model").map_err(|e| rdml::input_error(e.to_string()))
+}
+
 impl rdml::attack::oracle::HostModel for PyModel {
-    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Vec<f32>> {
-        self.call("embed", |py| {
-            let s = PyTuple::new(py, shape)?;
-            PyTuple::new(
-                py,
-                [
-                    to_bytes(py, images).into_any(),
-                    s.into_any(),
-                    keep.into_pyobject(py)?.to_owned().into_any(),
-                ],
-            )
+    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<rdml::attack::oracle::Embedded> {
+        let (bytes, shape, has_gradient) = self.call(
+            "embed",
+            |py| {
+                let s = PyTuple::new(py, shape)?;
+                let k = keep.into_pyobject(py)?.to_owned();
+                PyTuple::new(py, [to_bytes(py, images).into_any(), s.into_any(), k.into_any()])
+            },
+            |r| r.extract::<(Vec<u8>, Vec<usize>, bool)>(),
+        )?;
+        Ok(rdml::attack::oracle::Embedded {
+            values: answer_floats(&bytes)?,
+            shape,
+            has_gradient,
         })
     }
 
     fn pull_back(&self, grad: &[f32]) -> Result<Vec<f32>> {
-        self.call("pull_back", |py| PyTuple::new(py, [to_bytes(py, grad)]))
+        let bytes = self.call(
+            "pull_back",
+            |py| PyTuple::new(py, [to_bytes(py, grad)]),
+            |r| r.extract::<Vec<u8>>(),
+        )?;
+        answer_floats(&bytes)
     }
 
     fn differentiable(&self) -> bool {
@@ -636,12 +648,13 @@ fn model_scoring(
 /// `rdml.robustness(model, images, labels, …)`: the ERS suite on the caller's model; the record
 /// as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[pyo3(signature = (model, run, device, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn robustness_model(
     py: Python<'_>,
     model: Option<Py<PyAny>>,
     run: Option<String>,
+    device: Option<String>,
     differentiable: bool,
     images: &[u8],
     shape: [usize; 4],
@@ -677,20 +690,20 @@ fn robustness_model(
         shape,
         labels,
     };
-    let scored = with_model(py, model, run, differentiable, |m| {
-        req.robustness(m, images, &rdml::default_device())
-    })?;
+    let dev = self::device(device.as_deref())?;
+    let scored = with_model(py, model, run, differentiable, |m| req.robustness(m, images, &dev))?;
     serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
 }
 
 /// `rdml.attack(model, images, labels, spec, …)`: one attack on the caller's model, as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
+#[pyo3(signature = (model, run, device, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn attack_model(
     py: Python<'_>,
     model: Option<Py<PyAny>>,
     run: Option<String>,
+    device: Option<String>,
     differentiable: bool,
     images: &[u8],
     shape: [usize; 4],
@@ -726,27 +739,28 @@ fn attack_model(
         shape,
         labels,
     };
-    let runs = with_model(py, model, run, differentiable, |m| {
-        req.attack(&spec, m, images, &rdml::default_device())
-    })?;
+    let dev = self::device(device.as_deref())?;
+    let runs = with_model(py, model, run, differentiable, |m| req.attack(&spec, m, images, &dev))?;
     let v = rdml::model_scoring::attack_json(&runs).map_err(raise)?;
     Ok(v.to_string())
 }
 
 /// `rdml.embed(model, images)`: `(bytes of [n, d], d)`.
 #[pyfunction]
-#[pyo3(signature = (model, run, images, shape, batch))]
+#[pyo3(signature = (model, run, device, images, shape, batch))]
 fn embed_model<'py>(
     py: Python<'py>,
     model: Option<Py<PyAny>>,
     run: Option<String>,
+    device: Option<String>,
     images: &[u8],
     shape: [usize; 4],
     batch: usize,
 ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
     let x = floats(images, "images")?;
+    let dev = self::device(device.as_deref())?;
     let e = with_model(py, model, run, true, |m| {
-        rdml::model_scoring::embed(m, &x, shape, batch, &rdml::default_device())
+        rdml::model_scoring::embed(m, &x, shape, batch, &dev)
     })?;
     Ok((to_bytes(py, &e.data), e.dim))
 }

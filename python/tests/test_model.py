@@ -71,7 +71,8 @@ def assert_same_suite(a, b, queries):
 
 def test_a_pytorch_c2f2_scores_as_its_import(tmp_path):
     torch.manual_seed(0)
-    model = L2(c2f2()).eval()
+    model = L2(c2f2())  # in train mode, one submodule in eval mode: both come back as they were
+    model.backbone[0].eval()
     torch.save(model.state_dict(), tmp_path / "c2f2.pth")
     run = rdml.import_torch(tmp_path / "c2f2.pth", tmp_path / "run", arch="c2f2", quiet=True)
     x, y = fashion(300)
@@ -89,6 +90,10 @@ def test_a_pytorch_c2f2_scores_as_its_import(tmp_path):
     # One attack: Run.attack's dict.
     one = rdml.attack(model, x, y, "QA+", queries=16, quiet=True)
     assert one["attack"] == "QA+" and one["queries"] == 16 and set(one["scores"]) == {"QA+", "ARS"}
+    assert model.training and not model.backbone[0].training and model.backbone[3].training
+    assert all(p.requires_grad for p in model.parameters())
+    # The run's record names it and its weights.
+    assert b["model"] == str(tmp_path / "run") and b["model_digest"].startswith("crc32:") and a["model"] == ""
 
 
 def test_a_torchvision_resnet18_with_batch_norm_statistics_scores_as_its_import(tmp_path):
@@ -204,6 +209,15 @@ def test_out_writes_the_record_and_report_and_replaces_only_its_own(tmp_path):
     with pytest.raises(ValueError, match="rdml did not write it"):
         rdml.robustness(model, x, y, queries=4, steps=2, out=mine, quiet=True)
     assert (mine / "report.html").read_text() == "my notes" and not (mine / "robustness.json").exists()
+    # Edited since rdml wrote it: kept.
+    (out / "report.html").write_text("edited")
+    with pytest.raises(ValueError, match="rdml did not write it"):
+        rdml.robustness(model, x, y, queries=4, steps=2, out=out, quiet=True)
+    assert (out / "report.html").read_text() == "edited"
+    # A refused call leaves no folder behind.
+    with pytest.raises(ValueError, match="labels"):
+        rdml.robustness(model, x, y[:3], queries=4, out=tmp_path / "never", quiet=True)
+    assert not (tmp_path / "never").exists()
     # Without out, nothing is written.
     before = sorted(p.name for p in tmp_path.iterdir())
     rdml.robustness(model, x, y, queries=4, steps=1, quiet=True)
@@ -219,14 +233,14 @@ def test_wrong_models_and_inputs_are_errors_naming_the_keyword():
     good = L2(c2f2(16))
     x, y = fashion(20)
     attack = lambda m, xx=x, yy=y, **kw: rdml.attack(m, xx, yy, "CA+", queries=4, steps=2, quiet=True, **kw)
-    with pytest.raises(ValueError, match=r"model: returned a tensor of shape \(\d+, 16, 1\)"):
+    with pytest.raises(ValueError, match=r"model: returned a tensor of shape \[\d+, 16, 1\]"):
         attack(lambda t: good(t).unsqueeze(-1))
     with pytest.raises(ValueError, match="model: returned a non-finite embedding value"):
         attack(lambda t: good(t) * float("nan"))
     with pytest.raises(TypeError, match="model: returned a list"):
         attack(lambda t: [good(t)])
     numpy_model = lambda t: torch.from_numpy(good(t).detach().numpy())
-    with pytest.raises(ValueError, match='not differentiable.*method="nes"'):
+    with pytest.raises(ValueError, match='not differentiable.*use method "nes"'):
         attack(numpy_model)
     nes = attack(numpy_model, method="nes:pop=4")
     assert nes["method"] == "nes:pop=4" and nes["scores"]["model_queries"] > 0
@@ -244,10 +258,24 @@ def test_wrong_models_and_inputs_are_errors_naming_the_keyword():
     def raising(t):
         raise Boom("inside the model")
 
+    good.train()
+
     with pytest.raises(Boom, match="inside the model") as e:
         attack(raising)
     assert any(f.name == "raising" for f in e.traceback)
-    assert good.training is True or all(p.requires_grad for p in good.parameters())
+    # A module that raises: its mode and parameters restored all the same.
+    class Raising(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = good
+
+        def forward(self, t):
+            raise Boom("inside the module")
+
+    bad = Raising().train()
+    with pytest.raises(Boom, match="inside the module"):
+        attack(bad)
+    assert bad.training and good.training and all(p.requires_grad for p in bad.parameters())
 
 
 def test_ctrl_c_stops_a_scoring_call_between_batches(tmp_path):

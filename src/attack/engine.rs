@@ -222,7 +222,14 @@ impl<'a> Request<'a> {
                 net = Net::new(m, self.bn_set);
                 &net
             }
-            Model::Oracle(o) => o,
+            Model::Oracle(o) => {
+                ensure!(
+                    self.bn_set == 0,
+                    "attack: batch-norm set {} asked of an oracle, which infers as it was given",
+                    self.bn_set
+                );
+                o
+            }
         };
         crate::attack::oracle::require_gradient(target)?;
         let device: Device = x.device().without_autodiff();

@@ -79,12 +79,21 @@ impl Oracle for Net {
     }
 }
 
+/// What a [`HostModel`] answers for a batch: its embeddings' values (row-major) and shape, and
+/// whether they carry a gradient back to the images (when asked to keep it).
+pub struct Embedded {
+    pub values: Vec<f32>,
+    pub shape: Vec<usize>,
+    pub has_gradient: bool,
+}
+
 /// A model outside rdml, asked with host arrays (row-major float32): what a binding implements
-/// (the Python package's PyTorch modules). It is asked from one thread at a time.
+/// (the Python package's PyTorch modules). [`External`] asks it from one thread at a time and
+/// pulls back right after the embedding that kept its graph.
 pub trait HostModel: Send + Sync {
-    /// The embeddings of `images` (`shape` = `[b, c, h, w]`), `b × d` values; with `keep`, the
-    /// model keeps what [`HostModel::pull_back`] needs for this batch.
-    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Vec<f32>>;
+    /// The embeddings of `images` (`shape` = `[b, c, h, w]`); with `keep`, the model keeps what
+    /// [`HostModel::pull_back`] needs for this batch.
+    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Embedded>;
 
     /// The gradient with respect to the images of the last batch embedded with `keep`, of the
     /// embeddings' inner product with `grad` (`b × d`): `b × c × h × w` values.
@@ -94,12 +103,14 @@ pub trait HostModel: Send + Sync {
     fn differentiable(&self) -> bool;
 }
 
-/// A [`HostModel`] as an oracle on rdml's `device`: every answer checked (its size, the same
+/// A [`HostModel`] as an oracle on rdml's `device`: every answer checked (its shape, the same
 /// embedding width every time, finite values), so a wrong model is an error, never a number.
 pub struct External {
     model: Box<dyn HostModel>,
     device: Device,
     dim: Mutex<Option<usize>>,
+    /// Held from an embedding that keeps its graph to its pull-back: one batch in flight.
+    in_flight: Mutex<()>,
 }
 
 impl External {
@@ -108,6 +119,7 @@ impl External {
             model,
             device: device.clone().without_autodiff(),
             dim: Mutex::new(None),
+            in_flight: Mutex::new(()),
         }
     }
 
@@ -124,46 +136,55 @@ impl External {
         let (v, shape) = Self::host(x)?;
         let b = shape[0];
         let e = self.model.embed(&v, shape, keep)?;
+        crate::ensure_input!(
+            e.shape.len() == 2 && e.shape[0] == b && e.shape[1] >= 1,
+            "model: returned a tensor of shape {:?} for {b} images; expected {b} × D embeddings",
+            e.shape
+        );
+        crate::ensure_input!(
+            e.values.len() == e.shape[0] * e.shape[1],
+            "model: returned {} values for the shape {:?}",
+            e.values.len(),
+            e.shape
+        );
+        crate::ensure_input!(
+            !keep || e.has_gradient,
+            "model: its embeddings carry no gradient back to the images (it is not differentiable, or it \
+             runs without autograd), so a white-box method cannot attack it: use method \"nes\", a black-box \
+             gradient estimate from its outputs alone"
+        );
+        let d = e.shape[1];
         let mut known = self.dim.lock().unwrap_or_else(|p| p.into_inner());
-        let d = match *known {
-            Some(d) => {
-                crate::ensure_input!(
-                    e.len() == b * d,
-                    "model: returned {} values for a batch of {b} images; expected {b} × {d} (the embedding width it returned before)",
-                    e.len()
-                );
-                d
-            }
-            None => {
-                crate::ensure_input!(
-                    b > 0 && e.len() >= b && e.len().is_multiple_of(b),
-                    "model: returned {} values for a batch of {b} images; expected {b} × D embeddings",
-                    e.len()
-                );
-                *known.get_or_insert(e.len() / b)
-            }
-        };
-        if let Some(i) = e.iter().position(|v| !v.is_finite()) {
+        let first = *known.get_or_insert(d);
+        crate::ensure_input!(
+            d == first,
+            "model: returned {d}-dimensional embeddings after {first}-dimensional ones; expected one width"
+        );
+        if let Some(i) = e.values.iter().position(|v| !v.is_finite()) {
             return Err(crate::input_error(format!(
                 "model: returned a non-finite embedding value ({}) for image {} of a batch of {b} \
-                 (row {}, dimension {}); rdml scores finite embeddings only",
-                e[i],
-                i / d,
+                 (dimension {}); rdml scores finite embeddings only",
+                e.values[i],
                 i / d,
                 i % d
             )));
         }
-        Ok((Tensor::<2>::from_data(TensorData::new(e, [b, d]), &self.device), shape))
+        Ok((
+            Tensor::<2>::from_data(TensorData::new(e.values, [b, d]), &self.device),
+            shape,
+        ))
     }
 }
 
 impl Oracle for External {
     fn embed(&self, x: Tensor<4>) -> Result<Tensor<2>> {
+        let _one_batch = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         Ok(self.forward(x, false)?.0)
     }
 
     fn gradient(&self, x: Tensor<4>, loss: &dyn Fn(Tensor<2>) -> Tensor<1>) -> Result<Gradient> {
         require_gradient(self)?;
+        let _one_batch = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let (emb, shape) = self.forward(x, true)?;
         let e = emb.autodiff().require_grad();
         let l = loss(e.clone());

@@ -95,7 +95,13 @@ pub fn scored_page(record: &crate::attack::record::RobustnessRecord, images: usi
     page.note(
         "Model",
         &format!(
-            "A model outside rdml, attacked through its embeddings and their gradient (method {}) on              {images} images; each query is ranked among the other {}.",
+            "{} attacked through its embeddings and their gradient (method {}) on {images} images; each \
+             query is ranked among the other {}.",
+            if record.model.as_os_str().is_empty() {
+                "A model outside rdml,".to_string()
+            } else {
+                format!("The rdml run {},", record.model.display())
+            },
             record.method.as_deref().unwrap_or("white-box"),
             images.saturating_sub(1)
         ),

@@ -39,10 +39,13 @@ pub struct ImportRecord {
     pub integer: Vec<String>,
     /// Tensors outside the weights' dictionary (optimiser state): not read.
     pub outside: usize,
-    /// The config the run took its data from; `None`: the architecture's default (the run is
-    /// then scored on that config's data, which commands say when they do).
+    /// The config the run took its data from; `None`: the architecture's default.
     #[serde(default)]
     pub config: Option<String>,
+    /// Imported without a config: the run is scored on its architecture's default config's
+    /// data, which commands say when they do (false in records of earlier versions).
+    #[serde(default)]
+    pub default_config: bool,
 }
 
 /// The keys of `sources` with an embedder file's keys under `embedder.` (PML's second file).
@@ -183,6 +186,7 @@ pub fn import(
         integer: sources.iter().flat_map(|s| s.integer.clone()).collect(),
         outside: sources.iter().map(|s| s.outside.len()).sum(),
         config: None,
+        default_config: false,
     };
     Ok((net, record))
 }
@@ -226,7 +230,8 @@ pub fn refuse_unreadable(arch: Arch, sources: &[Checkpoint], rules: &[KeyRule]) 
     let keys = source_keys(sources);
     let named: Vec<String> = keys.iter().map(|k| k.2.clone()).collect();
     let (names, _) = layout::canonical(&named, rules, sources.len() > 1)?;
-    match layout::foreign(&names) {
+    // A ResNet or C2F2 with an extra head of another name is still read (`--allow-unused`).
+    match layout::looks_like(&names).filter(|_| layout::foreign(&names) == layout::looks_like(&names)) {
         Some(family) => bail!(foreign_message(
             &sources[0].path,
             arch,

@@ -1,0 +1,201 @@
+//! A model as an oracle: an rdml network asked through the host-array route a binding uses (a
+//! [`HostModel`] with its own graph, pulled back by a vector–Jacobian product) gives the fused
+//! graph's gradients and the same attacks; a wrong model is an error naming it; a scored
+//! model's `out` folder replaces only what rdml wrote there.
+
+mod common;
+use common::small;
+
+use anyhow::Result;
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, TensorData};
+use rdml::attack::engine::{Norm, Pgd};
+use rdml::attack::oracle::{Embedded, External, HostModel, Net, Oracle};
+use rdml::attack::registry::attack;
+use rdml::attack::suite::{Context, run};
+use rdml::model::EmbeddingNet;
+use std::sync::{Arc, Mutex};
+
+/// An rdml network behind the host-array interface: what a PyTorch module is to the library.
+struct HostNet {
+    net: EmbeddingNet,
+    kept: Mutex<Option<(Tensor<4>, Tensor<2>)>>,
+    /// Changes its answers: 0 as it is, 1 a NaN, 2 a wrong shape, 3 a gradient of the wrong size.
+    fault: usize,
+}
+
+impl HostModel for HostNet {
+    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Embedded> {
+        let dev = rdml::default_device();
+        let x = Tensor::<4>::from_data(TensorData::new(images.to_vec(), shape), &dev);
+        let x = if keep { x.autodiff().require_grad() } else { x };
+        let e = self.net.forward(x.clone());
+        let [b, d] = e.dims();
+        let mut values = rdml::host::read(&e)?;
+        if self.fault == 1 {
+            values[d + 1] = f32::NAN;
+        }
+        if keep {
+            *self.kept.lock().unwrap() = Some((x, e));
+        }
+        let shape = if self.fault == 2 { vec![b, d / 2, 2] } else { vec![b, d] };
+        Ok(Embedded {
+            values,
+            shape,
+            has_gradient: true,
+        })
+    }
+
+    fn pull_back(&self, grad: &[f32]) -> Result<Vec<f32>> {
+        let (x, e) = self.kept.lock().unwrap().take().expect("an embedding kept");
+        let g = Tensor::<2>::from_data(TensorData::new(grad.to_vec(), e.dims()), &e.device());
+        let grads = (e * g).sum().backward();
+        let mut v = rdml::host::read(&x.grad(&grads).unwrap().flatten::<2>(1, 3))?;
+        if self.fault == 3 {
+            v.pop();
+        }
+        Ok(v)
+    }
+
+    fn differentiable(&self) -> bool {
+        true
+    }
+}
+
+fn host_net(net: &EmbeddingNet, fault: usize) -> External {
+    External::new(
+        Box::new(HostNet {
+            net: net.valid(),
+            kept: Mutex::new(None),
+            fault,
+        }),
+        &Device::default(),
+    )
+}
+
+fn images(set: &rdml::data::ImageSet, n: usize) -> Tensor<4> {
+    let items: Vec<usize> = (0..n).collect();
+    rdml::eval::batch_tensor(
+        &rdml::data::loader::load_batch(set, &items, None).unwrap(),
+        &Device::default(),
+    )
+}
+
+#[test]
+fn the_host_route_gives_the_fused_graphs_gradient_and_attacks() {
+    let (net, set) = small();
+    let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
+    let qa = attack("QA+").unwrap();
+    let items: Vec<usize> = (0..6).collect();
+    let plan = qa
+        .plan(
+            &ctx,
+            &items,
+            &mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(1),
+        )
+        .unwrap();
+    let x = images(&set, 6);
+    let loss = |emb: Tensor<2>| plan.objective().loss(emb, 0);
+    let fused = Net::new(&net, 0).gradient(x.clone(), &loss).unwrap();
+    let host = host_net(&net, 0).gradient(x, &loss).unwrap();
+    let (a, b) = (fused.input.unwrap(), host.input.unwrap());
+    let diff: f32 = (a.clone() - b).abs().max().into_scalar();
+    let scale: f32 = a.abs().max().into_scalar();
+    assert!(
+        scale > 0.0 && diff <= 1e-5 * scale,
+        "gradients differ by {diff} (scale {scale})"
+    );
+    assert_eq!(fused.loss.into_scalar::<f32>(), host.loss.into_scalar::<f32>());
+
+    // A whole attack through each route: the same ranks.
+    let pgd = Pgd {
+        eps: 0.1,
+        step: 0.01,
+        steps: 4,
+        norm: Norm::Linf,
+        random_start: false,
+    };
+    let outside = Context::of(Arc::new(host_net(&net, 0)), &set, 64, &Device::default(), false).unwrap();
+    assert_eq!(outside.clean.data, ctx.clean.data);
+    for spec in ["CA+", "QA-", "ES"] {
+        let a = run(&ctx, attack(spec).unwrap().as_ref(), &pgd, 16, 8, 3).unwrap();
+        let b = run(&outside, attack(spec).unwrap().as_ref(), &pgd, 16, 8, 3).unwrap();
+        for (sa, sb) in a.scores.iter().zip(&b.scores) {
+            assert!(
+                (sa.value - sb.value).abs() <= 100.0 / 16.0,
+                "{spec} {}: {} vs {}",
+                sa.name,
+                sa.value,
+                sb.value
+            );
+        }
+    }
+}
+
+#[test]
+fn a_wrong_answer_is_an_error_naming_the_model() {
+    let (net, set) = small();
+    let x = images(&set, 4);
+    let loss = |emb: Tensor<2>| emb.sum();
+    let message = |fault: usize| {
+        let e = host_net(&net, fault)
+            .gradient(x.clone(), &loss)
+            .err()
+            .expect("an error");
+        assert!(
+            e.chain().any(|c| c.is::<rdml::InputError>()),
+            "not an input error: {e:#}"
+        );
+        format!("{e:#}")
+    };
+    assert!(message(1).starts_with("model: returned a non-finite embedding value (NaN) for image 1"));
+    assert!(
+        message(2).starts_with("model: returned a tensor of shape [4, "),
+        "{}",
+        message(2)
+    );
+    assert!(message(3).contains("the gradient with respect to the images has"));
+}
+
+#[test]
+fn the_out_folder_takes_only_what_rdml_wrote() {
+    use rdml::scored_dir::{MARKER, check, write};
+    let root = std::env::temp_dir().join(format!("rdml-scored-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let out = root.join("out");
+    // Checked, nothing created; written; rewritten.
+    check(&out, &["a.json"]).unwrap();
+    assert!(!out.exists());
+    write(&out, &[("a.json", b"one".to_vec())]).unwrap();
+    write(&out, &[("a.json", b"two".to_vec())]).unwrap();
+    assert_eq!(std::fs::read(out.join("a.json")).unwrap(), b"two");
+    // Edited since: never replaced, at the check or at the write.
+    std::fs::write(out.join("a.json"), b"edited by hand").unwrap();
+    assert!(format!("{:#}", check(&out, &["a.json"]).unwrap_err()).contains("rdml did not write it"));
+    assert!(write(&out, &[("a.json", b"three".to_vec())]).is_err());
+    assert_eq!(std::fs::read(out.join("a.json")).unwrap(), b"edited by hand");
+    // A user's file rdml never wrote, in a folder of its own.
+    let mine = root.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("a.json"), b"mine").unwrap();
+    assert!(write(&mine, &[("a.json", b"x".to_vec())]).is_err());
+    assert_eq!(std::fs::read(mine.join("a.json")).unwrap(), b"mine");
+    assert!(!mine.join(MARKER).exists());
+    // An interrupted change (the marker admits old and new, the file still old) is recognised.
+    let journal = root.join("journal");
+    write(&journal, &[("a.json", b"old".to_vec())]).unwrap();
+    let marker: std::collections::BTreeMap<String, Vec<String>> =
+        serde_json::from_slice(&std::fs::read(journal.join(MARKER)).unwrap()).unwrap();
+    let mut both = marker.clone();
+    both.get_mut("a.json").unwrap().push("crc32:00000000:3".into());
+    std::fs::write(journal.join(MARKER), serde_json::to_vec(&both).unwrap()).unwrap();
+    write(&journal, &[("a.json", b"new".to_vec())]).unwrap();
+    assert_eq!(std::fs::read(journal.join("a.json")).unwrap(), b"new");
+    // A run folder is no output.
+    let run = root.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join(rdml::run_dir::MARKER), b"").unwrap();
+    assert!(rdml::run_dir::is_run_folder(&run));
+    assert!(format!("{:#}", check(&run, &["robustness.json"]).unwrap_err()).contains("is an rdml run folder"));
+    let _ = std::fs::remove_dir_all(&root);
+}
