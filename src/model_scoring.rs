@@ -21,6 +21,9 @@ use burn::tensor::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The record's `surrogate` when the surrogate is a model outside rdml (it has no folder).
+pub const OUTSIDE_SURROGATE: &str = "(a model outside rdml)";
+
 /// What `out` receives: the suite's record and its page.
 const OUT_FILES: [&str; 2] = [FILE, crate::html::FILE];
 
@@ -204,34 +207,52 @@ impl ModelScoring {
     }
 
     /// The method, refused when it needs gradients the model cannot give.
-    fn method(&self, model: &Model) -> Result<Box<dyn crate::attack::method::Method>> {
+    /// The method, refused when the model that makes the examples (`attacker`: the attacked one,
+    /// or a surrogate) cannot give the gradients it needs.
+    fn method(&self, attacker: &Model, transfer: bool) -> Result<Box<dyn crate::attack::method::Method>> {
         let method = registry::method(&self.method).map_err(|e| crate::input_error(format!("method: {e:#}")))?;
         crate::ensure_input!(
-            !method.needs_gradient() || model.differentiable(),
-            "method = {:?} needs the model's gradient, and the model was declared not differentiable: \
-             use method=\"nes\" (a black-box gradient estimate from its outputs alone)",
-            self.method
+            !method.needs_gradient() || attacker.differentiable(),
+            "method = {:?} needs the {} gradient, and it was declared not differentiable: use method=\"nes\" \
+             (a black-box gradient estimate from its outputs alone){}",
+            self.method,
+            if transfer { "surrogate's" } else { "model's" },
+            if transfer {
+                ""
+            } else {
+                ", or a differentiable surrogate= (a transfer attack)"
+            }
         );
         Ok(method)
     }
 
-    /// The context of `model` on `images`: their clean embeddings made `batch` at a time.
-    fn context(&self, model: Model, images: Images, device: &Device) -> Result<Context> {
+    /// The contexts of `model` (attacked) and of `surrogate` (the attacker of a transfer attack)
+    /// on `images`: their clean embeddings made `batch` at a time.
+    fn contexts(
+        &self,
+        model: Model,
+        surrogate: Option<Model>,
+        images: Images,
+        device: &Device,
+    ) -> Result<(Context, Option<Context>)> {
         let set = images.set()?;
-        let oracle = model.oracle(set.item_shape(), device)?;
-        Context::of(oracle, &set, self.batch, device, self.robrank_compat)
+        let context = |m: Model| -> Result<Context> {
+            let oracle = m.oracle(set.item_shape(), device)?;
+            Context::of(oracle, &set, self.batch, device, self.robrank_compat)
+        };
+        Ok((context(model)?, surrogate.map(context).transpose()?))
     }
 
     fn setup<'a>(
         &self,
-        ctx: &'a Context,
+        (ctx, attacker): (&'a Context, &'a Context),
         method: &'a dyn crate::attack::method::Method,
         pgd: Pgd,
         queries: usize,
     ) -> Setup<'a> {
         Setup {
             target: ctx,
-            attacker: ctx,
+            attacker,
             method,
             pgd,
             queries,
@@ -243,7 +264,13 @@ impl ModelScoring {
 
     /// robrank's ERS suite on the caller's model and images; with `out`, its record and report
     /// written there.
-    pub fn robustness(&self, model: Model, images: Images, device: &Device) -> Result<ModelScored> {
+    pub fn robustness(
+        &self,
+        model: Model,
+        surrogate: Option<Model>,
+        images: Images,
+        device: &Device,
+    ) -> Result<ModelScored> {
         self.check()?;
         let pgd = self.pgd(Default::default())?;
         let out = self
@@ -251,18 +278,23 @@ impl ModelScoring {
             .as_ref()
             .map(|o| scored_dir::check(o, &OUT_FILES))
             .transpose()?;
-        let method = self.method(&model)?;
+        let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
         let (scored, digest) = model.record_of()?;
-        let ctx = self.context(model, images, device)?;
+        let surrogate_path = surrogate.as_ref().map(|s| match s {
+            Model::Run(dir) => dir.clone(),
+            Model::Outside(_) => PathBuf::from(OUTSIDE_SURROGATE),
+        });
+        let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
         let queries = self.queries.unwrap_or(ROBUSTNESS_QUERIES);
-        let runs = robustness_repeated(&self.setup(&ctx, method.as_ref(), pgd, queries), self.repeats)?;
+        let pair = (&ctx, sur.as_ref().unwrap_or(&ctx));
+        let runs = robustness_repeated(&self.setup(pair, method.as_ref(), pgd, queries), self.repeats)?;
         let spread = robustness_spread(&runs);
         let record = RobustnessRecord {
             model: scored,
             model_digest: digest,
             profile: Some(self.profile.clone()),
             method: Some(self.method.clone()),
-            surrogate: None,
+            surrogate: surrogate_path,
             pgd: Some(pgd),
             queries: Some(queries),
             seed: Some(self.seed),
@@ -285,7 +317,14 @@ impl ModelScoring {
 
     /// One attack (`spec`, as `rdml attack` names it) on the caller's model and images, run
     /// `repeats` times.
-    pub fn attack(&self, spec: &str, model: Model, images: Images, device: &Device) -> Result<Vec<AttackResult>> {
+    pub fn attack(
+        &self,
+        spec: &str,
+        model: Model,
+        surrogate: Option<Model>,
+        images: Images,
+        device: &Device,
+    ) -> Result<Vec<AttackResult>> {
         self.check()?;
         crate::ensure_input!(
             self.out.is_none(),
@@ -294,11 +333,11 @@ impl ModelScoring {
         let (unit, spec_budget) =
             registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
         let pgd = self.pgd(spec_budget)?;
-        let method = self.method(&model)?;
-        let ctx = self.context(model, images, device)?;
+        let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
+        let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
         let queries = self.queries.unwrap_or(ATTACK_QUERIES);
         run_repeated(
-            &self.setup(&ctx, method.as_ref(), pgd, queries),
+            &self.setup((&ctx, sur.as_ref().unwrap_or(&ctx)), method.as_ref(), pgd, queries),
             unit.as_ref(),
             self.repeats,
             None,

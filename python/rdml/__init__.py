@@ -248,13 +248,16 @@ def _frozen(m):
     return m.frozen() if m is not None else contextlib.nullcontext()
 
 
-def _scoring_args(model, images, labels, differentiable, device):
-    """The model as the library calls it, and the images and labels as bytes and lists."""
+def _scoring_args(model, images, labels, differentiable, device, surrogate):
+    """The models as the library calls them, and the images and labels as bytes and lists."""
     from ._torch import images_and_labels
 
     x, y = images_and_labels(images, labels)
+    sur = _model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
     return dict(
         **_model_args(model, device),
+        surrogate_model=sur["model"],
+        surrogate_run=sur["run"],
         differentiable=bool(differentiable),
         images=x.tobytes(),
         shape=tuple(int(s) for s in x.shape),
@@ -280,6 +283,7 @@ def robustness(
     method: str = "white-box",
     repeats: int = 1,
     out: Optional[PathLike] = None,
+    surrogate: Any = None,
     device: Any = None,
     differentiable: bool = True,
     quiet: bool = False,
@@ -291,12 +295,14 @@ def robustness(
     gradient to its parameters. An ``rdml.Run`` is scored too (its own network, on these images). ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
     model normalises them itself, since budgets are in pixels) with one integer label each, or a
     torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``queries`` defaults to
-    512. ``differentiable=False`` declares a model that can only be queried (``method="nes"``).
+    512. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
+    a ``surrogate``). ``surrogate`` (a PyTorch model or an ``rdml.Run``) makes the adversarial
+    examples, which are scored on ``model``: a transfer attack.
     ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is written
     otherwise. An exception inside the model is raised as itself.
     """
-    args = _scoring_args(model, images, labels, differentiable, device)
-    with _frozen(args["model"]):
+    args = _scoring_args(model, images, labels, differentiable, device, surrogate)
+    with _frozen(args["model"]), _frozen(args["surrogate_model"]):
         raw = _rdml.robustness_model(
             profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
             method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
@@ -324,14 +330,15 @@ def attack(
     robrank_compat: bool = False,
     method: str = "white-box",
     repeats: int = 1,
+    surrogate: Any = None,
     device: Any = None,
     differentiable: bool = True,
     quiet: bool = False,
 ) -> Dict[str, Any]:
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
     the dict ``Run.attack`` returns. ``queries`` defaults to 1024; the rest as ``rdml.robustness``."""
-    args = _scoring_args(model, images, labels, differentiable, device)
-    with _frozen(args["model"]):
+    args = _scoring_args(model, images, labels, differentiable, device, surrogate)
+    with _frozen(args["model"]), _frozen(args["surrogate_model"]):
         raw = _rdml.attack_model(
             spec=spec, profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
             method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),

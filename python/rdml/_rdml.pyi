@@ -36,18 +36,20 @@ def import_torch(
     set: Sequence[str], overwrite: bool,
 ) -> str: ...
 def robustness_model(
-    model: Optional[Any], run: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
+    model: Optional[Any], run: Optional[str], surrogate_model: Optional[Any], surrogate_run: Optional[str],
+    device: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
     labels: Sequence[int], profile: str, eps: Optional[float], step: Optional[float], steps: Optional[int],
     norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int, seed: int,
     robrank_compat: bool, repeats: int, out: Optional[str], quiet: bool,
 ) -> str: ...
 def attack_model(
-    model: Optional[Any], run: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
+    model: Optional[Any], run: Optional[str], surrogate_model: Optional[Any], surrogate_run: Optional[str],
+    device: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
     labels: Sequence[int], spec: str, profile: str, eps: Optional[float], step: Optional[float], steps: Optional[int],
     norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int, seed: int,
     robrank_compat: bool, repeats: int, quiet: bool,
 ) -> str: ...
 def embed_model(
-    model: Optional[Any], run: Optional[str], images: bytes, shape: Tuple[int, int, int, int], batch: int
+    model: Optional[Any], run: Optional[str], device: Optional[str], images: bytes, shape: Tuple[int, int, int, int], batch: int
 ) -> Tuple[bytes, int]: ...
 def model_scoring_defaults() -> Tuple[str, str, int, int, int, int, int]: ...

@@ -580,22 +580,14 @@ impl rdml::attack::oracle::HostModel for PyModel {
 /// again as itself, a library error as [`raise`] says.
 fn with_model<T: Send>(
     py: Python<'_>,
-    model: Option<Py<PyAny>>,
-    run: Option<String>,
-    differentiable: bool,
-    job: impl FnOnce(rdml::model_scoring::Model) -> Result<T> + Send,
+    model: Caller,
+    surrogate: Option<Caller>,
+    job: impl FnOnce(rdml::model_scoring::Model, Option<rdml::model_scoring::Model>) -> Result<T> + Send,
 ) -> PyResult<T> {
     let raised = Arc::new(Mutex::new(None));
-    let m = match (model, run) {
-        (_, Some(dir)) => rdml::model_scoring::Model::Run(run_dir(&dir)?),
-        (Some(obj), None) => rdml::model_scoring::Model::Outside(Box::new(PyModel {
-            obj,
-            differentiable,
-            raised: raised.clone(),
-        })),
-        (None, None) => return Err(PyValueError::new_err("model: missing")),
-    };
-    let out = py.allow_threads(|| job(m));
+    let m = model.into_model(&raised, "model")?;
+    let s = surrogate.map(|c| c.into_model(&raised, "surrogate")).transpose()?;
+    let out = py.allow_threads(|| job(m, s));
     out.map_err(|e| {
         let kept = raised.lock().unwrap_or_else(|p| p.into_inner()).take();
         match kept {
@@ -603,6 +595,29 @@ fn with_model<T: Send>(
             _ => invalid_or_raise(e),
         }
     })
+}
+
+/// A model as the package passes it: a Python object (with its declared differentiability) or
+/// an rdml run by its folder.
+struct Caller(Option<Py<PyAny>>, Option<String>, bool);
+
+impl Caller {
+    fn into_model(self, raised: &Arc<Mutex<Option<PyErr>>>, what: &str) -> PyResult<rdml::model_scoring::Model> {
+        Ok(match self {
+            Caller(_, Some(dir), _) => rdml::model_scoring::Model::Run(run_dir(&dir)?),
+            Caller(Some(obj), None, differentiable) => rdml::model_scoring::Model::Outside(Box::new(PyModel {
+                obj,
+                differentiable,
+                raised: raised.clone(),
+            })),
+            Caller(None, None, _) => return Err(PyValueError::new_err(format!("{what}: missing"))),
+        })
+    }
+}
+
+/// The surrogate of a transfer attack, when the package passed one.
+fn surrogate(model: Option<Py<PyAny>>, run: Option<String>) -> Option<Caller> {
+    (model.is_some() || run.is_some()).then_some(Caller(model, run, true))
 }
 
 /// A request's own checks (what the caller passed) as `ValueError`, other failures as [`raise`].
@@ -648,12 +663,14 @@ fn model_scoring(
 /// `rdml.robustness(model, images, labels, …)`: the ERS suite on the caller's model; the record
 /// as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, device, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn robustness_model(
     py: Python<'_>,
     model: Option<Py<PyAny>>,
     run: Option<String>,
+    surrogate_model: Option<Py<PyAny>>,
+    surrogate_run: Option<String>,
     device: Option<String>,
     differentiable: bool,
     images: &[u8],
@@ -691,18 +708,23 @@ fn robustness_model(
         labels,
     };
     let dev = self::device(device.as_deref())?;
-    let scored = with_model(py, model, run, differentiable, |m| req.robustness(m, images, &dev))?;
+    let sur = surrogate(surrogate_model, surrogate_run);
+    let scored = with_model(py, Caller(model, run, differentiable), sur, |m, s| {
+        req.robustness(m, s, images, &dev)
+    })?;
     serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
 }
 
 /// `rdml.attack(model, images, labels, spec, …)`: one attack on the caller's model, as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, device, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
+#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn attack_model(
     py: Python<'_>,
     model: Option<Py<PyAny>>,
     run: Option<String>,
+    surrogate_model: Option<Py<PyAny>>,
+    surrogate_run: Option<String>,
     device: Option<String>,
     differentiable: bool,
     images: &[u8],
@@ -740,7 +762,10 @@ fn attack_model(
         labels,
     };
     let dev = self::device(device.as_deref())?;
-    let runs = with_model(py, model, run, differentiable, |m| req.attack(&spec, m, images, &dev))?;
+    let sur = surrogate(surrogate_model, surrogate_run);
+    let runs = with_model(py, Caller(model, run, differentiable), sur, |m, s| {
+        req.attack(&spec, m, s, images, &dev)
+    })?;
     let v = rdml::model_scoring::attack_json(&runs).map_err(raise)?;
     Ok(v.to_string())
 }
@@ -759,7 +784,7 @@ fn embed_model<'py>(
 ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
     let x = floats(images, "images")?;
     let dev = self::device(device.as_deref())?;
-    let e = with_model(py, model, run, true, |m| {
+    let e = with_model(py, Caller(model, run, true), None, |m, _| {
         rdml::model_scoring::embed(m, &x, shape, batch, &dev)
     })?;
     Ok((to_bytes(py, &e.data), e.dim))

@@ -342,3 +342,19 @@ def test_the_readme_pytorch_session_prints_what_the_readme_shows(tmp_path):
     got = [number.sub("N", line) for line in p.stdout.strip().splitlines()]
     assert got == [number.sub("N", line) for line in shown.group(1).strip().splitlines()], p.stdout
     assert (tmp_path / "scored" / "robustness.json").is_file() and (tmp_path / "scored" / "report.html").is_file()
+
+
+def test_a_transfer_attack_makes_its_examples_on_the_surrogate():
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    x, y = fashion(80)
+    white = rdml.attack(model, x, y, "CA+", queries=8, steps=4, quiet=True)
+    # From a model to itself: the white-box attack.
+    assert rdml.attack(model, x, y, "CA+", queries=8, steps=4, surrogate=model, quiet=True)["scores"] == white["scores"]
+    # A model that can only be queried, attacked through a differentiable surrogate.
+    black = lambda t: torch.from_numpy(model(t).detach().numpy())
+    r = rdml.robustness(black, x, y, queries=8, steps=4, surrogate=model, differentiable=False, quiet=True)
+    assert r["surrogate"] == "(a model outside rdml)" and len(r["table"]["rows"]) == 10
+    assert columns(r)["CA+"] < 25
+    with pytest.raises(ValueError, match="or a differentiable surrogate="):
+        rdml.attack(black, x, y, "CA+", differentiable=False, quiet=True)
