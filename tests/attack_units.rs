@@ -392,3 +392,26 @@ fn repeats_give_mean_and_sample_std_over_attack_seeds() {
     let (_, got) = s.iter().find(|(c, _)| c.name() == "recall@1").unwrap();
     assert_eq!(*got, MeanStd::of(&r1));
 }
+
+#[test]
+fn robrank_compat_measures_es_d_before_the_last_step() {
+    let (net, set) = small();
+    let dev = Device::default();
+    let es = attack("ES").unwrap();
+    let score = |compat: bool, steps: usize| {
+        let ctx = Context::new(&net, &set, &dev, compat).unwrap();
+        run(&ctx, es.as_ref(), &pgd(0.1, 0.05, steps), 16, 8, 0).unwrap()
+    };
+    // One step: robrank measures the forward pass before it, on the clean images.
+    let (ours, robrank) = (score(false, 1), score(true, 1));
+    assert!(ours.score("ES:D").unwrap() > 1e-3, "{ours:?}");
+    assert!(robrank.score("ES:D").unwrap() < 1e-5, "{robrank:?}");
+    // ES:R is measured on the final images either way.
+    assert_eq!(ours.score("ES:R"), robrank.score("ES:R"));
+    // More steps: robrank's shift is the one of a step fewer.
+    let (three, two) = (
+        score(true, 3).score("ES:D").unwrap(),
+        score(false, 2).score("ES:D").unwrap(),
+    );
+    assert!((three - two).abs() < 1e-6, "{three} vs {two}");
+}

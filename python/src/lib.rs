@@ -64,9 +64,15 @@ fn floats(bytes: &[u8], what: &str) -> PyResult<Vec<f32>> {
         .collect())
 }
 
-fn to_bytes<'py>(py: Python<'py>, v: &[f32]) -> Bound<'py, PyBytes> {
-    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    PyBytes::new(py, &b)
+/// Values as little-endian f32 bytes, written straight into the new Python object (a model's
+/// batch of 224² images is megabytes, crossed every attack step).
+fn to_bytes<'py>(py: Python<'py>, v: &[f32]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, v.len() * 4, |buf| {
+        for (out, x) in buf.chunks_exact_mut(4).zip(v) {
+            out.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })
 }
 
 /// Rows scaled to unit length (cosine ranking = Euclidean ranking on the unit sphere).
@@ -252,7 +258,7 @@ fn embed<'py>(
             Ok(out)
         })
         .map_err(raise)?;
-    Ok((to_bytes(py, &out), dim))
+    Ok((to_bytes(py, &out)?, dim))
 }
 
 /// `rdml embed`'s clean embeddings of a split: `(bytes of [n, d], d, labels, ids, split codes)`.
@@ -275,7 +281,7 @@ fn embed_split<'py>(
             Ok(rdml::embed::embed_split(&run, split, &dev)?.0)
         })
         .map_err(raise)?;
-    Ok((to_bytes(py, &e.embeddings), e.dim, e.labels, e.ids, e.split))
+    Ok((to_bytes(py, &e.embeddings)?, e.dim, e.labels, e.ids, e.split))
 }
 
 /// The budget of `profile` changed by the caller's keywords and a robrank spec's keys.
@@ -539,11 +545,6 @@ impl PyModel {
     }
 }
 
-/// Float32 values of a model's answer, as the library's error when they are not.
-fn answer_floats(bytes: &[u8]) -> Result<Vec<f32>> {
-    floats(bytes, "model").map_err(|e| rdml::input_error(e.to_string()))
-}
-
 impl rdml::attack::oracle::HostModel for PyModel {
     fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<rdml::attack::oracle::Embedded> {
         let (bytes, shape, has_gradient) = self.call(
@@ -551,24 +552,27 @@ impl rdml::attack::oracle::HostModel for PyModel {
             |py| {
                 let s = PyTuple::new(py, shape)?;
                 let k = keep.into_pyobject(py)?.to_owned();
-                PyTuple::new(py, [to_bytes(py, images).into_any(), s.into_any(), k.into_any()])
+                PyTuple::new(py, [to_bytes(py, images)?.into_any(), s.into_any(), k.into_any()])
             },
-            |r| r.extract::<(Vec<u8>, Vec<usize>, bool)>(),
+            |r| {
+                let (b, shape, grad) = r.extract::<(Bound<'_, PyBytes>, Vec<usize>, bool)>()?;
+                Ok((floats(b.as_bytes(), "model"), shape, grad))
+            },
         )?;
         Ok(rdml::attack::oracle::Embedded {
-            values: answer_floats(&bytes)?,
+            values: bytes.map_err(|e| rdml::input_error(e.to_string()))?,
             shape,
             has_gradient,
         })
     }
 
     fn pull_back(&self, grad: &[f32]) -> Result<Vec<f32>> {
-        let bytes = self.call(
+        let values = self.call(
             "pull_back",
-            |py| PyTuple::new(py, [to_bytes(py, grad)]),
-            |r| r.extract::<Vec<u8>>(),
+            |py| PyTuple::new(py, [to_bytes(py, grad)?]),
+            |r| Ok(floats(r.downcast::<PyBytes>()?.as_bytes(), "model")),
         )?;
-        answer_floats(&bytes)
+        values.map_err(|e| rdml::input_error(e.to_string()))
     }
 
     fn differentiable(&self) -> bool {
@@ -787,7 +791,7 @@ fn embed_model<'py>(
     let e = with_model(py, Caller(model, run, true), None, |m, _| {
         rdml::model_scoring::embed(m, &x, shape, batch, &dev)
     })?;
-    Ok((to_bytes(py, &e.data), e.dim))
+    Ok((to_bytes(py, &e.data)?, e.dim))
 }
 
 /// The library's defaults of the model-scoring keywords, for the package's test that its

@@ -55,7 +55,9 @@ pub struct Budget {
     /// Seed of the attacks' selections and random starts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Reproduce robrank's GTM target index and LTM self mask (both bugs there).
+    /// Follow robrank's code where it differs from its definitions: GTM's target index (a
+    /// position in the other-class subset, the query's slot kept), LTM's self mask, and ES:D
+    /// measured before the last step (README "rdml attack").
     #[arg(long)]
     pub robrank_compat: bool,
 }

@@ -1,6 +1,8 @@
 //! Embedding shift (ES, robrank): each query is pushed as far as the budget allows from its own
 //! clean embedding; reported as the distance moved in the model's own distance (ES:D: Euclidean,
-//! or `1 − cos` for a cosine-distance model, as robrank) and Recall@1 after it (ES:R).
+//! or `1 − cos` for a cosine-distance model, as robrank) and Recall@1 after it (ES:R). With
+//! `--robrank-compat`, ES:D is measured where robrank measures it: on the last forward pass of
+//! the attack, before its last step; otherwise on the final images.
 
 use super::attacked_recall;
 use crate::attack::column::{Column, Tally};
@@ -10,8 +12,11 @@ use crate::attack::objective::shift::EmbeddingShift;
 use crate::attack::score::AttackResult;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
+use crate::host::read;
 use anyhow::Result;
+use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
+use std::cell::RefCell;
 
 pub struct Es;
 
@@ -23,7 +28,11 @@ impl Attack for Es {
     fn plan(&self, ctx: &Context, items: &[usize], _rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
         Ok(Box::new(EsPlan {
             items: items.to_vec(),
-            objective: EmbeddingShift { clean: ctx.rows(items) },
+            objective: Recorded {
+                shift: EmbeddingShift { clean: ctx.rows(items) },
+                last: RefCell::new(None),
+            },
+            robrank_compat: ctx.robrank_compat,
         }))
     }
 
@@ -58,7 +67,27 @@ pub(crate) fn relative_recall(result: &AttackResult, column: Column) -> Option<f
 
 struct EsPlan {
     items: Vec<usize>,
-    objective: EmbeddingShift,
+    objective: Recorded,
+    /// ES:D from the last forward pass of the attack, before its last step (robrank's moment).
+    robrank_compat: bool,
+}
+
+/// The embedding shift, keeping the last embeddings its loss was given: robrank reports ES:D
+/// from the forward pass before its last PGD step, not from the final images.
+struct Recorded {
+    shift: EmbeddingShift,
+    last: RefCell<Option<Tensor<2>>>,
+}
+
+impl Objective for Recorded {
+    fn loss(&self, emb: Tensor<2>, step: usize) -> Tensor<1> {
+        *self.last.borrow_mut() = Some(emb.clone().detach().without_autodiff());
+        self.shift.loss(emb, step)
+    }
+
+    fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
+        self.shift.row_losses(emb)
+    }
 }
 
 impl Plan for EsPlan {
@@ -68,8 +97,14 @@ impl Plan for EsPlan {
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
         let (_, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
-        let shift: f64 = (0..self.items.len())
-            .map(|r| target.distance.host(target.clean.row(self.items[r]), adv.row(r)) as f64)
+        let n = self.items.len();
+        let before_last = match (self.robrank_compat, self.objective.last.borrow().as_ref()) {
+            (true, Some(e)) if e.dims() == [n, adv.dim] => Some(Embeddings::new(read(e)?, n, adv.dim)?),
+            _ => None,
+        };
+        let moved = before_last.as_ref().unwrap_or(adv);
+        let shift: f64 = (0..n)
+            .map(|r| target.distance.host(target.clean.row(self.items[r]), moved.row(r)) as f64)
             .sum();
         tally.add_sum(Column::EsD, shift, self.items.len());
         tally.add_sum(Column::EsR, r1, scored);

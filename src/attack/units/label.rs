@@ -107,14 +107,19 @@ impl Attack for Label {
 }
 
 /// GTM's target: the nearest item of a class other than the query's current top-1's. robrank's
-/// `_sel_gtm` uses that item's position in the subset as an index (`--robrank-compat`).
+/// `_sel_gtm` uses that item's position in the subset as an index (`--robrank-compat`), in a
+/// subset that keeps the query's own slot (at distance 1e38) when the query's class is not its
+/// top-1's: the positions after it shift by one, and so does the index.
 fn gtm_target(ctx: &Context, qi: usize) -> usize {
     let labels = &ctx.set.labels;
     let d = ctx.host_dists(ctx.clean.row(qi));
     let top1_label = labels[top_k(&d, 1, Some(qi))[0].1 as usize];
-    let subset: Vec<usize> = (0..ctx.n()).filter(|&j| j != qi && labels[j] != top1_label).collect();
+    let subset: Vec<usize> = (0..ctx.n())
+        .filter(|&j| labels[j] != top1_label && (j != qi || ctx.robrank_compat))
+        .collect();
+    let dist = |j: usize| if j == qi { f32::INFINITY } else { d[j] };
     let best = (0..subset.len())
-        .min_by(|&a, &b| d[subset[a]].total_cmp(&d[subset[b]]))
+        .min_by(|&a, &b| dist(subset[a]).total_cmp(&dist(subset[b])))
         .unwrap_or(0);
     if ctx.robrank_compat {
         best.min(ctx.n() - 1)
@@ -161,5 +166,60 @@ impl Plan for GttPlan {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attack::oracle::{Gradient, Oracle};
+    use crate::data::{ImageSet, Source};
+    use burn::tensor::Tensor;
+    use std::sync::Arc;
+
+    /// A model whose embedding is the image's pixels: the test places every item by hand.
+    struct Pixels;
+
+    impl Oracle for Pixels {
+        fn embed(&self, x: Tensor<4>) -> Result<Tensor<2>> {
+            let [b, c, h, w] = x.dims();
+            Ok(x.reshape([b, c * h * w]))
+        }
+
+        fn gradient(&self, x: Tensor<4>, loss: &dyn Fn(Tensor<2>) -> Tensor<1>) -> Result<Gradient> {
+            Ok(Gradient {
+                loss: loss(self.embed(x)?),
+                input: None,
+            })
+        }
+    }
+
+    fn context(points: &[f32], labels: &[u32], robrank_compat: bool) -> Context {
+        let n = points.len();
+        let source = Source::Floats {
+            data: points.to_vec(),
+            channels: 1,
+            height: 1,
+            width: 1,
+        };
+        let set = ImageSet::new("line", Arc::new(source), (0..n).collect(), labels.to_vec());
+        let device = crate::default_device();
+        Context::of(Arc::new(Pixels), &set, 8, &device, robrank_compat).unwrap()
+    }
+
+    #[test]
+    fn gtm_targets_the_nearest_other_class_and_robrank_its_shifted_position() {
+        // Query 0 (class 0) at 0.5; its top-1, item 1 at 0.52, is of class 1. Items not of class 1:
+        // the query itself, item 2 (class 0, far) and item 3 (class 2, near).
+        let (points, labels) = ([0.5, 0.52, 0.1, 0.45, 0.9], [0, 1, 0, 2, 1]);
+        assert_eq!(gtm_target(&context(&points, &labels, false), 0), 3);
+        // robrank: the subset [0, 2, 3] keeps the query's slot; the nearest is at position 2,
+        // taken as the item index 2 (without the slot it would be position 1: the top-1 itself).
+        assert_eq!(gtm_target(&context(&points, &labels, true), 0), 2);
+        // A query of its top-1's class has no slot in the subset: the nearest, item 3, is at
+        // position 1 of [2, 3], taken as the item index 1.
+        let (points, labels) = ([0.5, 0.52, 0.1, 0.45, 0.9], [1, 1, 0, 2, 1]);
+        assert_eq!(gtm_target(&context(&points, &labels, false), 0), 3);
+        assert_eq!(gtm_target(&context(&points, &labels, true), 0), 1);
     }
 }
