@@ -348,11 +348,12 @@ def attack(
 
 
 def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:
-    """The embeddings (N × D float32) of images N × C × H × W in [0, 1] by your own model, in
-    batches, as ``rdml.robustness`` sees them."""
-    from ._torch import images_and_labels
+    """The embeddings (N × D float32) of images N × C × H × W in [0, 1] (or a ``Dataset`` of
+    (image, label) pairs) by your own model or an ``rdml.Run``, in batches, as ``rdml.robustness``
+    sees them."""
+    from ._torch import images_and_labels, is_pairs
 
-    x, _ = images_and_labels(images, np.zeros(len(images), dtype=np.int64))
+    x, _ = images_and_labels(images, None if is_pairs(images) else np.zeros(len(images), dtype=np.int64))
     args = _model_args(model, device)
     with _frozen(args["model"]):
         raw, dim = _rdml.embed_model(**args, images=x.tobytes(), shape=tuple(int(s) for s in x.shape), batch=int(batch))

@@ -134,6 +134,14 @@ def images_and_labels(images: Any, labels: Any) -> Tuple[np.ndarray, np.ndarray]
     return np.ascontiguousarray(x, dtype="<f4"), y.astype(np.int64)
 
 
+def is_pairs(images: Any) -> bool:
+    """Whether ``images`` is a dataset of (image, label) pairs rather than an array."""
+    torch = _torch()
+    if isinstance(images, (np.ndarray, torch.Tensor)) or not hasattr(images, "__getitem__") or not hasattr(images, "__len__"):
+        return False
+    return len(images) > 0 and isinstance(images[0], (tuple, list))
+
+
 def _array(a: Any, what: str) -> np.ndarray:
     """A NumPy view or copy of ``a`` (a torch tensor on any device, bfloat16 included)."""
     try:

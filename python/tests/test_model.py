@@ -176,6 +176,7 @@ def test_a_dataset_of_pairs_and_torch_tensors_give_the_arrays_result():
     c = rdml.attack(model, torch.from_numpy(x).to(torch.bfloat16).float(), torch.from_numpy(y), "CA+", queries=8, quiet=True)
     assert a["scores"] == b["scores"]
     assert c["queries"] == 8
+    assert np.array_equal(rdml.embed(model, ds), rdml.embed(model, x))
 
 
 def test_the_keywords_defaults_are_the_librarys():
