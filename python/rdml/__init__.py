@@ -32,9 +32,20 @@ __all__ = ["Run", "attack", "devices", "embed", "import_torch", "metrics", "open
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def _host(a: Any) -> np.ndarray:
+    """`a` as NumPy: a torch tensor as PyTorch users hold it (requiring grad, bfloat16 or
+    float16, on a GPU) detached, converted and copied to the host; anything else as it is."""
+    if type(a).__module__.split(".")[0] == "torch" and hasattr(a, "detach"):
+        t = a.detach().cpu()
+        if t.is_floating_point() and t.dtype.itemsize < 4:
+            t = t.float()
+        return t.numpy()
+    return np.asarray(a)
+
+
 def _matrix(a: Any, what: str) -> np.ndarray:
     """A 2-D float32 C-contiguous copy (or view) of `a`."""
-    m = np.asarray(a)
+    m = _host(a)
     if m.ndim != 2:
         raise ValueError(f"{what}: expected a 2-D array (items × dimensions), got shape {m.shape}")
     if not np.issubdtype(m.dtype, np.floating) and not np.issubdtype(m.dtype, np.integer):
@@ -46,7 +57,7 @@ def _matrix(a: Any, what: str) -> np.ndarray:
 
 
 def _labels(a: Any, n: int, what: str) -> List[int]:
-    v = np.asarray(a)
+    v = _host(a)
     if v.ndim != 1 or v.shape[0] != n:
         raise ValueError(f"{what}: expected {n} labels (one per row), got shape {v.shape}")
     if not np.issubdtype(v.dtype, np.integer):

@@ -359,3 +359,14 @@ def test_a_transfer_attack_makes_its_examples_on_the_surrogate():
     assert columns(r)["CA+"] < 25
     with pytest.raises(ValueError, match="or a differentiable surrogate="):
         rdml.attack(black, x, y, "CA+", differentiable=False, quiet=True)
+
+
+def test_metrics_take_torch_tensors_as_pytorch_users_hold_them():
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal((50, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 50)
+    want = rdml.metrics(e, y, nmi=False)
+    t = torch.from_numpy(e).requires_grad_(True)
+    assert rdml.metrics(t, torch.from_numpy(y), nmi=False)["recall@1"] == want["recall@1"]
+    half = rdml.metrics(t.to(torch.bfloat16), y, nmi=False)
+    assert abs(half["recall@1"] - want["recall@1"]) <= 0.1
