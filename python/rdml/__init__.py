@@ -83,7 +83,11 @@ def metrics(
     the other rows, or against ``gallery`` with ``gallery_labels`` when given (In-Shop's
     query/gallery protocol). ``distance`` is ``"euclidean"`` or ``"cosine"`` (rows scaled to unit
     length first). Returns recall@k for each k, map@r, map@10, map, r_precision, nmi, pi_ratio,
-    queries, lone_queries (queries with no other item of their class) and health.
+    queries, lone_queries (queries with no other item of their class), health and
+    metric_seconds. Torch tensors are taken as they are held (requiring grad, bfloat16, on a GPU).
+    A gallery that is the queries themselves is read as leave-one-out (PML's
+    ``ref_includes_query``) with a warning; labels that leave every query alone in its class are
+    a ``ValueError``: the metrics would be undefined.
     """
     if distance not in ("euclidean", "cosine"):
         raise ValueError(f'distance = {distance!r}: expected "euclidean" or "cosine"')

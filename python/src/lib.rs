@@ -140,7 +140,7 @@ fn metrics(
     let m = py.allow_threads(|| {
         let dev = rdml::default_device();
         let gallery = g.as_ref().map(|(e, l)| (e, l.as_slice()));
-        rdml::eval::score(&q, &ql, gallery, &cfg, seed, &dev)
+        rdml::eval::score_given(&q, &ql, gallery, &cfg, seed, &dev)
     });
     let m = m.map_err(invalid)?;
     serde_json::to_string(&m).map_err(|e| raise(e.into()))

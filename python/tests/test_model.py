@@ -370,3 +370,20 @@ def test_metrics_take_torch_tensors_as_pytorch_users_hold_them():
     assert rdml.metrics(t, torch.from_numpy(y), nmi=False)["recall@1"] == want["recall@1"]
     half = rdml.metrics(t.to(torch.bfloat16), y, nmi=False)
     assert abs(half["recall@1"] - want["recall@1"]) <= 0.1
+
+
+def test_metrics_traps_are_closed(capfd):
+    rng = np.random.default_rng(1)
+    e = rng.standard_normal((60, 8)).astype(np.float32)
+    y = rng.integers(0, 6, 60)
+    plain = rdml.metrics(e, y, nmi=False)
+    # The queries passed again as the gallery: leave-one-out, with a warning, not R@1 = 1.
+    capfd.readouterr()
+    same = rdml.metrics(e, y, gallery=e.copy(), gallery_labels=y.copy(), nmi=False)
+    assert "the gallery is the query set itself" in capfd.readouterr().err
+    assert same["recall@1"] == plain["recall@1"] < 1.0
+    # No query has another item of its class: an error, not zeros and NMI 1.
+    with pytest.raises(ValueError, match="no query has another item of its class"):
+        rdml.metrics(e[:12], np.arange(12), recall_ks=(1,))
+    # Given embeddings took no time to embed: no embed_seconds; the metrics' own time is there.
+    assert "embed_seconds" not in plain and plain["metric_seconds"] > 0

@@ -47,7 +47,10 @@ impl Serialize for Metrics {
         if let Some(h) = &self.health {
             map.serialize_entry("health", h)?;
         }
-        map.serialize_entry("embed_seconds", &self.embed_seconds)?;
+        // No embedding time for embeddings the caller gave: the key would mean nothing.
+        if self.embed_seconds > 0.0 {
+            map.serialize_entry("embed_seconds", &self.embed_seconds)?;
+        }
         map.serialize_entry("metric_seconds", &self.metric_seconds)?;
         map.end()
     }

@@ -197,6 +197,44 @@ pub fn score(
     })
 }
 
+/// The metrics of embeddings the caller gives (`rdml.metrics`), with the traps of such input
+/// closed: a gallery that is the query set itself is read as leave-one-out (each query's own copy
+/// left out: pytorch-metric-learning's `ref_includes_query`), with a warning, never a perfect
+/// Recall@1 by construction; metrics that no query defines (no query has another item of its
+/// class) are an error, never zeros and NMI 1.
+pub fn score_given(
+    q: &Embeddings,
+    qlabels: &[u32],
+    gallery: Option<(&Embeddings, &[u32])>,
+    cfg: &EvalConfig,
+    seed: u64,
+    device: &Device,
+) -> Result<Metrics> {
+    let t0 = Instant::now();
+    let gallery = match gallery {
+        Some((g, gl)) if g.n == q.n && g.dim == q.dim && gl == qlabels && g.data == q.data => {
+            eprintln!(
+                "warning: the gallery is the query set itself: each query is ranked against the others, its own \
+                 copy left out (pytorch-metric-learning's ref_includes_query); pass no gallery to say so"
+            );
+            None
+        }
+        other => other,
+    };
+    let mut m = score(q, qlabels, gallery, cfg, seed, device)?;
+    crate::ensure_input!(
+        m.retrieval.lone_queries < m.retrieval.queries,
+        "labels: no query has another item of its class {}, so Recall@k, MAP@R and NMI are undefined",
+        if gallery.is_some() {
+            "in the gallery"
+        } else {
+            "among the embeddings"
+        }
+    );
+    m.metric_seconds = t0.elapsed().as_secs_f64();
+    Ok(m)
+}
+
 /// Every `k` of Recall@k must be at most the number of items a query is ranked against.
 pub fn check_recall_ks(ks: &[usize], gallery_size: usize) -> Result<()> {
     if let Some(k) = ks.iter().find(|&&k| k > gallery_size) {
