@@ -280,6 +280,17 @@ def _scoring_args(model, images, labels, differentiable, device, surrogate):
     )
 
 
+def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
+    """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
+    would run another attack silently); the models frozen for the call."""
+    args = _scoring_args(model, images, labels, differentiable, device, surrogate)
+    kw = dict(kw, queries=None if kw["queries"] is None else int(kw["queries"]), batch=int(kw["batch"]),
+              seed=int(kw["seed"]), repeats=int(kw["repeats"]),
+              out=None if kw["out"] is None else os.fspath(kw["out"]))
+    with _frozen(args["model"]), _frozen(args["surrogate_model"]):
+        return json.loads(_rdml.score_model(spec=spec, **args, **kw))
+
+
 def robustness(
     model: Any,
     images: Any,
@@ -316,15 +327,10 @@ def robustness(
     ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is written
     otherwise. An exception inside the model is raised as itself.
     """
-    args = _scoring_args(model, images, labels, differentiable, device, surrogate)
-    with _frozen(args["model"]), _frozen(args["surrogate_model"]):
-        raw = _rdml.robustness_model(
-            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
-            method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
-            robrank_compat=robrank_compat, repeats=int(repeats), out=None if out is None else os.fspath(out),
-            quiet=quiet, **args,
-        )
-    return json.loads(raw)
+    return _score(model, images, labels, None, differentiable, device, surrogate, dict(
+        profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=out, quiet=quiet,
+    ))
 
 
 def attack(
@@ -352,14 +358,10 @@ def attack(
 ) -> Dict[str, Any]:
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
     the dict ``Run.attack`` returns. ``queries`` defaults to 1024; the rest as ``rdml.robustness``."""
-    args = _scoring_args(model, images, labels, differentiable, device, surrogate)
-    with _frozen(args["model"]), _frozen(args["surrogate_model"]):
-        raw = _rdml.attack_model(
-            spec=spec, profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
-            method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
-            robrank_compat=robrank_compat, repeats=int(repeats), quiet=quiet, **args,
-        )
-    return json.loads(raw)
+    return _score(model, images, labels, spec, differentiable, device, surrogate, dict(
+        profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=None, quiet=quiet,
+    ))
 
 
 def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:

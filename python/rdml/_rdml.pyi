@@ -35,19 +35,12 @@ def import_torch(
     allow_unused: bool, allow_missing: bool, l2_normalize: bool, input_norm: Optional[str], config: Optional[str],
     set: Sequence[str], overwrite: bool,
 ) -> str: ...
-def robustness_model(
+def score_model(
     model: Optional[Any], run: Optional[str], surrogate_model: Optional[Any], surrogate_run: Optional[str],
     device: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
-    labels: Sequence[int], profile: str, eps: Optional[float], step: Optional[float], steps: Optional[int],
-    norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int, seed: int,
-    robrank_compat: bool, repeats: int, out: Optional[str], quiet: bool,
-) -> str: ...
-def attack_model(
-    model: Optional[Any], run: Optional[str], surrogate_model: Optional[Any], surrogate_run: Optional[str],
-    device: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
-    labels: Sequence[int], spec: str, profile: str, eps: Optional[float], step: Optional[float], steps: Optional[int],
-    norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int, seed: int,
-    robrank_compat: bool, repeats: int, quiet: bool,
+    labels: Sequence[int], spec: Optional[str], profile: str, eps: Optional[float], step: Optional[float],
+    steps: Optional[int], norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int,
+    seed: int, robrank_compat: bool, repeats: int, out: Optional[str], quiet: bool,
 ) -> str: ...
 def embed_model(
     model: Optional[Any], run: Optional[str], device: Optional[str], images: bytes, shape: Tuple[int, int, int, int], batch: int

@@ -664,12 +664,12 @@ fn model_scoring(
     })
 }
 
-/// `rdml.robustness(model, images, labels, …)`: the ERS suite on the caller's model; the record
-/// as JSON.
+/// `rdml.robustness(model, images, labels, …)` (`spec` `None`: the ERS suite, its record) and
+/// `rdml.attack(model, images, labels, spec, …)` (one attack's result), as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
 #[allow(clippy::too_many_arguments)]
-fn robustness_model(
+fn score_model(
     py: Python<'_>,
     model: Option<Py<PyAny>>,
     run: Option<String>,
@@ -680,6 +680,7 @@ fn robustness_model(
     images: &[u8],
     shape: [usize; 4],
     labels: Vec<i64>,
+    spec: Option<String>,
     profile: String,
     eps: Option<f32>,
     step: Option<f32>,
@@ -713,64 +714,10 @@ fn robustness_model(
     };
     let dev = self::device(device.as_deref())?;
     let sur = surrogate(surrogate_model, surrogate_run);
-    let scored = with_model(py, Caller(model, run, differentiable), sur, |m, s| {
-        req.robustness(m, s, images, &dev)
+    let v = with_model(py, Caller(model, run, differentiable), sur, |m, s| match &spec {
+        None => Ok(serde_json::to_value(req.robustness(m, s, images, &dev)?.record)?),
+        Some(spec) => rdml::model_scoring::attack_json(&req.attack(spec, m, s, images, &dev)?),
     })?;
-    serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
-}
-
-/// `rdml.attack(model, images, labels, spec, …)`: one attack on the caller's model, as JSON.
-#[pyfunction]
-#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, quiet))]
-#[allow(clippy::too_many_arguments)]
-fn attack_model(
-    py: Python<'_>,
-    model: Option<Py<PyAny>>,
-    run: Option<String>,
-    surrogate_model: Option<Py<PyAny>>,
-    surrogate_run: Option<String>,
-    device: Option<String>,
-    differentiable: bool,
-    images: &[u8],
-    shape: [usize; 4],
-    labels: Vec<i64>,
-    spec: String,
-    profile: String,
-    eps: Option<f32>,
-    step: Option<f32>,
-    steps: Option<usize>,
-    norm: Option<&str>,
-    random_start: bool,
-    method: String,
-    queries: Option<usize>,
-    batch: usize,
-    seed: u64,
-    robrank_compat: bool,
-    repeats: usize,
-    quiet: bool,
-) -> PyResult<String> {
-    let req = model_scoring(
-        profile,
-        (eps, step, steps),
-        norm,
-        random_start,
-        method,
-        (queries, batch, seed, repeats),
-        robrank_compat,
-        None,
-        quiet,
-    )?;
-    let images = rdml::model_scoring::Images {
-        images: floats(images, "images")?,
-        shape,
-        labels,
-    };
-    let dev = self::device(device.as_deref())?;
-    let sur = surrogate(surrogate_model, surrogate_run);
-    let runs = with_model(py, Caller(model, run, differentiable), sur, |m, s| {
-        req.attack(&spec, m, s, images, &dev)
-    })?;
-    let v = rdml::model_scoring::attack_json(&runs).map_err(raise)?;
     Ok(v.to_string())
 }
 
@@ -828,8 +775,7 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(robustness, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_function(wrap_pyfunction!(import_torch, m)?)?;
-    m.add_function(wrap_pyfunction!(robustness_model, m)?)?;
-    m.add_function(wrap_pyfunction!(attack_model, m)?)?;
+    m.add_function(wrap_pyfunction!(score_model, m)?)?;
     m.add_function(wrap_pyfunction!(embed_model, m)?)?;
     m.add_function(wrap_pyfunction!(model_scoring_defaults, m)?)?;
     Ok(())
