@@ -230,6 +230,7 @@ fn scored(
         queries: Some(opts.queries),
         seed: Some(opts.seed),
         robrank_compat: false,
+        gallery: None,
         table: r.clone(),
         repeats: None,
     };

@@ -42,19 +42,67 @@ pub struct Images {
 impl Images {
     /// The images checked (shape, range, labels) as an in-memory test set, labels made dense.
     pub fn set(self) -> Result<ImageSet> {
+        Ok(Self::sets(self, None)?.0)
+    }
+
+    /// The queries and the gallery checked as in-memory sets, their labels made dense together
+    /// (a label means one class in both).
+    pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<ImageSet>)> {
+        let gallery = match gallery {
+            Some(g) if g.shape == queries.shape && g.labels == queries.labels && g.images == queries.images => {
+                eprintln!(
+                    "warning: the gallery is the queries themselves: each query is ranked among the others, its \
+                     own copy left out (pytorch-metric-learning's ref_includes_query); pass no gallery to say so"
+                );
+                None
+            }
+            other => other,
+        };
+        let mut ids = std::collections::HashMap::new();
+        let at_least = if gallery.is_some() { 1 } else { 2 };
+        let shape = queries.shape;
+        let queries = queries.checked(&mut ids, ("images", "labels"), at_least)?;
+        let gallery = match gallery {
+            None => None,
+            Some(g) => {
+                crate::ensure_input!(
+                    g.shape[1..] == shape[1..],
+                    "gallery: images of shape {:?} (C × H × W); the queries' are {:?}",
+                    &g.shape[1..],
+                    &shape[1..]
+                );
+                let g = g.checked(&mut ids, ("gallery", "gallery_labels"), 2)?;
+                crate::ensure_input!(
+                    queries.labels.iter().any(|l| g.labels.contains(l)),
+                    "gallery_labels: no query's class is in the gallery, so no query has a match to rank"
+                );
+                Some(g)
+            }
+        };
+        Ok((queries, gallery))
+    }
+
+    /// These images as a set named by the keywords `names` (images, labels), at least
+    /// `at_least` of them, their labels mapped to dense ids through `ids`.
+    fn checked(
+        self,
+        ids: &mut std::collections::HashMap<i64, u32>,
+        (images, labels): (&str, &str),
+        at_least: usize,
+    ) -> Result<ImageSet> {
         let [n, c, h, w] = self.shape;
-        check_images(&self.images, self.shape)?;
+        check_images(&self.images, self.shape).map_err(|e| renamed(e, images))?;
         crate::ensure_input!(
             self.labels.len() == n,
-            "labels: {} labels for {n} images; expected one per image",
+            "{labels}: {} labels for {n} images; expected one per image",
             self.labels.len()
         );
         crate::ensure_input!(
-            n >= 2,
-            "images: {n} image(s); an attack ranks each item among the others, so at least 2 are needed"
+            n >= at_least,
+            "{images}: {n} image(s); an attack ranks each item among {}, so at least {at_least} are needed",
+            if at_least == 1 { "the gallery" } else { "the others" }
         );
-        let mut ids = std::collections::HashMap::new();
-        let labels: Vec<u32> = self
+        let dense: Vec<u32> = self
             .labels
             .iter()
             .map(|l| {
@@ -68,8 +116,20 @@ impl Images {
             height: h,
             width: w,
         };
-        Ok(ImageSet::new("images", Arc::new(source), (0..n).collect(), labels))
+        Ok(ImageSet::new(images, Arc::new(source), (0..n).collect(), dense))
     }
+}
+
+/// An input error about `images` told of the keyword `name` instead.
+fn renamed(e: anyhow::Error, name: &str) -> anyhow::Error {
+    if name == "images" {
+        return e;
+    }
+    let text = format!("{e:#}");
+    crate::input_error(
+        text.strip_prefix("images")
+            .map_or(text.clone(), |rest| format!("{name}{rest}")),
+    )
 }
 
 /// Images `[n, c, h, w]` as the attacks take them: the shape filled, values finite and in [0, 1].
@@ -154,6 +214,9 @@ pub struct ModelScoring {
     pub seed: u64,
     pub robrank_compat: bool,
     pub repeats: usize,
+    /// The images the queries are ranked among (re-identification's gallery); `None`: the
+    /// images among themselves, each query's own copy left out.
+    pub gallery: Option<Images>,
     /// A folder for the suite's record and report (nothing is written without it).
     pub out: Option<PathBuf>,
     pub progress: bool,
@@ -174,6 +237,7 @@ impl Default for ModelScoring {
             seed: 0,
             robrank_compat: false,
             repeats: 1,
+            gallery: None,
             out: None,
             progress: true,
         }
@@ -203,6 +267,11 @@ impl ModelScoring {
         crate::ensure_input!(self.batch >= 1, "batch must be ≥ 1");
         crate::ensure_input!(self.repeats >= 1, "repeats must be ≥ 1");
         crate::ensure_input!(self.queries.is_none_or(|q| q >= 1), "queries must be ≥ 1");
+        crate::ensure_input!(
+            !(self.robrank_compat && self.gallery.is_some()),
+            "robrank_compat: robrank ranks the test set among itself; it has no gallery to follow (drop one \
+             of robrank_compat and gallery)"
+        );
         Ok(())
     }
 
@@ -235,10 +304,14 @@ impl ModelScoring {
         images: Images,
         device: &Device,
     ) -> Result<(Context, Option<Context>)> {
-        let set = images.set()?;
+        let (set, gallery) = Images::sets(images, self.gallery.clone())?;
         let context = |m: Model| -> Result<Context> {
             let oracle = m.oracle(set.item_shape(), device)?;
-            Context::of(oracle, &set, self.batch, device, self.robrank_compat)
+            let ctx = Context::of(oracle, &set, self.batch, device, self.robrank_compat)?;
+            match &gallery {
+                Some(g) => ctx.with_gallery(g, self.batch),
+                None => Ok(ctx),
+            }
         };
         Ok((context(model)?, surrogate.map(context).transpose()?))
     }
@@ -299,6 +372,7 @@ impl ModelScoring {
             queries: Some(queries),
             seed: Some(self.seed),
             robrank_compat: self.robrank_compat,
+            gallery: ctx.gallery.as_ref().map(|g| g.set.len()),
             table: runs[0].clone(),
             repeats: (self.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
         };

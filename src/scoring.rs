@@ -134,6 +134,7 @@ pub fn robustness(dir: &Path, s: &Scoring, device: &Device) -> Result<Scored> {
         queries: Some(s.queries),
         seed: Some(s.seed),
         robrank_compat: s.robrank_compat,
+        gallery: None,
         table: runs[0].clone(),
         repeats: (s.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
     };

@@ -263,11 +263,17 @@ def _frozen(m):
     return m.frozen() if m is not None else contextlib.nullcontext()
 
 
-def _scoring_args(model, images, labels, differentiable, device, surrogate):
+def _scoring_args(model, images, labels, differentiable, device, surrogate, gallery=None, gallery_labels=None):
     """The models as the library calls them, and the images and labels as bytes and lists."""
     from ._torch import images_and_labels
 
     x, y = images_and_labels(images, labels)
+    if gallery is None and gallery_labels is not None:
+        raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
+    g = None
+    if gallery is not None:
+        gx, gy = images_and_labels(gallery, gallery_labels, ("gallery", "gallery_labels"))
+        g = (gx.tobytes(), tuple(int(s) for s in gx.shape), gy.tolist())
     sur = _model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
     return dict(
         **_model_args(model, device),
@@ -277,13 +283,16 @@ def _scoring_args(model, images, labels, differentiable, device, surrogate):
         images=x.tobytes(),
         shape=tuple(int(s) for s in x.shape),
         labels=y.tolist(),
+        gallery=g,
     )
 
 
 def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
     """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
     would run another attack silently); the models frozen for the call."""
-    args = _scoring_args(model, images, labels, differentiable, device, surrogate)
+    kw = dict(kw)
+    args = _scoring_args(model, images, labels, differentiable, device, surrogate,
+                         kw.pop("gallery"), kw.pop("gallery_labels"))
     kw = dict(kw, queries=None if kw["queries"] is None else int(kw["queries"]), batch=int(kw["batch"]),
               seed=int(kw["seed"]), repeats=int(kw["repeats"]),
               out=None if kw["out"] is None else os.fspath(kw["out"]))
@@ -305,6 +314,8 @@ def robustness(
     random_start: bool = False,
     seed: int = 0,
     batch: int = 128,
+    gallery: Any = None,
+    gallery_labels: Any = None,
     robrank_compat: bool = False,
     method: str = "white-box",
     repeats: int = 1,
@@ -323,13 +334,17 @@ def robustness(
     torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``queries`` defaults to
     512. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
     a ``surrogate``). ``surrogate`` (a PyTorch model or an ``rdml.Run``) makes the adversarial
-    examples, which are scored on ``model``: a transfer attack.
+    examples, which are scored on ``model``: a transfer attack. ``gallery`` (with
+    ``gallery_labels``, as ``images`` and ``labels``) holds the images the queries are ranked
+    among, re-identification's query/gallery split: CA± then moves gallery images; without it each
+    image is ranked among the others, its own copy left out.
     ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is written
     otherwise. An exception inside the model is raised as itself.
     """
     return _score(model, images, labels, None, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=out, quiet=quiet,
+        gallery=gallery, gallery_labels=gallery_labels,
     ))
 
 
@@ -348,6 +363,8 @@ def attack(
     random_start: bool = False,
     seed: int = 0,
     batch: int = 128,
+    gallery: Any = None,
+    gallery_labels: Any = None,
     robrank_compat: bool = False,
     method: str = "white-box",
     repeats: int = 1,
@@ -361,6 +378,7 @@ def attack(
     return _score(model, images, labels, spec, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=None, quiet=quiet,
+        gallery=gallery, gallery_labels=gallery_labels,
     ))
 
 

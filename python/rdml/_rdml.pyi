@@ -38,7 +38,8 @@ def import_torch(
 def score_model(
     model: Optional[Any], run: Optional[str], surrogate_model: Optional[Any], surrogate_run: Optional[str],
     device: Optional[str], differentiable: bool, images: bytes, shape: Tuple[int, int, int, int],
-    labels: Sequence[int], spec: Optional[str], profile: str, eps: Optional[float], step: Optional[float],
+    labels: Sequence[int],
+    gallery: Optional[Tuple[bytes, Tuple[int, int, int, int], Sequence[int]]], spec: Optional[str], profile: str, eps: Optional[float], step: Optional[float],
     steps: Optional[int], norm: Optional[str], random_start: bool, method: str, queries: Optional[int], batch: int,
     seed: int, robrank_compat: bool, repeats: int, out: Optional[str], quiet: bool,
 ) -> str: ...

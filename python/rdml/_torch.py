@@ -107,30 +107,31 @@ class TorchModel:
         return gx.detach().to(torch.float32).cpu().numpy().tobytes()
 
 
-def images_and_labels(images: Any, labels: Any) -> Tuple[np.ndarray, np.ndarray]:
+def images_and_labels(images: Any, labels: Any, names: Tuple[str, str] = ("images", "labels")) -> Tuple[np.ndarray, np.ndarray]:
     """``images`` (a NumPy array or torch tensor N × C × H × W, or a torch ``Dataset`` of (image,
     label) pairs) and ``labels`` as float32 images and int64 labels; dtypes checked here, values
-    by the library."""
+    by the library. ``names``: the keywords they were passed as."""
+    im, lb = names
     if labels is None:
         if not hasattr(images, "__getitem__") or not hasattr(images, "__len__") or isinstance(images, np.ndarray):
-            raise ValueError("labels: missing; pass one label per image (or a Dataset of (image, label) pairs as images)")
+            raise ValueError(f"{lb}: missing; pass one label per image (or a Dataset of (image, label) pairs as {im})")
         pairs = [images[i] for i in range(len(images))]
         if not pairs or not all(isinstance(p, (tuple, list)) and len(p) >= 2 for p in pairs):
-            raise ValueError("images: a dataset must hold (image, label) pairs")
-        images = np.stack([_array(p[0], "images") for p in pairs])
-        labels = [int(_array(p[1], "labels")) for p in pairs]
-    x = _array(images, "images")
+            raise ValueError(f"{im}: a dataset must hold (image, label) pairs")
+        images = np.stack([_array(p[0], im) for p in pairs])
+        labels = [int(_array(p[1], lb)) for p in pairs]
+    x = _array(images, im)
     if x.ndim != 4:
-        raise ValueError(f"images: expected N × C × H × W, got shape {x.shape}")
+        raise ValueError(f"{im}: expected N × C × H × W, got shape {x.shape}")
     if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
         raise ValueError(
-            f"images: {x.dtype} values; expected floats in [0, 1] (divide 8-bit images by 255; the model normalises them itself)"
+            f"{im}: {x.dtype} values; expected floats in [0, 1] (divide 8-bit images by 255; the model normalises them itself)"
         )
     if not np.issubdtype(x.dtype, np.floating):
-        raise ValueError(f"images: expected floating-point values, got dtype {x.dtype}")
-    y = _array(labels, "labels")
+        raise ValueError(f"{im}: expected floating-point values, got dtype {x.dtype}")
+    y = _array(labels, lb)
     if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or y.dtype == np.bool_):
-        raise ValueError(f"labels: expected a 1-D sequence of integer labels, got shape {y.shape} of {y.dtype}")
+        raise ValueError(f"{lb}: expected a 1-D sequence of integer labels, got shape {y.shape} of {y.dtype}")
     return np.ascontiguousarray(x, dtype="<f4"), y.astype(np.int64)
 
 

@@ -659,6 +659,7 @@ fn model_scoring(
         seed,
         robrank_compat,
         repeats,
+        gallery: None,
         out: out.map(PathBuf::from),
         progress: !quiet,
     })
@@ -667,7 +668,7 @@ fn model_scoring(
 /// `rdml.robustness(model, images, labels, …)` (`spec` `None`: the ERS suite, its record) and
 /// `rdml.attack(model, images, labels, spec, …)` (one attack's result), as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, gallery, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn score_model(
     py: Python<'_>,
@@ -680,6 +681,7 @@ fn score_model(
     images: &[u8],
     shape: [usize; 4],
     labels: Vec<i64>,
+    gallery: Option<(Vec<u8>, [usize; 4], Vec<i64>)>,
     spec: Option<String>,
     profile: String,
     eps: Option<f32>,
@@ -696,7 +698,7 @@ fn score_model(
     out: Option<String>,
     quiet: bool,
 ) -> PyResult<String> {
-    let req = model_scoring(
+    let mut req = model_scoring(
         profile,
         (eps, step, steps),
         norm,
@@ -711,6 +713,14 @@ fn score_model(
         images: floats(images, "images")?,
         shape,
         labels,
+    };
+    req.gallery = match gallery {
+        Some((g, shape, labels)) => Some(rdml::model_scoring::Images {
+            images: floats(&g, "gallery")?,
+            shape,
+            labels,
+        }),
+        None => None,
     };
     let dev = self::device(device.as_deref())?;
     let sur = surrogate(surrogate_model, surrogate_run);

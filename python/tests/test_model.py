@@ -387,3 +387,42 @@ def test_metrics_traps_are_closed(capfd):
         rdml.metrics(e[:12], np.arange(12), recall_ks=(1,))
     # Given embeddings took no time to embed: no embed_seconds; the metrics' own time is there.
     assert "embed_seconds" not in plain and plain["metric_seconds"] > 0
+
+
+def test_a_gallery_ranks_the_queries_among_it_alone(capfd):
+    torch.manual_seed(0)
+    model = L2(c2f2(32))
+    q, qy = fashion(40)
+    g, gy = fashion(160, offset=40)
+    kw = dict(gallery=g, gallery_labels=gy, quiet=True)
+    # The clean Recall@1 is the queries' among the gallery, nothing left out: rdml.metrics' own.
+    es = rdml.attack(model, q, qy, "ES", queries=40, **kw)
+    m = rdml.metrics(rdml.embed(model, q), qy, gallery=rdml.embed(model, g), gallery_labels=gy)
+    assert es["scores"]["recall@1:clean"] == pytest.approx(100 * m["recall@1"])
+    assert es["scores"]["ES:R"] < es["scores"]["recall@1:clean"] - 20
+    # CA± moves gallery images (100 of them here), the other attacks the queries (all 40).
+    assert rdml.attack(model, q, qy, "CA+", queries=100, **kw)["queries"] == 100
+    assert rdml.attack(model, q, qy, "QA+", queries=100, **kw)["queries"] == 40
+    rec = rdml.robustness(model, q, qy, queries=40, **kw)
+    c = columns(rec)
+    assert rec["gallery"] == 160 and len(c) == 10 and all(np.isfinite(v) for v in c.values())
+    assert c["CA+"] < 10 and c["CA-"] > 90 and c["QA+"] < 10 and c["QA-"] > 90
+    # Ranks are percentiles among the 160 gallery images: a query's list holds no copy of itself.
+    one = rdml.attack(model, q[:1], qy[:1], "QA-", queries=1, steps=2, **kw)
+    assert (one["scores"]["QA-"] * 160 / 100) == pytest.approx(round(one["scores"]["QA-"] * 160 / 100))
+    # The queries passed as their own gallery: leave-one-out, with a warning, as with no gallery.
+    capfd.readouterr()
+    same = rdml.attack(model, q, qy, "ES", queries=40, gallery=q, gallery_labels=qy, quiet=True)
+    assert "the gallery is the queries themselves" in capfd.readouterr().err
+    assert same["scores"] == rdml.attack(model, q, qy, "ES", queries=40, quiet=True)["scores"]
+    for bad, match in [
+        (dict(gallery_labels=gy), "gallery_labels: given without gallery"),
+        (dict(gallery=np.repeat(g, 3, axis=1), gallery_labels=gy), r"gallery: images of shape \[3, 28, 28\]"),
+        (dict(gallery=g, gallery_labels=gy[:3]), "gallery_labels: 3 labels for 160 images"),
+        (dict(gallery=g * 2, gallery_labels=gy), r"gallery: value .* outside \[0, 1\]"),
+        (dict(gallery=g, gallery_labels=gy + 100), "gallery_labels: no query's class is in the gallery"),
+        (dict(gallery=g, gallery_labels=gy, robrank_compat=True), "robrank_compat: robrank ranks the test set"),
+        (dict(gallery=g.astype(np.uint8), gallery_labels=gy), "gallery: uint8 values"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            rdml.robustness(model, q, qy, queries=4, quiet=True, **bad)

@@ -1,5 +1,11 @@
 //! What every attack of a suite needs: the model in evaluation mode, the test set, its clean
 //! embeddings (host and device copies) and the distance helpers the selections use.
+//!
+//! Two index spaces: *items* are the test set's images, the ones an attack moves (queries; the
+//! candidates of CA± when the set ranks itself); *ranked* indices are the images a query's list
+//! holds. Without a gallery the two are one set, and a query's own clean copy is left out of its
+//! list (leave-one-out, robrank's protocol). With a gallery (re-identification's query/gallery
+//! split) the lists hold the gallery alone and nothing is left out.
 
 use super::oracle::{Net, Oracle};
 use crate::data::{ImageSet, loader};
@@ -18,6 +24,9 @@ pub struct Context {
     pub model: Arc<dyn Oracle>,
     pub set: ImageSet,
     pub clean: Embeddings,
+    /// The ranked images when they are not the test set itself.
+    pub gallery: Option<Gallery>,
+    /// The ranked images' clean embeddings on the device, and their squared norms.
     pub(crate) cand: Tensor<2>,
     pub(crate) cand_sq: Tensor<2>,
     pub device: Device,
@@ -27,6 +36,12 @@ pub struct Context {
     /// metric `C`, Euclidean for `N` and `E`). The selections and objectives rank in Euclidean
     /// distance, which orders unit vectors as the cosine distance does.
     pub distance: Distance,
+}
+
+/// A gallery apart from the queries: its images (CA± moves them) and their clean embeddings.
+pub struct Gallery {
+    pub set: ImageSet,
+    pub clean: Embeddings,
 }
 
 /// The batch of the clean embeddings for [`Context::new`]; the pipelines pass their `--batch`.
@@ -60,18 +75,36 @@ impl Context {
     ) -> Result<Self> {
         let device = device.clone().without_autodiff();
         let clean = embed_set(model.as_ref(), set, batch.max(1), &device)?;
-        let cand = Tensor::<2>::from_data(TensorData::new(clean.data.clone(), [clean.n, clean.dim]), &device);
-        let cand_sq = cand.clone().powi_scalar(2).sum_dim(1).transpose();
+        let (cand, cand_sq) = on_device(&clean, &device);
         Ok(Self {
             model,
             set: set.clone(),
             clean,
+            gallery: None,
             cand,
             cand_sq,
             device,
             robrank_compat,
             distance: Distance::Euclidean,
         })
+    }
+
+    /// The same context ranking the queries among `gallery` (embedded `batch` at a time) rather
+    /// than among themselves.
+    pub fn with_gallery(mut self, gallery: &ImageSet, batch: usize) -> Result<Self> {
+        let clean = embed_set(self.model.as_ref(), gallery, batch.max(1), &self.device)?;
+        anyhow::ensure!(
+            clean.dim == self.clean.dim,
+            "the model embeds the gallery in {} dimensions and the queries in {}",
+            clean.dim,
+            self.clean.dim
+        );
+        (self.cand, self.cand_sq) = on_device(&clean, &self.device);
+        self.gallery = Some(Gallery {
+            set: gallery.clone(),
+            clean,
+        });
+        Ok(self)
     }
 
     /// The same context reporting ES:D in `distance` (the run's `loss.distance`).
@@ -85,16 +118,41 @@ impl Context {
         self.clean.n
     }
 
+    /// The ranked images' set: the gallery, or the test set itself.
+    pub fn ranked_set(&self) -> &ImageSet {
+        self.gallery.as_ref().map_or(&self.set, |g| &g.set)
+    }
+
+    /// The ranked images' clean embeddings.
+    pub fn ranked_clean(&self) -> &Embeddings {
+        self.gallery.as_ref().map_or(&self.clean, |g| &g.clean)
+    }
+
+    /// The ranked images' labels.
+    pub fn ranked_labels(&self) -> &[u32] {
+        &self.ranked_set().labels
+    }
+
+    /// Images in a query's list.
+    pub fn ranked_n(&self) -> usize {
+        self.ranked_clean().n
+    }
+
+    /// Item `i`'s own place in the lists, left out of its own: none when there is a gallery.
+    pub fn own(&self, i: usize) -> Option<usize> {
+        self.gallery.is_none().then_some(i)
+    }
+
     /// The top 1 % of a ranking (at least one item): where CA− and QA− draw their targets.
     pub fn topmost(&self) -> usize {
-        ((0.01 * self.clean.n as f64) as usize).max(1)
+        ((0.01 * self.ranked_n() as f64) as usize).max(1)
     }
 
     pub(crate) fn rows_host(&self, idx: &[usize]) -> Vec<f32> {
         idx.iter().flat_map(|&i| self.clean.row(i).iter().copied()).collect()
     }
 
-    /// Clean embeddings of `idx` as a device tensor `[idx.len(), d]`.
+    /// Clean embeddings of items `idx` as a device tensor `[idx.len(), d]`.
     pub(crate) fn rows(&self, idx: &[usize]) -> Tensor<2> {
         Tensor::<2>::from_data(
             TensorData::new(self.rows_host(idx), [idx.len(), self.clean.dim]),
@@ -102,30 +160,47 @@ impl Context {
         )
     }
 
-    /// Euclidean distances of host row `e` to all candidates.
+    /// Clean embeddings of ranked images `idx` as a device tensor `[idx.len(), d]`.
+    pub(crate) fn ranked_rows(&self, idx: &[usize]) -> Tensor<2> {
+        let r = self.ranked_clean();
+        let host = idx.iter().flat_map(|&i| r.row(i).iter().copied()).collect();
+        Tensor::<2>::from_data(TensorData::new(host, [idx.len(), r.dim]), &self.device)
+    }
+
+    /// Euclidean distances of host row `e` to every ranked image.
     pub fn host_dists(&self, e: &[f32]) -> Vec<f32> {
         use rayon::prelude::*;
-        (0..self.clean.n)
+        let r = self.ranked_clean();
+        (0..r.n).into_par_iter().map(|j| euclid(r.row(j), e)).collect()
+    }
+
+    /// Item `i`'s `k` nearest clean ranked images (its own copy left out), nearest first.
+    pub fn neighbours(&self, i: usize, k: usize) -> Vec<(f32, u32)> {
+        top_k(&self.host_dists(self.clean.row(i)), k, self.own(i))
+    }
+
+    /// The `k` queries nearest to ranked image `c`, nearest first: where CA− draws the query of a
+    /// gallery's candidate.
+    pub fn queries_near(&self, c: usize, k: usize) -> Vec<(f32, u32)> {
+        use rayon::prelude::*;
+        let e = self.ranked_clean().row(c);
+        let d: Vec<f32> = (0..self.n())
             .into_par_iter()
             .map(|j| euclid(self.clean.row(j), e))
-            .collect()
+            .collect();
+        top_k(&d, k, None)
     }
 
-    /// Item `i`'s `k` nearest clean neighbours (itself excluded), nearest first.
-    pub fn neighbours(&self, i: usize, k: usize) -> Vec<(f32, u32)> {
-        top_k(&self.host_dists(self.clean.row(i)), k, Some(i))
-    }
-
-    /// Retrieval metrics of the embeddings `emb` of `items` (one row each) against the clean test
-    /// set, each item's own clean copy left out.
+    /// Retrieval metrics of the embeddings `emb` of `items` (one row each) against the clean
+    /// ranked images, each item's own clean copy left out when it is among them.
     pub(crate) fn retrieval(&self, items: &[usize], emb: &Embeddings, ks: &[usize]) -> Result<Retrieval> {
         let labels: Vec<u32> = items.iter().map(|&i| self.set.labels[i]).collect();
         metrics::retrieval_skipping(
             emb,
             &labels,
-            &self.clean,
-            &self.set.labels,
-            Some(items),
+            self.ranked_clean(),
+            self.ranked_labels(),
+            self.gallery.is_none().then_some(items),
             ks,
             &self.device,
         )
@@ -135,6 +210,13 @@ impl Context {
     pub(crate) fn clean_of(&self, items: &[usize]) -> Result<Embeddings> {
         Embeddings::new(self.rows_host(items), items.len(), self.clean.dim)
     }
+}
+
+/// Clean embeddings on the device `[n, d]`, and their squared norms `[1, n]`.
+fn on_device(clean: &Embeddings, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let cand = Tensor::<2>::from_data(TensorData::new(clean.data.clone(), [clean.n, clean.dim]), device);
+    let cand_sq = cand.clone().powi_scalar(2).sum_dim(1).transpose();
+    (cand, cand_sq)
 }
 
 /// The embeddings of images `x` by `model`, read back to the host.
@@ -161,12 +243,12 @@ pub(crate) fn euclid(a: &[f32], b: &[f32]) -> f32 {
     Distance::Euclidean.host(a, b)
 }
 
-/// A uniformly random index in `0..n` other than `i` (W = 1 / M = 1 selections).
-pub(crate) fn random_other(rng: &mut rand_chacha::ChaCha8Rng, n: usize, i: usize) -> usize {
+/// A uniformly random index in `0..n` other than `own` (W = 1 / M = 1 selections).
+pub(crate) fn random_other(rng: &mut rand_chacha::ChaCha8Rng, n: usize, own: Option<usize>) -> usize {
     use rand::Rng;
     loop {
         let j = rng.random_range(0..n);
-        if j != i || n < 2 {
+        if Some(j) != own || n < 2 {
             return j;
         }
     }

@@ -34,6 +34,10 @@ pub struct RobustnessRecord {
     pub seed: Option<u64>,
     #[serde(default)]
     pub robrank_compat: bool,
+    /// The images of the gallery the queries were ranked among (none: the test set ranked
+    /// among itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gallery: Option<usize>,
     pub table: Robustness,
     /// With `--repeats R`: every run and each column's mean and sample std.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,7 +8,7 @@ pub use super::examples::AdversarialSink;
 use super::method::{Batch, Method, WhiteBox};
 use super::score::repeat_seed;
 use super::unit::Attack;
-use crate::data::loader;
+use crate::data::{ImageSet, loader};
 use crate::eval::batch_tensor;
 use crate::eval::knn::Embeddings;
 use anyhow::{Result, ensure};
@@ -32,7 +32,8 @@ pub struct Setup<'a> {
     pub attacker: &'a Context,
     pub method: &'a dyn Method,
     pub pgd: Pgd,
-    /// The first `queries` test items are attacked (queries, or candidates for CA).
+    /// The first `queries` items are attacked (queries; candidates for CA, of the gallery when
+    /// there is one).
     pub queries: usize,
     pub batch: usize,
     pub seed: u64,
@@ -83,25 +84,13 @@ pub fn run_saving(
     let t0 = Instant::now();
     let (target, attacker, method, pgd) = (setup.target, setup.attacker, setup.method, &setup.pgd);
     pgd.validate()?;
-    let n = target.n();
-    ensure!(
-        n >= 2,
-        "an attack needs at least two test items; the test split holds {n}"
-    );
-    ensure!(
-        attacker.n() == n && attacker.set.labels == target.set.labels,
-        "the attacking model was given another test set ({} items) than the attacked one ({n})",
-        attacker.n()
-    );
-    let q = setup.queries.min(n);
+    let moved = moved_items(target, attacker, attack)?;
+    let q = setup.queries.min(moved.len());
     let items: Vec<usize> = (0..q).collect();
     let chunks: Vec<&[usize]> = items.chunks(setup.batch.max(1)).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(setup.seed ^ 0xA77AC);
     let load = |chunk: &[usize]| -> Result<Tensor<4>> {
-        Ok(batch_tensor(
-            &loader::load_batch(&target.set, chunk, None)?,
-            &target.device,
-        ))
+        Ok(batch_tensor(&loader::load_batch(moved, chunk, None)?, &target.device))
     };
     let mut bar = crate::progress::Progress::new(format!("{:<6}", attack.spec()), chunks.len(), setup.progress);
     let mut tally = Tally::default();
@@ -121,7 +110,7 @@ pub fn run_saving(
             *model_queries.get_or_insert(0) += m;
         }
         if let Some(w) = examples.as_deref_mut() {
-            w.add(chunk, &target.set.labels, &batch.images, &p.images)?;
+            w.add(chunk, &moved.labels, &batch.images, &p.images)?;
         }
         bar.set(bi + 1, "batches");
         crate::progress::between_batches()?;
@@ -173,6 +162,35 @@ pub fn run_saving(
         scores,
         queries: q,
         seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The images `attack` moves (checked: enough of them, and the same for attacker and target).
+fn moved_items<'c>(target: &'c Context, attacker: &Context, attack: &dyn Attack) -> Result<&'c ImageSet> {
+    let n = target.n();
+    ensure!(
+        n >= 2 || target.gallery.is_some(),
+        "an attack needs at least two test items; the test split holds {n}"
+    );
+    ensure!(
+        target.ranked_n() >= 2,
+        "an attack needs at least two images to rank; the gallery holds {}",
+        target.ranked_n()
+    );
+    ensure!(
+        attacker.n() == n
+            && attacker.set.labels == target.set.labels
+            && attacker.ranked_labels() == target.ranked_labels(),
+        "the attacking model was given other images ({} items, {} ranked) than the attacked one ({n}, {})",
+        attacker.n(),
+        attacker.ranked_n(),
+        target.ranked_n()
+    );
+    // CA± moves candidates: a gallery's images when there is one.
+    Ok(if attack.moves_ranked() {
+        target.ranked_set()
+    } else {
+        &target.set
     })
 }
 

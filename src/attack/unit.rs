@@ -30,7 +30,13 @@ pub trait Attack: Send + Sync {
         Optimiser::Pgd
     }
 
-    /// Selects targets for a batch of test items (queries, or candidates for CA) in the view of
+    /// Whether the items it moves are ranked images (CA±'s candidates), taken from the gallery
+    /// when the queries have one; otherwise they are queries.
+    fn moves_ranked(&self) -> bool {
+        false
+    }
+
+    /// Selects targets for a batch of items (queries, or candidates for CA) in the view of
     /// `attacker` (the attacked model, or a surrogate for a transfer attack), and builds the
     /// objective over the perturbed items' embeddings.
     fn plan(&self, attacker: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>>;

@@ -96,14 +96,17 @@ pub fn scored_page(record: &crate::attack::record::RobustnessRecord, images: usi
         "Model",
         &format!(
             "{} attacked through its embeddings and their gradient (method {}) on {images} images; each \
-             query is ranked among the other {}.",
+             query is ranked among {}.",
             if record.model.as_os_str().is_empty() {
                 "A model outside rdml,".to_string()
             } else {
                 format!("The rdml run {},", record.model.display())
             },
             record.method.as_deref().unwrap_or("white-box"),
-            images.saturating_sub(1)
+            match record.gallery {
+                Some(g) => format!("the {g} images of a gallery"),
+                None => format!("the other {}", images.saturating_sub(1)),
+            }
         ),
     );
     page.robustness(&record.table, &record.budget_words())?;

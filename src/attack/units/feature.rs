@@ -11,6 +11,7 @@ use crate::attack::unit::{Attack, Plan};
 use crate::eval::cluster;
 use crate::eval::knn::Embeddings;
 use anyhow::Result;
+use burn::tensor::{Tensor, TensorData};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -33,22 +34,26 @@ impl Attack for FeatureSpace {
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
-        let (n, labels) = (ctx.n(), &ctx.set.labels);
+        let (n, ranked, labels) = (ctx.ranked_n(), ctx.ranked_labels(), &ctx.set.labels);
         let mut targets = vec![];
         for _ in 0..self.targets {
-            let idx: Vec<usize> = items
+            // A ranked image of the wanted class, or (none found) the item's own clean embedding.
+            let rows: Vec<f32> = items
                 .iter()
-                .map(|&qi| {
-                    for _ in 0..1000 {
-                        let j = rng.random_range(0..n);
-                        if j != qi && (labels[j] == labels[qi]) == self.own_class {
-                            return j;
-                        }
+                .flat_map(|&qi| {
+                    let found = (0..1000)
+                        .map(|_| rng.random_range(0..n))
+                        .find(|&j| Some(j) != ctx.own(qi) && (ranked[j] == labels[qi]) == self.own_class);
+                    match found {
+                        Some(j) => ctx.ranked_clean().row(j).to_vec(),
+                        None => ctx.clean.row(qi).to_vec(),
                     }
-                    qi
                 })
                 .collect();
-            targets.push(ctx.rows(&idx));
+            targets.push(Tensor::<2>::from_data(
+                TensorData::new(rows, [items.len(), ctx.clean.dim]),
+                &ctx.device,
+            ));
         }
         Ok(Box::new(FeaturePlan {
             items: items.to_vec(),

@@ -40,15 +40,16 @@ impl Attack for Label {
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], _rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
-        let (b, n, labels) = (items.len(), ctx.n(), &ctx.set.labels);
+        let (b, n, ranked) = (items.len(), ctx.ranked_n(), ctx.ranked_labels());
+        let labels = &ctx.set.labels;
         let objective: Box<dyn Objective> = match self {
             Self::Ltm => {
                 let mut same = vec![false; b * n];
                 let mut diff = vec![false; b * n];
                 for (r, &qi) in items.iter().enumerate() {
                     for j in 0..n {
-                        let s = labels[j] == labels[qi];
-                        same[r * n + j] = s && (j != qi || ctx.robrank_compat);
+                        let s = ranked[j] == labels[qi];
+                        same[r * n + j] = s && (Some(j) != ctx.own(qi) || ctx.robrank_compat);
                         diff[r * n + j] = !s;
                     }
                 }
@@ -63,13 +64,13 @@ impl Attack for Label {
             Self::Gtm => {
                 let targets: Vec<usize> = items.iter().map(|&qi| gtm_target(ctx, qi)).collect();
                 Box::new(TowardPoint {
-                    target: ctx.rows(&targets),
+                    target: ctx.ranked_rows(&targets),
                 })
             }
             Self::Gtt => {
                 let top1: Vec<usize> = items.iter().map(|&qi| ctx.neighbours(qi, 1)[0].1 as usize).collect();
                 let objective = QueryAttack {
-                    candidate: ctx.rows(&top1),
+                    candidate: ctx.ranked_rows(&top1),
                     all: ctx.cand.clone(),
                     all_sq: ctx.cand_sq.clone(),
                     direction: Direction::Lower,
@@ -111,20 +112,20 @@ impl Attack for Label {
 /// subset that keeps the query's own slot (at distance 1e38) when the query's class is not its
 /// top-1's: the positions after it shift by one, and so does the index.
 fn gtm_target(ctx: &Context, qi: usize) -> usize {
-    let labels = &ctx.set.labels;
+    let (labels, own) = (ctx.ranked_labels(), ctx.own(qi));
     let d = ctx.host_dists(ctx.clean.row(qi));
-    let top1_label = labels[top_k(&d, 1, Some(qi))[0].1 as usize];
-    let subset: Vec<usize> = (0..ctx.n())
-        .filter(|&j| labels[j] != top1_label && (j != qi || ctx.robrank_compat))
+    let top1 = top_k(&d, 1, own)[0].1 as usize;
+    let subset: Vec<usize> = (0..ctx.ranked_n())
+        .filter(|&j| labels[j] != labels[top1] && (Some(j) != own || ctx.robrank_compat))
         .collect();
-    let dist = |j: usize| if j == qi { f32::INFINITY } else { d[j] };
+    let dist = |j: usize| if Some(j) == own { f32::INFINITY } else { d[j] };
     let best = (0..subset.len())
         .min_by(|&a, &b| dist(subset[a]).total_cmp(&dist(subset[b])))
         .unwrap_or(0);
     if ctx.robrank_compat {
-        best.min(ctx.n() - 1)
+        best.min(ctx.ranked_n() - 1)
     } else {
-        subset.get(best).copied().unwrap_or(qi)
+        subset.get(best).copied().unwrap_or(own.unwrap_or(top1))
     }
 }
 
@@ -159,7 +160,7 @@ impl Plan for GttPlan {
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
         for (r, (&qi, &ci)) in self.items.iter().zip(&self.top1).enumerate() {
-            let top4 = top_k(&target.host_dists(adv.row(r)), 4, Some(qi));
+            let top4 = top_k(&target.host_dists(adv.row(r)), 4, target.own(qi));
             tally.add(
                 Column::Gtt,
                 100.0 * f64::from(u8::from(top4.iter().any(|t| t.1 as usize == ci))),

@@ -52,25 +52,26 @@ impl Attack for Nn {
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], _rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
-        let (b, n, labels) = (items.len(), ctx.n(), &ctx.set.labels);
+        let (b, n, ranked) = (items.len(), ctx.ranked_n(), ctx.ranked_labels());
+        let labels = &ctx.set.labels;
         let nearest: Vec<usize> = items.iter().map(|&qi| ctx.neighbours(qi, 1)[0].1 as usize).collect();
         // Algorithm 1 attacks only the queries retrieved correctly.
         let movable: Vec<bool> = items
             .iter()
             .zip(&nearest)
-            .map(|(&qi, &nb)| labels[nb] == labels[qi])
+            .map(|(&qi, &nb)| ranked[nb] == labels[qi])
             .collect();
         let objective: Box<dyn Objective> = match *self {
             Self::Plain => Box::new(AwayFromNeighbour {
-                neighbour: ctx.rows(&nearest),
+                neighbour: ctx.ranked_rows(&nearest),
             }),
             Self::Cw { kappa } | Self::CwPgd { kappa } => {
                 let other: Vec<bool> = items
                     .iter()
-                    .flat_map(|&qi| (0..n).map(move |j| labels[j] != labels[qi]))
+                    .flat_map(|&qi| (0..n).map(move |j| ranked[j] != labels[qi]))
                     .collect();
                 Box::new(CwMargin {
-                    neighbour: ctx.rows(&nearest),
+                    neighbour: ctx.ranked_rows(&nearest),
                     candidates: ctx.cand.clone(),
                     cand_sq: ctx.cand_sq.clone(),
                     other: Tensor::<2, Bool>::from_data(TensorData::new(other, [b, n]), &ctx.device),

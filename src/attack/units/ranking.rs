@@ -37,14 +37,29 @@ impl Ranking {
         if self.raise { Direction::Raise } else { Direction::Lower }
     }
 
-    /// Each item's partner: a random other item for "+", one of its top 1 % for "−".
+    /// Each item's partner: a random other item for "+", one of its top 1 % for "−". A CA
+    /// candidate of a gallery is partnered with a query: a random one, or one of the 1 % of
+    /// queries nearest to it.
     pub(crate) fn partners(self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Vec<usize> {
-        let (n, topmost) = (ctx.n(), ctx.topmost());
+        if self.candidate && ctx.gallery.is_some() {
+            let topmost = ((0.01 * ctx.n() as f64) as usize).max(1);
+            return items
+                .iter()
+                .map(|&c| {
+                    if self.raise {
+                        random_other(rng, ctx.n(), None)
+                    } else {
+                        from_top(rng, &ctx.queries_near(c, topmost.max(8)), topmost, 0)
+                    }
+                })
+                .collect();
+        }
+        let (n, topmost) = (ctx.ranked_n(), ctx.topmost());
         items
             .iter()
             .map(|&i| {
                 if self.raise {
-                    random_other(rng, n, i)
+                    random_other(rng, n, ctx.own(i))
                 } else {
                     from_top(rng, &ctx.neighbours(i, topmost.max(8)), topmost, i)
                 }
@@ -56,6 +71,10 @@ impl Ranking {
 impl Attack for Ranking {
     fn spec(&self) -> String {
         self.column().name()
+    }
+
+    fn moves_ranked(&self) -> bool {
+        self.candidate
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
@@ -79,7 +98,7 @@ impl Attack for Ranking {
                 items: items.to_vec(),
                 candidates: partners.clone(),
                 objective: QueryAttack {
-                    candidate: ctx.rows(&partners),
+                    candidate: ctx.ranked_rows(&partners),
                     all: ctx.cand.clone(),
                     all_sq: ctx.cand_sq.clone(),
                     direction: self.direction(),
@@ -115,7 +134,7 @@ impl Plan for CandidatePlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let n = target.n();
+        let (n, ranked) = (target.ranked_n(), target.ranked_clean());
         let dxq = read(&dist_to_all(target.rows(&self.queries), &target.cand, &target.cand_sq))?;
         for (r, (&qi, &c)) in self.queries.iter().zip(&self.items).enumerate() {
             // The candidate's percentile rank in the query's list.
@@ -123,7 +142,7 @@ impl Plan for CandidatePlan {
                 let dcq: f32 = euclid(target.clean.row(qi), e);
                 100.0 * dxq[r * n..(r + 1) * n].iter().filter(|&&d| d < dcq).count() as f64 / n as f64
             };
-            let (adv, init) = (prank(adv.row(r)), prank(target.clean.row(c)));
+            let (adv, init) = (prank(adv.row(r)), prank(ranked.row(c)));
             tally.add(self.attack.column(), adv);
             tally.add(Column::Ars, ars_rank_term(self.attack.raise, init, adv));
         }

@@ -66,10 +66,10 @@ impl Attack for Spqa {
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
-        let (n, topmost) = (ctx.n(), ctx.topmost());
+        let (n, topmost) = (ctx.ranked_n(), ctx.topmost());
         ensure!(
             n > KEPT + 1,
-            "SPQA keeps {KEPT} items' ranks: it needs more than {} test items",
+            "SPQA keeps {KEPT} items' ranks: it needs more than {} images to rank",
             KEPT + 1
         );
         let mut candidates = vec![];
@@ -77,7 +77,7 @@ impl Attack for Spqa {
         for &qi in items {
             let nb = ctx.neighbours(qi, topmost.max(KEPT + 1));
             let c = if self.raise {
-                random_other(rng, n, qi)
+                random_other(rng, n, ctx.own(qi))
             } else {
                 from_top(rng, &nb, topmost, qi)
             };
@@ -91,14 +91,14 @@ impl Attack for Spqa {
             );
         }
         let kept_rows = (0..KEPT)
-            .map(|g| ctx.rows(&kept.iter().map(|k| k[g]).collect::<Vec<_>>()))
+            .map(|g| ctx.ranked_rows(&kept.iter().map(|k| k[g]).collect::<Vec<_>>()))
             .collect();
         let weight = if self.semantic { 1.0 } else { 0.0 };
         Ok(Box::new(SpqaPlan {
             attack: *self,
             items: items.to_vec(),
             objective: SemanticQuery {
-                candidate: ctx.rows(&candidates),
+                candidate: ctx.ranked_rows(&candidates),
                 kept: kept_rows,
                 all: ctx.cand.clone(),
                 all_sq: ctx.cand_sq.clone(),

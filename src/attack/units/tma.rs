@@ -19,10 +19,10 @@ impl Attack for Tma {
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
-        let targets: Vec<usize> = (0..items.len()).map(|_| rng.random_range(0..ctx.n())).collect();
+        let targets: Vec<usize> = (0..items.len()).map(|_| rng.random_range(0..ctx.ranked_n())).collect();
         Ok(Box::new(TmaPlan {
             objective: TowardCosine {
-                target: ctx.rows(&targets),
+                target: ctx.ranked_rows(&targets),
             },
             targets,
         }))
@@ -50,7 +50,7 @@ impl Plan for TmaPlan {
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
         for (r, &t) in self.targets.iter().enumerate() {
-            let (e, tv) = (adv.row(r), target.clean.row(t));
+            let (e, tv) = (adv.row(r), target.ranked_clean().row(t));
             let dot: f32 = e.iter().zip(tv).map(|(a, b)| a * b).sum();
             let ne = e.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             let nt = tv.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
