@@ -13,13 +13,15 @@ use crate::attack::registry;
 use crate::attack::robustness::robustness_spread;
 use crate::attack::score::AttackResult;
 use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated};
-use crate::data::{ImageSet, Source};
 use crate::eval::knn::Embeddings;
 use crate::scored_dir;
 use anyhow::{Context as _, Result};
 use burn::tensor::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+mod images;
+pub use images::{Images, check_images};
 
 /// The record's `surrogate` when the surrogate is a model outside rdml (it has no folder).
 pub const OUTSIDE_SURROGATE: &str = "(a model outside rdml)";
@@ -30,131 +32,6 @@ const OUT_FILES: [&str; 2] = [FILE, crate::html::FILE];
 /// Queries attacked by default: the suite's and one attack's (`Run.robustness`, `Run.attack`).
 pub const ROBUSTNESS_QUERIES: usize = 512;
 pub const ATTACK_QUERIES: usize = 1024;
-
-/// The caller's images: `shape` = `[n, c, h, w]`, values in [0, 1], one label per image.
-#[derive(Debug, Clone, Default)]
-pub struct Images {
-    pub images: Vec<f32>,
-    pub shape: [usize; 4],
-    pub labels: Vec<i64>,
-}
-
-impl Images {
-    /// The images checked (shape, range, labels) as an in-memory test set, labels made dense.
-    pub fn set(self) -> Result<ImageSet> {
-        Ok(Self::sets(self, None)?.0)
-    }
-
-    /// The queries and the gallery checked as in-memory sets, their labels made dense together
-    /// (a label means one class in both).
-    pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<ImageSet>)> {
-        let gallery = match gallery {
-            Some(g) if g.shape == queries.shape && g.labels == queries.labels && g.images == queries.images => {
-                eprintln!(
-                    "warning: the gallery is the queries themselves: each query is ranked among the others, its \
-                     own copy left out (pytorch-metric-learning's ref_includes_query); pass no gallery to say so"
-                );
-                None
-            }
-            other => other,
-        };
-        let mut ids = std::collections::HashMap::new();
-        let at_least = if gallery.is_some() { 1 } else { 2 };
-        let shape = queries.shape;
-        let queries = queries.checked(&mut ids, ("images", "labels"), at_least)?;
-        let gallery = match gallery {
-            None => None,
-            Some(g) => {
-                crate::ensure_input!(
-                    g.shape[1..] == shape[1..],
-                    "gallery: images of shape {:?} (C × H × W); the queries' are {:?}",
-                    &g.shape[1..],
-                    &shape[1..]
-                );
-                let g = g.checked(&mut ids, ("gallery", "gallery_labels"), 2)?;
-                crate::ensure_input!(
-                    queries.labels.iter().any(|l| g.labels.contains(l)),
-                    "gallery_labels: no query's class is in the gallery, so no query has a match to rank"
-                );
-                Some(g)
-            }
-        };
-        Ok((queries, gallery))
-    }
-
-    /// These images as a set named by the keywords `names` (images, labels), at least
-    /// `at_least` of them, their labels mapped to dense ids through `ids`.
-    fn checked(
-        self,
-        ids: &mut std::collections::HashMap<i64, u32>,
-        (images, labels): (&str, &str),
-        at_least: usize,
-    ) -> Result<ImageSet> {
-        let [n, c, h, w] = self.shape;
-        check_images(&self.images, self.shape).map_err(|e| renamed(e, images))?;
-        crate::ensure_input!(
-            self.labels.len() == n,
-            "{labels}: {} labels for {n} images; expected one per image",
-            self.labels.len()
-        );
-        crate::ensure_input!(
-            n >= at_least,
-            "{images}: {n} image(s); an attack ranks each item among {}, so at least {at_least} are needed",
-            if at_least == 1 { "the gallery" } else { "the others" }
-        );
-        let dense: Vec<u32> = self
-            .labels
-            .iter()
-            .map(|l| {
-                let next = ids.len() as u32;
-                *ids.entry(*l).or_insert(next)
-            })
-            .collect();
-        let source = Source::Floats {
-            data: self.images,
-            channels: c,
-            height: h,
-            width: w,
-        };
-        Ok(ImageSet::new(images, Arc::new(source), (0..n).collect(), dense))
-    }
-}
-
-/// An input error about `images` told of the keyword `name` instead.
-fn renamed(e: anyhow::Error, name: &str) -> anyhow::Error {
-    if name == "images" {
-        return e;
-    }
-    let text = format!("{e:#}");
-    crate::input_error(
-        text.strip_prefix("images")
-            .map_or(text.clone(), |rest| format!("{name}{rest}")),
-    )
-}
-
-/// Images `[n, c, h, w]` as the attacks take them: the shape filled, values finite and in [0, 1].
-pub fn check_images(images: &[f32], shape: [usize; 4]) -> Result<()> {
-    crate::ensure_input!(
-        shape[1..].iter().all(|&s| s > 0),
-        "images: shape {shape:?}; expected N × C × H × W with C, H, W ≥ 1"
-    );
-    let want = shape.iter().try_fold(1usize, |a, &s| a.checked_mul(s));
-    crate::ensure_input!(
-        want == Some(images.len()),
-        "images: {} values for the shape {shape:?}",
-        images.len()
-    );
-    if let Some(i) = images.iter().position(|v| !(0.0..=1.0).contains(v)) {
-        let per = shape[1] * shape[2] * shape[3];
-        return Err(crate::input_error(format!(
-            "images: value {} at image {} lies outside [0, 1]; rdml's budgets are in pixels of images in [0, 1] \
-             (divide 8-bit images by 255; normalisation belongs inside the model)",
-            images[i],
-            i / per
-        )));
-    }
-    Ok(())
-}
 
 /// The model a request scores: one held outside rdml, or an rdml run folder's network (scored
 /// on the caller's images as the outside one is: the same selections, seeds and checks).
