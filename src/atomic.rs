@@ -13,6 +13,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     check_writable(path)?;
     let tmp = temp_name(path);
     let _ = std::fs::remove_file(&tmp);
+    crate::fault::point("write", &tmp);
     let written = (|| -> Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -22,6 +23,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         f.write_all(bytes)
             .with_context(|| format!("cannot write {}", path.display()))?;
         f.sync_all().ok();
+        crate::fault::point("rename", path);
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
     })();
     if written.is_err() {

@@ -29,6 +29,7 @@ pub mod defense;
 pub mod device;
 pub mod embed;
 pub mod eval;
+pub mod fault;
 pub mod grid;
 pub mod host;
 pub mod html;

@@ -7,10 +7,12 @@
 
 pub mod files;
 pub mod log;
+mod replace;
 pub mod status;
 
 pub use files::*;
 pub use log::RunLog;
+pub use replace::settle_interrupted;
 pub use status::{RunStatus, check_finished, check_unchanged, model_digest, status};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -23,9 +25,7 @@ pub const MARKER: &str = ".rdml-run";
 const CKPT: &str = "checkpoint";
 const CKPT_TMP: &str = "checkpoint.tmp";
 const CKPT_OLD: &str = "checkpoint.old";
-/// Where `--overwrite` puts the replaced run's files until the new run has a complete
-/// checkpoint.
-const REPLACED: &str = ".rdml-replaced";
+use replace::REPLACED;
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
 const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT, GRID, IMPORT];
 
@@ -67,6 +67,7 @@ fn remove(p: &Path) -> Result<()> {
     let Ok(m) = std::fs::symlink_metadata(p) else {
         return Ok(());
     };
+    crate::fault::point("remove", p);
     let r = if m.is_dir() {
         std::fs::remove_dir_all(p)
     } else {
@@ -94,7 +95,10 @@ fn run_json(dir: &Path) -> Option<(bool, usize)> {
 pub fn remove_file(p: &Path) -> Result<()> {
     match std::fs::symlink_metadata(p) {
         Ok(m) if m.is_dir() => bail!("{} is a folder; expected a file", p.display()),
-        Ok(_) => std::fs::remove_file(p).with_context(|| format!("cannot remove {}", p.display())),
+        Ok(_) => {
+            crate::fault::point("remove", p);
+            std::fs::remove_file(p).with_context(|| format!("cannot remove {}", p.display()))
+        }
         Err(_) => Ok(()),
     }
 }
@@ -182,37 +186,11 @@ fn lock(dir: &Path) -> Result<File> {
     Ok(lock)
 }
 
-/// A replacement killed before its first checkpoint: the replaced run comes back (the new one
-/// never stood). Done under the lock, before anything else looks at the folder.
-fn restore_abandoned(dir: &Path) -> Result<()> {
-    if !dir.join(REPLACED).is_dir() || is_link(&dir.join(REPLACED)) {
-        return Ok(());
-    }
-    let _lock = lock(dir)?;
-    put_back(dir)
-}
-
-/// Removes the new run's files and moves the replaced run's back.
-fn put_back(dir: &Path) -> Result<()> {
-    let stash = dir.join(REPLACED);
-    if !stash.is_dir() {
-        return Ok(());
-    }
-    for n in RUN_FILES.iter().chain(&[CKPT, CKPT_TMP, CKPT_OLD]) {
-        remove(&dir.join(n))?;
-        if stash.join(n).exists() {
-            rename(&stash.join(n), &dir.join(n))?;
-        }
-    }
-    sync_folder(dir)?;
-    remove(&stash)
-}
-
 impl RunDir {
     /// Claims `dir` for a run started as `start`; nothing is removed or written unless the
     /// folder is rdml's and `start` allows it.
     pub fn open(dir: &Path, start: Start) -> Result<Self> {
-        restore_abandoned(dir)?;
+        replace::settle_interrupted(dir)?;
         let found = inspect(dir)?;
         let d = dir.display();
         match (&found, start) {
@@ -233,9 +211,14 @@ impl RunDir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {d}"))?;
         let lock = lock(dir)?;
         let mut f = &lock;
+        let token = replace::new_token();
+        let mut marker = serde_json::json!({"rdml_version": env!("CARGO_PKG_VERSION")});
+        if start == Start::Overwrite && !matches!(found, Found::Nothing) {
+            marker["replacing"] = token.clone().into();
+        }
+        crate::fault::point("write", &dir.join(MARKER));
         f.set_len(0)?;
-        writeln!(f, "{}", serde_json::json!({"rdml_version": env!("CARGO_PKG_VERSION")}))
-            .with_context(|| format!("cannot write {}", dir.join(MARKER).display()))?;
+        writeln!(f, "{marker}").with_context(|| format!("cannot write {}", dir.join(MARKER).display()))?;
         let run = Self {
             path: dir.to_path_buf(),
             _lock: lock,
@@ -245,7 +228,7 @@ impl RunDir {
             // A run killed in its first epoch has nothing to keep.
             (Found::Started, Start::New) => run.remove_run_files()?,
             // A replaced run is kept aside until the new one has a complete checkpoint.
-            (_, Start::Overwrite) => run.stash_run_files()?,
+            (_, Start::Overwrite) => replace::stash_run_files(dir, &token)?,
             _ => run.settle_checkpoint()?,
         }
         Ok(run)
@@ -272,23 +255,12 @@ impl RunDir {
         Ok(())
     }
 
-    /// Moves the run's files into `.rdml-replaced/` (`--overwrite`).
-    fn stash_run_files(&self) -> Result<()> {
-        let stash = self.file(REPLACED);
-        remove(&stash)?;
-        std::fs::create_dir(&stash).with_context(|| format!("cannot create {}", stash.display()))?;
-        for n in RUN_FILES.iter().chain(&[CKPT, CKPT_TMP, CKPT_OLD]) {
-            let p = self.file(n);
-            if std::fs::symlink_metadata(&p).is_ok() {
-                rename(&p, &stash.join(n))?;
-            }
-        }
-        sync_folder(&self.path)
-    }
-
     /// A replacement that failed: the new run's files go, the replaced run's come back.
     pub fn abandon_replacement(&self) -> Result<()> {
-        put_back(&self.path)
+        if self.file(REPLACED).is_dir() {
+            replace::put_back_after(&self.path, true)?;
+        }
+        Ok(())
     }
 
     fn remove_run_files(&self) -> Result<()> {
@@ -332,7 +304,9 @@ impl RunDir {
     pub fn save_checkpoint(&self, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
         let (ck, tmp, old) = (self.file(CKPT), self.file(CKPT_TMP), self.file(CKPT_OLD));
         remove(&tmp)?;
+        crate::fault::point("mkdir", &tmp);
         std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        crate::fault::point("write", &tmp);
         write(&tmp)?;
         sync_folder(&tmp)?;
         remove(&old)?;
@@ -342,11 +316,15 @@ impl RunDir {
         rename(&tmp, &ck)?;
         remove(&old)?;
         // The new run stands: the run it replaced goes.
-        remove(&self.file(REPLACED))
+        if self.file(REPLACED).is_dir() {
+            replace::discard(&self.path)?;
+        }
+        Ok(())
     }
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {
+    crate::fault::point("rename", to);
     std::fs::rename(from, to).with_context(|| format!("cannot move {} to {}", from.display(), to.display()))
 }
 

@@ -183,7 +183,10 @@ impl EmbeddingNet {
             frozen: cfg.frozen_bn,
         };
         let backbone = match cfg.arch {
-            Arch::C2f2 => Backbone::C2f2(C2f2::new(in_shape, cfg.embedding_dim, device)),
+            Arch::C2f2 => {
+                check_c2f2_size(in_shape)?;
+                Backbone::C2f2(C2f2::new(in_shape, cfg.embedding_dim, device))
+            }
             Arch::Resnet18 => {
                 let mut m = ResNet::<BasicBlock>::new(in_shape[0], [2, 2, 2, 2], cfg.embedding_dim, bn, device);
                 if let Some(p) = &cfg.pretrained {
@@ -291,7 +294,7 @@ impl EmbeddingNet {
         let bytes = store
             .get_bytes()
             .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
-        crate::atomic::write_atomic(path, &bytes)
+        crate::atomic::write_atomic(path, &canonical_header(bytes)?)
     }
 
     /// Loads weights saved by [`save`](Self::save) into a model of the same configuration,
@@ -321,4 +324,61 @@ impl EmbeddingNet {
 pub fn l2_normalize(e: Tensor<2>) -> Tensor<2> {
     let norm = e.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
     e / norm
+}
+
+/// A safetensors file with its `__metadata__` keys sorted: burn writes them in a hash map's
+/// order, so the same tensors saved twice gave different bytes (and a resumed run's weights
+/// another digest, orphaning its records). The tensors' entries and data stay as they are.
+fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>> {
+    let n = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize)
+        .filter(|&n| 8 + n <= bytes.len())
+        .ok_or_else(|| anyhow::anyhow!("burn wrote a safetensors file without a header"))?;
+    let mut header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + n])?;
+    if let Some(serde_json::Value::Object(meta)) = header.get_mut("__metadata__") {
+        let mut sorted: Vec<(String, serde_json::Value)> = std::mem::take(meta).into_iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        meta.extend(sorted);
+    }
+    let mut text = serde_json::to_vec(&header)?;
+    // The data stays 8-byte aligned, as safetensors writers keep it.
+    text.resize(text.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - 8 - n);
+    out.extend((text.len() as u64).to_le_bytes());
+    out.extend(text);
+    out.extend(&bytes[8 + n..]);
+    Ok(out)
+}
+
+/// C2F2's first fully-connected layer has `64·(H/4)·(W/4)·1024` weights: checked against a
+/// stated limit before it is allocated (a 1024² crop asked 17 GB and aborted the process).
+fn check_c2f2_size([_, h, w]: [usize; 3]) -> Result<()> {
+    const MAX_FC1_BYTES: u64 = 4 << 30;
+    let weights = 64 * (h as u64 / 4) * (w as u64 / 4) * 1024;
+    ensure!(
+        weights * 4 <= MAX_FC1_BYTES,
+        "model.arch = c2f2 on {h}×{w} images: its first fully-connected layer would hold {weights} weights \
+         ({:.1} GiB), beyond rdml's limit of {} GiB; C2F2 is a network for small images (28×28): lower \
+         data.crop, or choose model.arch = resnet18",
+        (weights * 4) as f64 / (1u64 << 30) as f64,
+        MAX_FC1_BYTES >> 30
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Issue 38: a 1024² C2F2 once aborted the process on a 17 GB allocation; now it is an error
+    /// before anything is allocated, and the papers' 28² and a 224² one are built.
+    #[test]
+    fn c2f2_sizes_are_checked_before_allocation() {
+        let e = super::check_c2f2_size([1, 1024, 1024]).unwrap_err().to_string();
+        assert!(
+            e.contains("would hold 4294967296 weights (16.0 GiB), beyond rdml's limit of 4 GiB"),
+            "{e}"
+        );
+        assert!(super::check_c2f2_size([1, 28, 28]).is_ok());
+        assert!(super::check_c2f2_size([3, 224, 224]).is_ok());
+    }
 }

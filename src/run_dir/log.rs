@@ -38,6 +38,7 @@ impl RunLog {
         }
         // Logs of versions before the start record: their one attempt was the first.
         let attempt = if starts == 0 && !old.is_empty() { 2 } else { starts + 1 };
+        crate::fault::point("write", path);
         let mut file = open_nofollow(path, true)?;
         // A kill in the middle of a line leaves it unterminated: end it, so the next record is
         // a line of its own.
@@ -59,6 +60,7 @@ impl RunLog {
         if let Some(o) = record.as_object_mut() {
             o.insert("attempt".into(), self.attempt.into());
         }
+        crate::fault::point("write", Path::new(super::LOG));
         writeln!(self.file, "{record}").context("cannot write log.jsonl")
     }
 }

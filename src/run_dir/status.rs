@@ -25,6 +25,7 @@ pub fn status(dir: &Path) -> Option<RunStatus> {
 /// Checks that `dir` holds a finished run with its weights: the one "is this run finished" of
 /// every command that reads a run.
 pub fn check_finished(dir: &Path) -> Result<RunStatus> {
+    super::settle_interrupted(dir)?;
     let p = dir.join(RUN);
     ensure!(
         p.is_file(),

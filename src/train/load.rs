@@ -41,6 +41,7 @@ pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result
 
 /// The config of a finished run folder.
 fn finished_config(dir: &Path) -> Result<Experiment> {
+    run_dir::settle_interrupted(dir)?;
     let cfg = dir.join(run_dir::CONFIG);
     ensure!(
         cfg.is_file(),
