@@ -137,9 +137,13 @@ fn finished(dir: &Path) -> Option<RunReport> {
 pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
     anyhow::ensure!(opts.seeds >= 1, "--seeds must be ≥ 1");
     let method = crate::attack::registry::method(&opts.method)?;
+    check_seeds(configs, opts.seeds)?;
     let exps = expand_seeds(configs, opts.seeds);
     check_names(&exps)?;
-    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
+    for exp in &exps {
+        exp.to_toml().with_context(|| format!("'{}'", exp.name))?;
+    }
+    table::check_out(&opts.out)?;
     let mut rows = vec![];
     for exp in &exps {
         let dir = opts.out.join(&exp.name);
@@ -148,6 +152,23 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
         write_tables(&rows, configs, opts)?;
     }
     Ok(rows)
+}
+
+/// Every seed `--seeds` will use fits a config's seed (TOML integers are signed 64-bit), checked
+/// before the first run trains.
+fn check_seeds(configs: &[Experiment], seeds: usize) -> Result<()> {
+    for e in configs {
+        let last = e.seed.checked_add(seeds as u64 - 1).filter(|&s| s <= i64::MAX as u64);
+        anyhow::ensure!(
+            last.is_some(),
+            "--seeds {seeds}: '{}' starts at seed = {}, and its last seed would pass {}, the largest seed a \
+             config holds (TOML integers are signed 64-bit); lower its seed or --seeds",
+            e.name,
+            e.seed,
+            i64::MAX
+        );
+    }
+    Ok(())
 }
 
 /// Every name is a plain folder name (it names the run folder under `--out`), and no two agree.

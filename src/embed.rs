@@ -7,11 +7,13 @@
 //! number test items); `split` u8 `[n]` (0 training, 1 test queries, 2 test gallery).
 
 use crate::atomic::write_atomic;
+mod npy_set;
 use crate::attack::examples::AdversarialSink;
 use crate::eval::knn::Embeddings;
 use anyhow::{Context as _, Result, bail, ensure};
 use burn::tensor::Tensor;
-use std::path::{Path, PathBuf};
+pub use npy_set::{check_out, files, manifest_path, output_files, verify_set};
+use std::path::Path;
 
 /// Which items to embed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,69 +121,6 @@ impl Format {
     }
 }
 
-/// The files `path` stands for (the `.npy` form writes four).
-pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
-    Ok(match Format::of(path)? {
-        Format::Npy => {
-            let stem = path.with_extension("");
-            let side = |s: &str| PathBuf::from(format!("{}.{s}.npy", stem.display()));
-            vec![path.to_path_buf(), side("labels"), side("ids"), side("split")]
-        }
-        _ => vec![path.to_path_buf()],
-    })
-}
-
-/// Every file `write` writes for `path`: the members, and for a `.npy` set its manifest.
-pub fn output_files(path: &Path) -> Result<Vec<PathBuf>> {
-    let mut v = files(path)?;
-    if v.len() > 1 {
-        v.push(manifest_path(path));
-    }
-    Ok(v)
-}
-
-/// `NAME.set.json` beside `NAME.npy`: the `.npy` set's manifest (each member's size and CRC-32).
-pub fn manifest_path(path: &Path) -> PathBuf {
-    PathBuf::from(format!("{}.set.json", path.with_extension("").display()))
-}
-
-/// Checks that the `.npy` set at `path` is complete and consistent: its manifest exists and
-/// every member has the size and CRC-32 it lists.
-pub fn verify_set(path: &Path) -> Result<()> {
-    let manifest = manifest_path(path);
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).with_context(|| {
-        format!(
-            "{}: no manifest: the set is incomplete (its writing was interrupted)",
-            manifest.display()
-        )
-    })?)
-    .with_context(|| format!("{}: not JSON", manifest.display()))?;
-    let members = v["members"]
-        .as_array()
-        .with_context(|| format!("{}: no members", manifest.display()))?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    anyhow::ensure!(
-        members.len() == files(path)?.len(),
-        "{}: expected {} members",
-        manifest.display(),
-        files(path)?.len()
-    );
-    for m in members {
-        let name = m["file"].as_str().unwrap_or_default();
-        let bytes = std::fs::read(dir.join(name)).with_context(|| format!("{name}: a member of the set is missing"))?;
-        let crc = format!("{:08x}", crc32fast::hash(&bytes));
-        anyhow::ensure!(
-            Some(bytes.len() as u64) == m["bytes"].as_u64() && Some(crc.as_str()) == m["crc32"].as_str(),
-            "{name}: not the file {} lists (another write replaced it): the set is inconsistent",
-            manifest.display()
-        );
-    }
-    Ok(())
-}
-
 /// Writes `e` to `path` in the format its name says; `meta` goes into the safetensors header.
 pub fn write(path: &Path, e: &Exported, meta: &[(&str, String)]) -> Result<()> {
     let n = e.len();
@@ -212,24 +151,12 @@ pub fn write(path: &Path, e: &Exported, meta: &[(&str, String)]) -> Result<()> {
             write_atomic(path, &zip_stored(&members)?)
         }
         Format::Npy => {
-            // A set of files cannot be renamed at once: the manifest goes first and comes back
-            // last, so a set without one (or whose files differ from it) is recognisably
-            // incomplete, and `verify_set` refuses it.
-            let manifest = manifest_path(path);
-            crate::run_dir::remove_file(&manifest)?;
-            let mut members = vec![];
-            for (file, (_, a)) in files(path)?.iter().zip(&arrays) {
-                let bytes = a.npy();
-                write_atomic(file, &bytes)?;
-                let name = file
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                members.push(serde_json::json!({"file": name, "bytes": bytes.len(), "crc32": format!("{:08x}", crc32fast::hash(&bytes))}));
-            }
-            let meta: serde_json::Map<String, serde_json::Value> =
-                meta.iter().map(|(k, v)| (k.to_string(), v.clone().into())).collect();
-            crate::atomic::write_json(&manifest, &serde_json::json!({"members": members, "meta": meta}))
+            let members = files(path)?
+                .into_iter()
+                .zip(&arrays)
+                .map(|(f, (_, a))| (f, a.npy()))
+                .collect();
+            npy_set::write(path, members, meta)
         }
     }
 }

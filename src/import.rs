@@ -2,8 +2,10 @@
 //! `rdml.import_torch`): every command reads it as it reads a run it trained (`eval`, `attack`,
 //! `robustness`, `embed`, `report`), and `train --resume` fine-tunes it.
 //!
-//! The folder is written whole or not at all: it is built beside `--out` under a temporary name
-//! and renamed into place once every file is written.
+//! The folder is a run folder like any other ([`RunDir`]): a run it replaces (`--overwrite`) is
+//! moved aside, journaled, until the imported run's checkpoint (written last) stands, so a kill at
+//! any point leaves the old run or the new one once the next command settles the folder; files
+//! of the user's in the folder are never touched.
 
 use crate::config::Experiment;
 use crate::model::checkpoint::{self, Checkpoint};
@@ -103,16 +105,19 @@ fn experiment(req: &ImportRequest, embedding_dim: usize) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// Where the finished folder goes: `out` must be new, empty, or (with `overwrite`) an rdml run,
-/// as [`run_dir::inspect`] tells them apart for `train`.
-fn check_out(out: &Path, overwrite: bool) -> Result<()> {
+/// How the run folder `out` is claimed: new, empty or a run killed before its checkpoint
+/// ([`Start::New`]), or (with `overwrite`) a run replaced ([`Start::Overwrite`]), as
+/// [`run_dir::inspect`] tells them apart for `train`.
+fn check_out(out: &Path, overwrite: bool) -> Result<Start> {
     ensure!(
         !run_dir::is_link(out),
         "{} is a symbolic link; rdml does not write through links",
         out.display()
     );
+    ensure!(out.file_name().is_some(), "--out {}: name a folder", out.display());
+    run_dir::settle_interrupted(out)?;
     match run_dir::inspect(out)? {
-        run_dir::Found::Nothing => Ok(()),
+        run_dir::Found::Nothing | run_dir::Found::Started => Ok(Start::New),
         run_dir::Found::Foreign => bail!(
             "{} is not empty and is not an rdml run folder: choose another --out",
             out.display()
@@ -123,28 +128,14 @@ fn check_out(out: &Path, overwrite: bool) -> Result<()> {
                 "{} holds an rdml run: pass --overwrite to replace it, or choose another --out",
                 out.display()
             );
-            Ok(())
+            Ok(Start::Overwrite)
         }
     }
 }
 
-/// A sibling of `out` with a temporary name.
-fn sibling(out: &Path, what: &str) -> Result<PathBuf> {
-    let name = out
-        .file_name()
-        .with_context(|| format!("--out {}: name a folder", out.display()))?
-        .to_string_lossy();
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    Ok(parent.join(format!(".{name}.{what}.{}.tmp", std::process::id())))
-}
-
 /// Imports `req.from` into the run folder `req.out`; returns what was read and where it went.
 pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
-    check_out(&req.out, req.overwrite)?;
+    let start = check_out(&req.out, req.overwrite)?;
     let rules: Vec<KeyRule> = req.key_map.iter().map(|r| r.parse()).collect::<Result<_>>()?;
     let mut sources: Vec<Checkpoint> = vec![checkpoint::read(&req.from)?];
     if let Some(e) = &req.embedder {
@@ -169,41 +160,24 @@ pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
     record.embedding_dim = dim;
     record.config = req.config.clone();
     record.default_config = req.config.is_none();
-    let tmp = sibling(&req.out, "import")?;
-    let written = write_run(&tmp, &exp, net, in_shape, &record).and_then(|()| put_in_place(&tmp, &req.out));
+    let run = RunDir::open(&req.out, start)?;
+    let written = write_run(&run, &exp, net, in_shape, &record);
     if written.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
+        let _ = run.abandon_replacement();
     }
     written?;
     Ok(record)
 }
 
+/// The imported run's files, its checkpoint last: until it stands, a replaced run comes back.
 fn write_run(
-    tmp: &Path,
+    run: &RunDir,
     exp: &Experiment,
     net: crate::model::EmbeddingNet,
     in_shape: [usize; 3],
     record: &ImportRecord,
 ) -> Result<()> {
-    let _ = std::fs::remove_dir_all(tmp);
-    let run = RunDir::open(tmp, Start::New)?;
-    crate::train::seed_run(exp, net, in_shape, &run)?;
-    crate::atomic::write_json(&run.file(run_dir::IMPORT), record)
-}
-
-/// Renames the written folder to `out`, replacing an empty folder or (checked before) a run.
-fn put_in_place(tmp: &Path, out: &Path) -> Result<()> {
-    let rename = |a: &Path, b: &Path| {
-        std::fs::rename(a, b).with_context(|| format!("cannot rename {} to {}", a.display(), b.display()))
-    };
-    if !out.exists() {
-        return rename(tmp, out);
-    }
-    let old = sibling(out, "replaced")?;
-    rename(out, &old)?;
-    if let Err(e) = rename(tmp, out) {
-        rename(&old, out)?;
-        return Err(e);
-    }
-    std::fs::remove_dir_all(&old).with_context(|| format!("cannot remove {}", old.display()))
+    crate::atomic::write_json(&run.file(run_dir::IMPORT), record)?;
+    crate::train::seed_run(exp, net, in_shape, run)?;
+    Ok(())
 }

@@ -40,6 +40,7 @@ pub mod loss;
 pub mod model;
 pub mod model_scoring;
 pub mod output;
+pub mod owned;
 pub mod progress;
 pub mod quickstart;
 pub mod report;

@@ -2,7 +2,10 @@
 //! write: one policy, checked before any work and again at the write.
 //!
 //! - Never over a file of an rdml run folder that rdml itself writes (`model.safetensors`,
-//!   `run.json`, `config.toml`, …): those are the run's, whatever flag is given.
+//!   `run.json`, `config.toml`, …), nor into its checkpoint or staging folders: those are the
+//!   run's, whatever flag is given.
+//! - Never over a symbolic link (dangling, looping, or to a file): it is the user's; only a link
+//!   to a FIFO or a terminal (`/dev/stdout`) is written through, as the stream it names.
 //! - Into a FIFO or a character device (a terminal, `/dev/stdout`) as it is, never replacing it.
 //! - Never over anything else that is not a regular file (a socket, a block device).
 //! - Over an existing regular file only when asked (`--overwrite`); the new file is written to a
@@ -24,23 +27,17 @@ pub enum Target {
 
 /// Checks that `path` may be written, and how.
 pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if let Some(name) = path.file_name().and_then(|n| n.to_str())
-        && crate::run_dir::is_own_file(name)
-        && crate::run_dir::is_run_folder(dir)
-    {
-        bail!(
-            "{} is a file of the rdml run in {} (rdml writes it, and it holds the run's own \
-             results); choose another name",
-            path.display(),
-            dir.display()
-        );
-    }
+    refuse_run_files(path)?;
+    let link = crate::run_dir::is_link(path);
     // The path as it resolves (through a link), to tell a stream from a file.
     let Ok(meta) = std::fs::metadata(path) else {
+        if link {
+            bail!(
+                "{} is a symbolic link that leads nowhere (dangling or looping): rdml never replaces a link; \
+                 remove it or choose another name",
+                path.display()
+            );
+        }
         crate::atomic::check_writable(path)?;
         return Ok(Target::File);
     };
@@ -51,6 +48,16 @@ pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
         if t.is_fifo() || t.is_char_device() {
             return Ok(Target::Stream);
         }
+    }
+    if link {
+        bail!(
+            "{} is a symbolic link (to {}): rdml never replaces a link nor writes through it to a file; \
+             name the file itself, or remove the link",
+            path.display(),
+            std::fs::read_link(path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default()
+        );
     }
     if t.is_dir() {
         bail!("{} is a folder; expected a file name", path.display());
@@ -66,6 +73,46 @@ pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
     }
     crate::atomic::check_writable(path)?;
     Ok(Target::File)
+}
+
+/// Refuses a path of a run's own: one of the files rdml writes in a run folder, or anything in its
+/// checkpoint or staging folders (`RUN/checkpoint/model.safetensors`, `RUN/.rdml-replaced/…`).
+fn refuse_run_files(path: &Path) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Some(name) = path.file_name().and_then(|n| n.to_str())
+        && crate::run_dir::is_own_file(name)
+        && crate::run_dir::is_run_folder(dir)
+    {
+        bail!(
+            "{} is a file of the rdml run in {} (rdml writes it, and it holds the run's own \
+             results); choose another name",
+            path.display(),
+            dir.display()
+        );
+    }
+    for inner in dir.ancestors().take_while(|a| !a.as_os_str().is_empty()) {
+        let (Some(name), Some(run)) = (inner.file_name().and_then(|n| n.to_str()), inner.parent()) else {
+            break;
+        };
+        let run = if run.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            run
+        };
+        if crate::run_dir::is_own_folder(name) && crate::run_dir::is_run_folder(run) {
+            bail!(
+                "{} is inside {}, a folder the rdml run in {} keeps for itself (its checkpoint or a \
+                 replaced run); choose a path outside it",
+                path.display(),
+                inner.display(),
+                run.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Checks every file of a set (e.g. `embed`'s `.npy` and its side files): each must be a new or
@@ -175,5 +222,51 @@ mod tests {
         let e = check_files(std::slice::from_ref(&p), true).unwrap_err().to_string();
         assert!(e.contains("is a FIFO or a device"), "{e}");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Links are never replaced (dangling, looping, or to a file, with `--overwrite` or not);
+    /// a link to a character device is written through as the stream it names (issue 38).
+    #[test]
+    fn links_are_never_replaced() {
+        let d = scratch("links");
+        let target = d.join("target.json");
+        std::fs::write(&target, b"the user's").unwrap();
+        let cases = [
+            ("to-file", target.clone()),
+            ("dangling", d.join("nowhere")),
+            ("loop", d.join("loop")),
+        ];
+        for (name, to) in &cases {
+            std::os::unix::fs::symlink(to, d.join(name)).unwrap();
+            for overwrite in [false, true] {
+                let e = write(&d.join(name), b"x", overwrite).unwrap_err().to_string();
+                assert!(e.contains("is a symbolic link"), "{name}: {e}");
+                assert!(crate::run_dir::is_link(&d.join(name)), "{name}: the link stays");
+            }
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"the user's");
+        std::os::unix::fs::symlink("/dev/null", d.join("null")).unwrap();
+        assert_eq!(check(&d.join("null"), false).unwrap(), Target::Stream);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Nothing inside a run's checkpoint or staging folders is an output, `--overwrite` or not.
+    #[test]
+    fn a_runs_checkpoint_folders_are_never_written() {
+        let d = scratch("ckpt");
+        std::fs::write(d.join(crate::run_dir::MARKER), b"{}").unwrap();
+        for inner in ["checkpoint", "checkpoint.old", ".rdml-replaced"] {
+            std::fs::create_dir_all(d.join(inner).join("deeper")).unwrap();
+            for p in [d.join(inner).join("state.json"), d.join(inner).join("deeper/x.json")] {
+                let e = write(&p, b"x", true).unwrap_err().to_string();
+                assert!(e.contains("a folder the rdml run in"), "{}: {e}", p.display());
+                assert!(!p.exists());
+            }
+        }
+        // Outside a run, a folder of that name is an ordinary one.
+        let plain = scratch("ckpt-plain");
+        write(&plain.join("checkpoint/a.json"), b"x", false).unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&plain);
     }
 }

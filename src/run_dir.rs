@@ -12,7 +12,7 @@ pub mod status;
 
 pub use files::*;
 pub use log::RunLog;
-pub use replace::settle_interrupted;
+pub use replace::{new_token, settle_interrupted};
 pub use status::{RunStatus, check_finished, check_unchanged, model_digest, status};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -115,6 +115,12 @@ pub fn is_own_file(name: &str) -> bool {
         .iter()
         .chain(&[CKPT, CKPT_TMP, CKPT_OLD, MARKER])
         .any(|n| *n == name)
+}
+
+/// Whether `name` is a folder a run keeps for itself (its checkpoints, a replaced run's stash):
+/// nothing but rdml writes inside it.
+pub fn is_own_folder(name: &str) -> bool {
+    [CKPT, CKPT_TMP, CKPT_OLD, REPLACED].contains(&name)
 }
 
 /// What `dir` holds.

@@ -283,14 +283,12 @@ fn save_examples_writes_each_adversarial_image_as_png() {
         let img = image::open(dir.join(e["file"].as_str().unwrap())).unwrap();
         assert_eq!((img.width(), img.height()), (28, 28));
     }
-    // Again with fewer queries: the folder holds exactly the new set (issue 28, family 7), and
-    // while a set is being written there is no index to mistake for it.
+    // Again with fewer queries: the folder holds exactly the new set (issue 28, family 7); while
+    // it is being written, the earlier set stands whole with its index (issue 38).
     std::fs::write(dir.join("mine.png"), b"a user's file").unwrap();
+    let before = std::fs::read(dir.join("NN-CW-PGD_0.5-index.json")).unwrap();
     let mut w = ExampleWriter::new(&dir, "NN-CW-PGD:0.5").unwrap();
-    assert!(
-        !dir.join("NN-CW-PGD_0.5-index.json").exists(),
-        "the old index goes first"
-    );
+    assert_eq!(std::fs::read(dir.join("NN-CW-PGD_0.5-index.json")).unwrap(), before);
     let setup = Setup::white_box(&ctx, &p, 4, 4, 0);
     rdml::attack::suite::run_saving(&setup, attack("ES").unwrap().as_ref(), Some(&mut w)).unwrap();
     assert_eq!(w.finish().unwrap(), 4);
@@ -300,9 +298,31 @@ fn save_examples_writes_each_adversarial_image_as_png() {
         .collect();
     names.sort();
     let mut want: Vec<String> = (0..4).map(|i| format!("NN-CW-PGD_0.5-{i:06}.png")).collect();
-    want.extend(["NN-CW-PGD_0.5-index.json".to_string(), "mine.png".to_string()]);
+    want.extend(["NN-CW-PGD_0.5-index.json", "mine.png", ".rdml-examples.json"].map(String::from));
     want.sort();
     assert_eq!(names, want);
+    // A file of this attack's names that rdml did not write (a user's PNG no index listed) is
+    // refused before any work, and stays; so is one rdml wrote and the user changed.
+    std::fs::write(dir.join("NN-CW-PGD_0.5-000123.png"), b"a user's image").unwrap();
+    let e = ExampleWriter::new(&dir, "NN-CW-PGD:0.5").err().unwrap().to_string();
+    assert!(
+        e.contains("NN-CW-PGD_0.5-000123.png exists and rdml did not write it"),
+        "{e}"
+    );
+    std::fs::remove_file(dir.join("NN-CW-PGD_0.5-000123.png")).unwrap();
+    std::fs::write(dir.join("NN-CW-PGD_0.5-000001.png"), b"edited").unwrap();
+    assert!(ExampleWriter::new(&dir, "NN-CW-PGD:0.5").is_err());
+    // A run that fails (the writer dropped unfinished) leaves the folder as it was.
+    std::fs::remove_file(dir.join("NN-CW-PGD_0.5-000001.png")).unwrap();
+    let w = ExampleWriter::new(&dir, "NN-CW-PGD:0.5").unwrap();
+    drop(w);
+    let mut after: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    after.sort();
+    want.retain(|n| n != "NN-CW-PGD_0.5-000001.png");
+    assert_eq!(after, want);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

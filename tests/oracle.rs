@@ -181,14 +181,12 @@ fn the_out_folder_takes_only_what_rdml_wrote() {
     assert!(write(&mine, &[("a.json", b"x".to_vec())]).is_err());
     assert_eq!(std::fs::read(mine.join("a.json")).unwrap(), b"mine");
     assert!(!mine.join(MARKER).exists());
-    // An interrupted change (the marker admits old and new, the file still old) is recognised.
+    // A ledger of the earlier format (each name's admissible digests, old and new) is read.
     let journal = root.join("journal");
-    write(&journal, &[("a.json", b"old".to_vec())]).unwrap();
-    let marker: std::collections::BTreeMap<String, Vec<String>> =
-        serde_json::from_slice(&std::fs::read(journal.join(MARKER)).unwrap()).unwrap();
-    let mut both = marker.clone();
-    both.get_mut("a.json").unwrap().push("crc32:00000000:3".into());
-    std::fs::write(journal.join(MARKER), serde_json::to_vec(&both).unwrap()).unwrap();
+    std::fs::create_dir_all(&journal).unwrap();
+    std::fs::write(journal.join("a.json"), b"old").unwrap();
+    let both = serde_json::json!({"a.json": [rdml::owned::digest(b"old"), "crc32:00000000:3"]});
+    std::fs::write(journal.join(MARKER), both.to_string()).unwrap();
     write(&journal, &[("a.json", b"new".to_vec())]).unwrap();
     assert_eq!(std::fs::read(journal.join("a.json")).unwrap(), b"new");
     // A run folder is no output.

@@ -1,13 +1,14 @@
 //! `--save-examples DIR`: the adversarial images of an attack run as PNG files, one per attacked
 //! item, named by the attack and the item's index in the test split, with `index.json` listing
 //! them in `ATTACK-index.json` (index, label, file, and the L∞ size of the perturbation applied).
+//! The set changes whole (see [`ExampleWriter`]).
 
-use crate::atomic::{write_atomic, write_json};
+use crate::owned::{Change, Ledger};
 use anyhow::{Context as _, Result, ensure};
 use burn::tensor::Tensor;
 use serde::Serialize;
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What receives an attack run's images, batch by batch: the clean and adversarial images
 /// (`[b, c, h, w]` in [0, 1]) of the test items `items` (indices into the test split, whose
@@ -25,54 +26,89 @@ pub struct Example {
     pub linf: f32,
 }
 
-/// Where a run's examples go.
+/// Where a run's examples go: a folder whose files rdml wrote are recorded in its ledger
+/// ([`crate::owned`], `.rdml-examples.json`); a new set is staged whole and swapped in with its
+/// index, so the folder holds the earlier set or the new one, never a mix, and a file rdml did
+/// not write (a user's PNG of the same name) is never replaced or removed.
 pub struct ExampleWriter {
-    dir: PathBuf,
     stem: String,
+    change: Option<Change>,
     saved: Vec<Example>,
 }
 
+/// The ledger of an examples folder.
+pub const LEDGER: &str = ".rdml-examples.json";
+const WHAT: &str = "--save-examples";
+
 impl ExampleWriter {
-    /// Checks that `dir` can be written (making it) before any work. An earlier set of the same
-    /// attack loses its index first, so that until this one is finished the folder holds no
-    /// index that could describe a mix.
+    /// Checks, before any work, that `dir` can take the set (making it): every file there that
+    /// bears this attack's names must be one rdml wrote. An interrupted earlier set is settled.
     pub fn new(dir: &Path, attack_spec: &str) -> Result<Self> {
-        crate::atomic::check_writable(&dir.join("index.json")).context("--save-examples")?;
+        crate::atomic::check_writable(&dir.join("index.json")).context(WHAT)?;
+        ensure!(
+            !crate::run_dir::is_link(dir),
+            "{WHAT}: {} is a symbolic link; rdml does not write through links",
+            dir.display()
+        );
         let stem = attack_spec.replace(':', "_").replace('=', "-").replace('/', "_");
-        let w = Self {
-            dir: dir.to_path_buf(),
+        let ledger = Ledger::open(dir, LEDGER, WHAT)?;
+        let index = index_name(&stem);
+        let mine: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| is_ours(&stem, n) || *n == index)
+            .collect();
+        ledger.check_free(mine.iter().map(String::as_str), WHAT)?;
+        Ok(Self {
             stem,
+            change: Some(ledger.begin()?),
             saved: vec![],
-        };
-        crate::run_dir::remove_file(&w.index()).context("--save-examples")?;
-        Ok(w)
+        })
     }
 
-    fn index(&self) -> PathBuf {
-        self.dir.join(format!("{}-index.json", self.stem))
+    fn change(&mut self) -> Result<&mut Change> {
+        self.change.as_mut().context("the examples were already written")
     }
 
-    /// Whether `name` is one of this attack's images (`STEM-NNNNNN.png`).
-    fn is_ours(&self, name: &str) -> bool {
-        name.strip_prefix(&format!("{}-", self.stem))
-            .and_then(|r| r.strip_suffix(".png"))
-            .is_some_and(|n| n.len() == 6 && n.bytes().all(|b| b.is_ascii_digit()))
-    }
-
-    /// Removes the images of earlier sets of this attack that this one did not write, then
-    /// writes `ATTACK-index.json`, last: the folder then holds exactly the set the index lists.
-    /// Returns the number of images written.
-    pub fn finish(self) -> Result<usize> {
+    /// Puts the set in place with its index, removing this attack's earlier images that it did
+    /// not write again. Returns the number of images written.
+    pub fn finish(mut self) -> Result<usize> {
+        let index = index_name(&self.stem);
+        let bytes = serde_json::to_vec_pretty(&self.saved)?;
+        let change = self.change.take().context("the examples were already written")?;
         let kept: std::collections::HashSet<&str> = self.saved.iter().map(|e| e.file.as_str()).collect();
-        for e in std::fs::read_dir(&self.dir).with_context(|| format!("cannot read {}", self.dir.display()))? {
-            let name = e?.file_name().to_string_lossy().into_owned();
-            if self.is_ours(&name) && !kept.contains(name.as_str()) {
-                crate::run_dir::remove_file(&self.dir.join(&name))?;
-            }
-        }
-        write_json(&self.index(), &self.saved)?;
+        let stale: Vec<String> = change
+            .ledger()
+            .names()
+            .filter(|n| is_ours(&self.stem, n) && !kept.contains(n))
+            .map(str::to_string)
+            .collect();
+        let mut change = change;
+        change.stage(&index, &bytes)?;
+        change.commit(&stale, WHAT)?;
         Ok(self.saved.len())
     }
+}
+
+impl Drop for ExampleWriter {
+    /// A run that failed leaves the folder as it was.
+    fn drop(&mut self) {
+        if let Some(c) = self.change.take() {
+            let _ = c.abandon();
+        }
+    }
+}
+
+fn index_name(stem: &str) -> String {
+    format!("{stem}-index.json")
+}
+
+/// Whether `name` is one of this attack's images (`STEM-NNNNNN.png`).
+fn is_ours(stem: &str, name: &str) -> bool {
+    name.strip_prefix(&format!("{stem}-"))
+        .and_then(|r| r.strip_suffix(".png"))
+        .is_some_and(|n| n.len() == 6 && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl AdversarialSink for ExampleWriter {
@@ -95,7 +131,7 @@ impl AdversarialSink for ExampleWriter {
                 .fold(0.0f32, f32::max);
             let png = png_bytes(img, [c, h, w])?;
             let file = format!("{}-{index:06}.png", self.stem);
-            write_atomic(&self.dir.join(&file), &png)?;
+            self.change()?.stage(&file, &png)?;
             self.saved.push(Example {
                 index,
                 label: labels[index],

@@ -2,7 +2,7 @@
 
 use super::budget::{Budget, attack_help, profile_help};
 use super::{Outcome, open_device};
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -51,7 +51,7 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         attack.is_none() || split == rdml::embed::Split::Test,
         "--attack attacks test items: use it with --split test"
     );
-    rdml::output::check_files(&rdml::embed::output_files(&out)?, overwrite).context("--out")?;
+    rdml::embed::check_out(&out, overwrite)?;
     let device = open_device(flag, &[], quiet)?;
     let target = rdml::target::Target::open(&model, data.as_deref(), 0, &device)?;
     let run_ = &target.run;
@@ -83,7 +83,7 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         ("split", what.clone()),
         ("rdml", env!("CARGO_PKG_VERSION").to_string()),
     ];
-    rdml::output::check_files(&rdml::embed::output_files(&out)?, overwrite).context("--out")?;
+    rdml::embed::check_out(&out, overwrite)?;
     rdml::embed::write(&out, &exported, &meta)?;
     println!(
         "Wrote {} embeddings of dimension {} ({what}) to {}.",

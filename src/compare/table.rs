@@ -3,10 +3,10 @@
 //! report takes its cells from here.
 
 use super::{CompareOptions, Row, SeedSummary, summaries};
-use crate::atomic::write_atomic;
 use crate::attack::score::MeanStd;
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
+use crate::owned::Ledger;
 use anyhow::Result;
 
 impl SeedSummary {
@@ -134,12 +134,34 @@ pub(super) fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareO
         "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed,
         "seeds": opts.seeds, "summary": sums, "rows": rows
     });
-    write_atomic(
-        &opts.out.join("compare.json"),
-        serde_json::to_string_pretty(&json)?.as_bytes(),
-    )?;
-    write_atomic(
-        &opts.out.join("compare.md"),
-        render(rows, sums.as_deref(), opts.seeds).as_bytes(),
-    )
+    let mut change = Ledger::open(&opts.out, LEDGER, WHAT)?.begin()?;
+    change.stage(TABLES[0], serde_json::to_string_pretty(&json)?.as_bytes())?;
+    change.stage(TABLES[1], render(rows, sums.as_deref(), opts.seeds).as_bytes())?;
+    change.commit(&[], WHAT)?;
+    Ok(())
+}
+
+/// The tables' files, and the ledger that records them ([`crate::owned`]): both change together,
+/// and a file of those names that rdml did not write is never replaced.
+const TABLES: [&str; 2] = ["compare.json", "compare.md"];
+const LEDGER: &str = ".rdml-compare.json";
+const WHAT: &str = "--out";
+
+/// Checks, before the first run trains, that `out` can take the comparison: a folder (new, or
+/// not a run: the runs go into it), whose `compare.json` and `compare.md`, if any, rdml wrote.
+pub(super) fn check_out(out: &std::path::Path) -> Result<()> {
+    if let Ok(m) = std::fs::symlink_metadata(out) {
+        anyhow::ensure!(
+            m.is_dir(),
+            "--out {}: exists and is not a folder (a file or a link); expected the comparison's folder",
+            out.display()
+        );
+        anyhow::ensure!(
+            !crate::run_dir::is_run_folder(out),
+            "--out {}: is an rdml run folder; the comparison's runs and tables go into a folder of their own",
+            out.display()
+        );
+    }
+    crate::atomic::check_writable(&out.join(TABLES[0]))?;
+    Ledger::open(out, LEDGER, WHAT)?.check_free(TABLES, WHAT)
 }

@@ -25,7 +25,7 @@ pub const IMPORT: &str = "import.json";
 pub const STATE: &str = "state.json";
 
 /// Whether `p` is a symbolic link (`symlink_metadata`: the link itself, not its target).
-pub(crate) fn is_link(p: &Path) -> bool {
+pub fn is_link(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
 }
 

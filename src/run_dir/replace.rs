@@ -24,8 +24,9 @@ fn run_names() -> impl Iterator<Item = &'static str> {
     RUN_FILES.iter().copied().chain([CKPT, CKPT_TMP, CKPT_OLD])
 }
 
-/// A token tying a stash to its run: written to the run's marker and to the stash's journal.
-pub(super) fn new_token() -> String {
+/// A token tying a stash to its run (written to the run's marker and to the stash's journal), or
+/// a staging folder to its ledger: distinct per process and moment.
+pub fn new_token() -> String {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

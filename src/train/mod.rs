@@ -120,11 +120,12 @@ pub fn seed_run(
         config_toml: config_toml.clone(),
         defense_state: Default::default(),
     };
-    trainer.save_checkpoint(run, &state)?;
     trainer.net.save(&run.file(run_dir::MODEL))?;
     write_atomic(&run.file(run_dir::CONFIG), config_toml.as_bytes())?;
     let report = Done::default().report(exp, true);
     write_json(&run.file(run_dir::RUN), &report)?;
+    // Last: a run this one replaces stands until the new checkpoint does.
+    trainer.save_checkpoint(run, &state)?;
     Ok(report)
 }
 

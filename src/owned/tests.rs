@@ -1,0 +1,97 @@
+use super::*;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdml-owned-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const L: &str = ".rdml-test.json";
+
+fn write_set(d: &Path, files: &[(&str, &[u8])], removes: &[&str]) -> Result<Ledger> {
+    let mut c = Ledger::open(d, L, "out")?.begin()?;
+    for (n, b) in files {
+        c.stage(n, b)?;
+    }
+    let r: Vec<String> = removes.iter().map(|s| s.to_string()).collect();
+    c.commit(&r, "out")
+}
+
+/// Files rdml wrote are replaced and removed; a user's file of a name rdml would write is
+/// refused, one it never named is untouched.
+#[test]
+fn only_recorded_files_are_replaced_or_removed() {
+    let d = scratch("own");
+    std::fs::write(d.join("notes.txt"), b"mine").unwrap();
+    write_set(&d, &[("a.json", b"1"), ("b.json", b"2")], &[]).unwrap();
+    let l = write_set(&d, &[("a.json", b"3")], &["b.json", "notes.txt"]).unwrap();
+    assert_eq!(std::fs::read(d.join("a.json")).unwrap(), b"3");
+    assert!(!d.join("b.json").exists());
+    assert_eq!(std::fs::read(d.join("notes.txt")).unwrap(), b"mine");
+    assert_eq!(l.names().collect::<Vec<_>>(), ["a.json"]);
+    std::fs::write(d.join("a.json"), b"edited by the user").unwrap();
+    let e = write_set(&d, &[("a.json", b"4")], &[]).unwrap_err().to_string();
+    assert!(e.contains("a.json exists and rdml did not write it"), "{e}");
+    assert_eq!(std::fs::read(d.join("a.json")).unwrap(), b"edited by the user");
+    assert!(
+        std::fs::read_dir(&d)
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with(".rdml-staging")),
+        "a refused change leaves no staging folder"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A change killed before its point of no return is undone, one killed after it finished: the
+/// next open settles either, and the folder is the old set or the new one.
+#[test]
+fn an_interrupted_change_is_settled_by_the_next_open() {
+    let d = scratch("settle");
+    write_set(&d, &[("a", b"old a"), ("b", b"old b")], &[]).unwrap();
+    // Killed while writing: staged files, ledger in phase `writing`.
+    let mut c = Ledger::open(&d, L, "out").unwrap().begin().unwrap();
+    c.stage("a", b"new a").unwrap();
+    std::mem::forget(c);
+    let l = Ledger::open(&d, L, "out").unwrap();
+    assert!(l.owns("a") && l.owns("b"));
+    assert_eq!(std::fs::read(d.join("a")).unwrap(), b"old a");
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 3, "a, b and the ledger");
+    // Killed in the swap: the ledger says `swapping`, one file moved.
+    let mut c = l.begin().unwrap();
+    c.stage("a", b"new a").unwrap();
+    c.stage("c", b"new c").unwrap();
+    let mut p = c.ledger.state.pending.clone().unwrap();
+    p.phase = Phase::Swapping;
+    p.writes = c.staged.clone();
+    p.removes = vec!["b".into()];
+    c.ledger.state.pending = Some(p);
+    c.ledger.save().unwrap();
+    std::fs::rename(c.staging.join("a"), d.join("a")).unwrap();
+    std::mem::forget(c);
+    let l = Ledger::open(&d, L, "out").unwrap();
+    assert_eq!(std::fs::read(d.join("a")).unwrap(), b"new a");
+    assert_eq!(std::fs::read(d.join("c")).unwrap(), b"new c");
+    assert!(!d.join("b").exists());
+    assert_eq!(l.names().collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 3, "a, c and the ledger");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The ledger earlier versions wrote for a scored folder (each name's admissible digests) is
+/// read: a file whose bytes match is rdml's.
+#[test]
+fn the_earlier_ledger_format_is_read() {
+    let d = scratch("before");
+    std::fs::write(d.join("r.json"), b"x").unwrap();
+    std::fs::write(d.join("s.json"), b"changed").unwrap();
+    let old = serde_json::json!({"r.json": [digest(b"x")], "s.json": [digest(b"y")]});
+    std::fs::write(d.join(L), old.to_string()).unwrap();
+    let l = Ledger::open(&d, L, "out").unwrap();
+    assert!(l.owns("r.json") && !l.owns("s.json"));
+    std::fs::write(d.join(L), b"not json").unwrap();
+    let e = Ledger::open(&d, L, "out").unwrap_err().to_string();
+    assert!(e.contains("is not a ledger rdml wrote"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
