@@ -275,7 +275,7 @@ fn scored(
 
 mod table;
 use table::write_tables;
-pub use table::{COLUMNS, markdown, markdown_summary, tables, unhealthy};
+pub use table::{COLUMNS, LEDGER, markdown, markdown_summary, tables, unhealthy, write_report};
 
 #[cfg(test)]
 mod tests {

@@ -211,10 +211,11 @@ impl Ledger {
             }
             self.state.files.remove(name);
         }
+        // Before the ledger forgets the change: a kill between the two must not orphan it.
+        remove_staging(staging)?;
         self.state.files.extend(p.writes.clone());
         self.state.pending = None;
-        self.save()?;
-        remove_staging(staging)
+        self.save()
     }
 
     /// Starts a change: the ledger names its staging folder first, so a kill from here on

@@ -164,6 +164,24 @@ fn newest_checkpoint(dir: &Path) -> Option<(PathBuf, usize)> {
         })
 }
 
+/// Temporary files of a run's interrupted writes: `.NAME.PID.tmp` of a name the run writes (as
+/// [`crate::atomic`] names them) and `model.safetensors.tmp`; nothing else.
+fn remove_leftovers(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let temp_of_own = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .and_then(|n| n.rsplit_once('.'))
+            .is_some_and(|(own, pid)| is_own_file(own) && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if (temp_of_own || name == "model.safetensors.tmp") && !e.file_type()?.is_dir() {
+            remove(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Takes the run's lock (its marker file, created when missing).
 fn lock(dir: &Path) -> Result<File> {
     let d = dir.display();
@@ -248,17 +266,8 @@ impl RunDir {
         self.path.join(name)
     }
 
-    /// Temporary files of interrupted writes (`.NAME.PID.tmp`, `*.safetensors.tmp`).
     fn remove_leftovers(&self) -> Result<()> {
-        for e in std::fs::read_dir(&self.path).with_context(|| format!("cannot read {}", self.path.display()))? {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            let hidden_tmp = name.starts_with('.') && name.ends_with(".tmp") && name != MARKER;
-            if (hidden_tmp || name == "model.safetensors.tmp") && !e.file_type()?.is_dir() {
-                remove(&e.path())?;
-            }
-        }
-        Ok(())
+        remove_leftovers(&self.path)
     }
 
     /// A replacement that failed: the new run's files go, the replaced run's come back.

@@ -163,3 +163,392 @@ fn train_overwrite_killed_before_each_change_loses_nothing() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The changes a command makes, as `RDML_FAULT_LOG` lists them: `(number, what, path)`.
+fn counted(run: impl Fn(&[(&str, &str)]) -> Output, log: &Path) -> Vec<(usize, String)> {
+    let o = run(&[("RDML_FAULT_LOG", log.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut p = l.splitn(2, ' ');
+            (p.next().unwrap().parse().unwrap(), p.next().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// Every file under `dir` but run markers and ledgers (they hold tokens or digests, not results)
+/// and burn's checkpoint records (they hold each process's parameter ids: never the same bytes).
+fn results(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    snapshot(dir)
+        .into_iter()
+        .filter(|(k, _)| !k.contains(".rdml") && !k.ends_with(".bpk"))
+        .collect()
+}
+
+/// Kills `run` (into a fresh copy of `base`) before each change in `points` in turn; `next` is
+/// the next command, which settles the folder. After it the folder's results are `old` or
+/// `new`, never a mix, and no staging folder is left. Returns (kept old, stood new).
+fn kill_each(
+    d: &Path,
+    base: &Path,
+    points: &[usize],
+    run: impl Fn(&Path, &[(&str, &str)]) -> Output,
+    next: impl Fn(&Path),
+    new: &BTreeMap<String, Vec<u8>>,
+) -> (usize, usize) {
+    let old = results(base);
+    let (mut kept, mut stood) = (0, 0);
+    for &k in points {
+        let t = d.join(format!("killed-{k}"));
+        copy(base, &t);
+        let at = k.to_string();
+        let o = run(&t, &[("RDML_FAULT_AT", &at)]);
+        assert_eq!(o.status.code(), Some(137), "change {k}: {}", text(&o));
+        next(&t);
+        let now = results(&t);
+        assert!(
+            std::fs::read_dir(&t)
+                .unwrap()
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().starts_with(".rdml-staging")),
+            "change {k}: a staging folder is left"
+        );
+        assert_eq!(
+            now.get("notes.txt"),
+            old.get("notes.txt"),
+            "change {k}: the user's file"
+        );
+        if now == old {
+            kept += 1;
+        } else {
+            let differ: Vec<&String> = now
+                .keys()
+                .chain(new.keys())
+                .filter(|f| now.get(*f) != new.get(*f))
+                .collect();
+            assert!(
+                differ.is_empty(),
+                "change {k}: neither the old state nor the new: {differ:?} differ from the new"
+            );
+            stood += 1;
+        }
+        let _ = std::fs::remove_dir_all(&t);
+    }
+    (kept, stood)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdml-fault-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A finished quickstart run to read from, outside the folders under test.
+fn model(d: &Path) -> PathBuf {
+    let m = d.join("model");
+    assert!(train(&m, &[], &[]).status.success());
+    m
+}
+
+#[test]
+fn save_examples_over_earlier_ones_killed_before_each_change_loses_nothing() {
+    let d = scratch("examples");
+    let m = model(&d);
+    let attack = |t: &Path, queries: &str, env: &[(&str, &str)]| {
+        let a = [
+            "attack",
+            "--model",
+            m.to_str().unwrap(),
+            "--attack",
+            "ES",
+            "--steps",
+            "2",
+            "--queries",
+            queries,
+            "--batch",
+            "8",
+            "--quiet",
+            "--save-examples",
+            t.to_str().unwrap(),
+        ];
+        rdml(&a, env)
+    };
+    let base = d.join("base");
+    assert!(attack(&base, "12", &[]).status.success());
+    std::fs::write(base.join("notes.txt"), b"the user's own file").unwrap();
+    let whole = d.join("whole");
+    copy(&base, &whole);
+    let changes = counted(|env| attack(&whole, "8", env), &d.join("examples.log"));
+    let new = results(&whole);
+    assert_eq!(new.keys().filter(|k| k.ends_with(".png")).count(), 8);
+    let points: Vec<usize> = changes.iter().map(|c| c.0).collect();
+    assert!(points.len() >= 20, "{} changes", points.len());
+    // The next command: another set into the folder settles it first (here refused before work).
+    let next = |t: &Path| {
+        let o = rdml(
+            &[
+                "attack",
+                "--model",
+                "/nonexistent",
+                "--attack",
+                "ES",
+                "--save-examples",
+                t.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(!text(&o).contains("panicked"), "{}", text(&o));
+    };
+    let (kept, stood) = kill_each(&d, &base, &points, |t, env| attack(t, "8", env), next, &new);
+    assert!(
+        kept > 5 && stood > 5,
+        "{kept} kills kept the old set, {stood} the new one"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn an_npy_set_over_an_old_one_killed_before_each_change_loses_nothing() {
+    let d = scratch("embed");
+    let m = model(&d);
+    let embed = |t: &Path, split: &str, env: &[(&str, &str)]| {
+        let out = t.join("e.npy");
+        let a = [
+            "embed",
+            "--model",
+            m.to_str().unwrap(),
+            "--split",
+            split,
+            "--out",
+            out.to_str().unwrap(),
+            "--overwrite",
+            "--quiet",
+        ];
+        rdml(&a, env)
+    };
+    let base = d.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    assert!(embed(&base, "test", &[]).status.success());
+    std::fs::write(base.join("notes.txt"), b"the user's own file").unwrap();
+    let whole = d.join("whole");
+    copy(&base, &whole);
+    let changes = counted(|env| embed(&whole, "train", env), &d.join("embed.log"));
+    let new = results(&whole);
+    rdml::embed::verify_set(&whole.join("e.npy")).unwrap();
+    let points: Vec<usize> = changes.iter().map(|c| c.0).collect();
+    assert!(points.len() >= 12, "{} changes", points.len());
+    // The next command that writes the set settles it first.
+    let next = |t: &Path| {
+        rdml::embed::check_out(&t.join("e.npy"), true).unwrap();
+        rdml::embed::verify_set(&t.join("e.npy")).unwrap();
+    };
+    let (kept, stood) = kill_each(&d, &base, &points, |t, env| embed(t, "train", env), next, &new);
+    assert!(
+        kept > 3 && stood > 3,
+        "{kept} kills kept the old set, {stood} the new one"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn import_overwrite_killed_before_each_change_loses_nothing() {
+    use std::io::Read;
+    let d = scratch("import");
+    let gz = std::fs::File::open(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/import/renamed-c2f2.pth.gz"
+    ))
+    .unwrap();
+    let mut bytes = vec![];
+    flate2::read::GzDecoder::new(gz).read_to_end(&mut bytes).unwrap();
+    let from = d.join("c2f2.pth");
+    std::fs::write(&from, bytes).unwrap();
+    let import = |t: &Path, env: &[(&str, &str)]| {
+        let a = [
+            "import",
+            "--from",
+            from.to_str().unwrap(),
+            "--arch",
+            "c2f2",
+            "--key-map",
+            "encoder.=",
+            "--key-map",
+            "head.=fc2.",
+            "--out",
+            t.to_str().unwrap(),
+            "--overwrite",
+        ];
+        rdml(&a, env)
+    };
+    // The old state: a trained run, with a file of the user's in it.
+    let base = d.join("base");
+    assert!(train(&base, &[], &[]).status.success());
+    std::fs::write(base.join("notes.txt"), b"the user's own file").unwrap();
+    let whole = d.join("whole");
+    copy(&base, &whole);
+    let changes = counted(|env| import(&whole, env), &d.join("import.log"));
+    let new = results(&whole);
+    assert!(new.contains_key("import.json") && new.contains_key("notes.txt"));
+    assert!(!new.contains_key("log.jsonl"), "the trained run's files went");
+    let points: Vec<usize> = changes.iter().map(|c| c.0).collect();
+    assert!(points.len() >= 20, "{} changes", points.len());
+    let next = |t: &Path| {
+        let o = rdml(&["eval", "--model", t.to_str().unwrap(), "--quiet"], &[]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    let (kept, stood) = kill_each(&d, &base, &points, import, next, &new);
+    assert!(
+        kept > 5 && stood > 0,
+        "{kept} kills kept the old run, {stood} the new one"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `compare.json`'s run names, and whether `compare.md` names the same runs (one write of both).
+fn tables(t: &Path) -> (Vec<String>, bool) {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(t.join("compare.json")).unwrap()).unwrap();
+    let names: Vec<String> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    let md = std::fs::read_to_string(t.join("compare.md")).unwrap();
+    let all = ["quickstart-seed0", "quickstart-seed1", "quickstart-seed2"];
+    let agree = all
+        .iter()
+        .all(|n| md.contains(&format!("| {n} ")) == names.iter().any(|m| m == n));
+    (names, agree)
+}
+
+#[test]
+fn compare_adding_a_seed_killed_before_each_table_change_loses_nothing() {
+    let d = scratch("compare");
+    let compare = |t: &Path, seeds: &str, env: &[(&str, &str)]| {
+        let mut a = vec![
+            "compare",
+            "--configs",
+            "quickstart",
+            "--out",
+            t.to_str().unwrap(),
+            "--seeds",
+            seeds,
+        ];
+        a.extend(&QUICK[2..]);
+        a.extend(["--queries", "8", "--steps", "2", "--batch", "8"]);
+        rdml(&a, env)
+    };
+    let base = d.join("base");
+    let o = compare(&base, "2", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(base.join("notes.txt"), b"the user's own file").unwrap();
+    let whole = d.join("whole");
+    copy(&base, &whole);
+    let o = compare(&whole, "3", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(tables(&whole).0.len(), 3);
+    // The added seed's run, trained: the kills below interrupt the comparison's own writes.
+    copy(&whole.join("quickstart-seed2"), &base.join("quickstart-seed2"));
+    let again = d.join("again");
+    copy(&base, &again);
+    let changes = counted(|env| compare(&again, "3", env), &d.join("compare.log"));
+    let own = |p: &str| {
+        let p = Path::new(p);
+        p.parent() == Some(&again)
+            || p.parent().and_then(Path::parent) == Some(&again) && p.to_string_lossy().contains(".rdml-staging")
+    };
+    let path = |c: &(usize, String)| c.1.split_once(' ').unwrap().1.to_string();
+    // The last write of the tables and the report's (the earlier ones are the same code on fewer
+    // rows): each begins with the ledger's two changes, then its staging folder.
+    let stagings: Vec<usize> = changes
+        .iter()
+        .filter(|c| c.1.starts_with("mkdir") && own(&path(c)))
+        .map(|c| c.0)
+        .collect();
+    let from = stagings[stagings.len() - 2] - 2;
+    let points: Vec<usize> = changes
+        .iter()
+        .filter(|c| c.0 >= from && own(&path(c)))
+        .map(|c| c.0)
+        .collect();
+    assert!(points.len() >= 15, "{} changes of the tables", points.len());
+    let (mut before, mut after) = (0, 0);
+    for &k in &points {
+        let t = d.join(format!("killed-{k}"));
+        copy(&base, &t);
+        let at = k.to_string();
+        assert_eq!(
+            compare(&t, "3", &[("RDML_FAULT_AT", &at)]).status.code(),
+            Some(137),
+            "change {k}"
+        );
+        rdml::owned::Ledger::open(&t, rdml::compare::LEDGER, "--out").unwrap();
+        assert_eq!(std::fs::read(t.join("notes.txt")).unwrap(), b"the user's own file");
+        // The pair of the write before (two runs) or of this one (three), never one of each.
+        let (names, agree) = tables(&t);
+        assert!(
+            agree,
+            "change {k}: compare.md and compare.json from different writes: {names:?}"
+        );
+        match names.len() {
+            2 => before += 1,
+            3 => after += 1,
+            n => panic!("change {k}: {n} rows"),
+        }
+        let _ = std::fs::remove_dir_all(&t);
+    }
+    assert!(
+        before > 3 && after > 5,
+        "{before} kills kept the tables before, {after} the new ones"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `compare` refuses, before it trains anything: a folder holding a `compare.json` rdml did not
+/// write, a run folder, and seeds past the largest a config holds (issue 38).
+#[test]
+fn compare_refuses_before_training() {
+    let d = scratch("compare-refusals");
+    let compare = |out: &Path, extra: &[&str]| {
+        let mut a = vec!["compare", "--configs", "quickstart", "--out", out.to_str().unwrap()];
+        a.extend(&QUICK[2..]);
+        a.extend(extra);
+        rdml(&a, &[])
+    };
+    let theirs = d.join("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("compare.json"), b"{\"another\": \"tool\"}").unwrap();
+    let o = compare(&theirs, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("compare.json exists and rdml did not write it"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_dir(&theirs).unwrap().count(),
+        1,
+        "nothing written beside it"
+    );
+    let run = d.join("run");
+    assert!(train(&run, &[], &[]).status.success());
+    let before = snapshot(&run);
+    let o = compare(&run, &[]);
+    assert!(text(&o).contains("is an rdml run folder"), "{}", text(&o));
+    assert!(snapshot(&run) == before);
+    let fresh = d.join("fresh");
+    let o = compare(&fresh, &["--seeds", "2", "--set", "seed=9223372036854775807"]);
+    assert!(
+        text(&o).contains("its last seed would pass 9223372036854775807"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !fresh.join("quickstart-seed9223372036854775807").exists(),
+        "nothing trained"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -144,7 +144,8 @@ pub(super) fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareO
 /// The tables' files, and the ledger that records them ([`crate::owned`]): both change together,
 /// and a file of those names that rdml did not write is never replaced.
 const TABLES: [&str; 2] = ["compare.json", "compare.md"];
-const LEDGER: &str = ".rdml-compare.json";
+/// The ledger of a comparison's folder.
+pub const LEDGER: &str = ".rdml-compare.json";
 const WHAT: &str = "--out";
 
 /// Checks, before the first run trains, that `out` can take the comparison: a folder (new, or
@@ -163,5 +164,16 @@ pub(super) fn check_out(out: &std::path::Path) -> Result<()> {
         );
     }
     crate::atomic::check_writable(&out.join(TABLES[0]))?;
-    Ledger::open(out, LEDGER, WHAT)?.check_free(TABLES, WHAT)
+    Ledger::open(out, LEDGER, WHAT)?.check_free(TABLES.into_iter().chain([REPORT]), WHAT)
 }
+
+/// The comparison's page (rendered by [`crate::html`] from `compare.json`), written through the
+/// folder's ledger: a `report.html` rdml did not write is never replaced.
+pub fn write_report(out: &std::path::Path, page: &[u8]) -> Result<std::path::PathBuf> {
+    let mut change = Ledger::open(out, LEDGER, WHAT)?.begin()?;
+    change.stage(REPORT, page)?;
+    change.commit(&[], WHAT)?;
+    Ok(out.join(REPORT))
+}
+
+const REPORT: &str = "report.html";

@@ -278,7 +278,5 @@ pub fn write_compare(dir: &Path) -> Result<PathBuf> {
         "ERS",
         &pts,
     )?);
-    let path = dir.join(FILE);
-    write_atomic(&path, page.finish().as_bytes())?;
-    Ok(path)
+    crate::compare::write_report(dir, page.finish().as_bytes())
 }

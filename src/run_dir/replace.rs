@@ -10,7 +10,9 @@
 //! the stash is being emptied). The next `train` into the folder finishes or undoes an
 //! interrupted replacement first, and says which.
 
-use super::{CKPT, CKPT_OLD, CKPT_TMP, MARKER, RUN_FILES, is_link, lock, remove, rename, sync_folder};
+use super::{
+    CKPT, CKPT_OLD, CKPT_TMP, MARKER, RUN_FILES, is_link, lock, remove, remove_leftovers, rename, sync_folder,
+};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 
@@ -133,6 +135,9 @@ pub(super) fn put_back_after(dir: &Path, new_files_written: bool) -> Result<()> 
         if stashed && std::fs::symlink_metadata(&here).is_err() {
             rename(&kept, &here)?;
         }
+    }
+    if new_files_written {
+        remove_leftovers(dir)?;
     }
     sync_folder(dir)?;
     drop_stash(&stash)
