@@ -140,6 +140,17 @@ pub fn inspect(dir: &Path) -> Result<Found> {
             .is_none();
         return Ok(if empty { Found::Nothing } else { Found::Foreign });
     }
+    if let Some(link) = [CKPT, CKPT_TMP, CKPT_OLD]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| is_link(p))
+    {
+        bail!(
+            "{} is a symbolic link: rdml neither reads nor replaces a run's checkpoint through a link; \
+             put the checkpoint folder itself there (or remove the link) and run again",
+            link.display()
+        );
+    }
     if let Some((true, epochs)) = report {
         return Ok(Found::Finished { epochs });
     }
@@ -164,8 +175,8 @@ fn newest_checkpoint(dir: &Path) -> Option<(PathBuf, usize)> {
         })
 }
 
-/// Temporary files of a run's interrupted writes: `.NAME.PID.tmp` of a name the run writes (as
-/// [`crate::atomic`] names them) and `model.safetensors.tmp`; nothing else.
+/// Temporary files of a run's interrupted writes: `.NAME.PID.tmp` (as [`crate::atomic`] names
+/// them) or `.NAME.tmp` of a name the run writes, and `model.safetensors.tmp`; nothing else.
 fn remove_leftovers(dir: &Path) -> Result<()> {
     for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let e = e?;
@@ -173,8 +184,12 @@ fn remove_leftovers(dir: &Path) -> Result<()> {
         let temp_of_own = name
             .strip_prefix('.')
             .and_then(|n| n.strip_suffix(".tmp"))
-            .and_then(|n| n.rsplit_once('.'))
-            .is_some_and(|(own, pid)| is_own_file(own) && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+            .is_some_and(|n| {
+                is_own_file(n)
+                    || n.rsplit_once('.').is_some_and(|(own, pid)| {
+                        is_own_file(own) && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+                    })
+            });
         if (temp_of_own || name == "model.safetensors.tmp") && !e.file_type()?.is_dir() {
             remove(&e.path())?;
         }

@@ -49,11 +49,14 @@ pub fn check(bytes: &[u8]) -> Result<()> {
             "F16" | "BF16" | "I16" | "U16" => 2,
             _ => 1,
         };
-        let count: usize = shape.iter().product();
+        // Checked: a crafted shape whose product wraps must not pass for the bytes it names.
+        let need = shape
+            .iter()
+            .try_fold(width, |a: usize, &d| a.checked_mul(d))
+            .with_context(|| format!("tensor {name}: shape {shape:?} has more elements than memory can hold"))?;
         ensure!(
-            count * width == hi - lo,
-            "tensor {name}: shape {shape:?} of {dtype} needs {} bytes, the header gives {}",
-            count * width,
+            need == hi - lo,
+            "tensor {name}: shape {shape:?} of {dtype} needs {need} bytes, the header gives {}",
             hi - lo
         );
         let raw = &data[lo..hi];
@@ -126,5 +129,14 @@ mod tests {
         let mut extra = good.clone();
         extra.push(0);
         assert!(err(&extra).contains("after the last tensor"));
+        // 2^32 × 2^32 × 4 bytes wraps to 0 in 64 bits: refused, not read as an empty tensor.
+        let header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}";
+        let mut wrap = (header.len() as u64).to_le_bytes().to_vec();
+        wrap.extend(header.as_bytes());
+        assert!(
+            err(&wrap).contains("more elements than memory can hold"),
+            "{}",
+            err(&wrap)
+        );
     }
 }

@@ -206,3 +206,23 @@ fn a_record_for_replaced_weights_is_refused() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A `checkpoint/` that is a link is named as such, for a resume or a new run alike, and the
+/// link and its target stay (issue 38).
+#[test]
+fn a_checkpoint_link_is_named_as_such() {
+    let d = scratch("ckptlink");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(MARKER), b"{}").unwrap();
+    let elsewhere = scratch("ckptlink-target");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join(STATE), b"{\"epochs_done\": 1}").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, d.join(CKPT)).unwrap();
+    for start in [Start::New, Start::Resume, Start::Overwrite] {
+        let e = RunDir::open(&d, start).unwrap_err().to_string();
+        assert!(e.contains("checkpoint is a symbolic link"), "{start:?}: {e}");
+    }
+    assert!(is_link(&d.join(CKPT)) && elsewhere.join(STATE).exists());
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&elsewhere);
+}
