@@ -199,6 +199,14 @@ fn bad_checkpoints_are_refused_naming_the_file_and_key() {
         e.contains("evil.pth: the pickle calls `posix.system` (at key 'payload')"),
         "{e}"
     );
+    // The same call passed as a tensor rebuild's hooks argument, which the reader consumes: found
+    // in the pickle's opcodes (issue 38; made by `torch.save` of an object reducing to
+    // `_rebuild_tensor_v2(storage, 0, (4,), (1,), False, os.system("true"))`).
+    let e = refused(
+        &dir,
+        &["--from", &put("hidden.pth", &gunzip("hidden-call.pth")), "--arch", "c2f2"],
+    );
+    assert!(e.contains("hidden.pth: the pickle calls `posix.system`"), "{e}");
     let e = refused(&dir, &["--from", &good, "--arch", "resnet50"]);
     assert!(e.contains("tv.pth") && e.contains("looks like a ResNet-18"), "{e}");
     assert!(e.contains("layer1.0.bn1.weight") || e.contains("layer1.0.conv"), "{e}");

@@ -110,6 +110,7 @@ fn damaged(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
 fn read_torch(path: &Path, format: &str) -> Result<Checkpoint> {
     let tree = PytorchReader::read_pickle_data(path, None).map_err(|e| damaged(path, e))?;
     refuse_code(path, &tree, &mut Vec::new())?;
+    super::pickle_scan::refuse_hidden_code(path, is_data_type)?;
     let root = weights_key(&tree);
     let reader = PytorchReader::new(path).map_err(|e| damaged(path, e))?;
     let prefix = if root.is_empty() {

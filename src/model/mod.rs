@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod import;
 pub mod layout;
 pub mod multi_bn;
+mod pickle_scan;
 pub mod resnet;
 pub mod weights;
 pub mod weights_file;
