@@ -19,6 +19,7 @@ impl Target {
     /// Opens the run in `dir` (its test split from `data` when given); `bn_set` ≠ 0 infers with
     /// that auxiliary batch-norm set (MDProp's ablation).
     pub fn open(dir: &Path, data: Option<&Path>, bn_set: usize, device: &Device) -> Result<Self> {
+        crate::run_dir::check_finished(dir)?;
         let digest = crate::run_dir::model_digest(dir)?;
         let mut run = load_run(dir, data, device)?;
         if bn_set != 0 {

@@ -204,7 +204,12 @@ fn bad_checkpoints_are_refused_naming_the_file_and_key() {
     // `_rebuild_tensor_v2(storage, 0, (4,), (1,), False, os.system("true"))`).
     let e = refused(
         &dir,
-        &["--from", &put("hidden.pth", &gunzip("hidden-call.pth")), "--arch", "c2f2"],
+        &[
+            "--from",
+            &put("hidden.pth", &gunzip("hidden-call.pth")),
+            "--arch",
+            "c2f2",
+        ],
     );
     assert!(e.contains("hidden.pth: the pickle calls `posix.system`"), "{e}");
     let e = refused(&dir, &["--from", &good, "--arch", "resnet50"]);

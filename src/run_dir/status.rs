@@ -1,8 +1,9 @@
 //! What a run folder's records say: whether the run finished ([`status`], [`check_finished`]),
 //! and which weights a derived record was computed on ([`model_digest`]).
 
+use super::Found;
 use super::files::{MODEL, RUN, is_link};
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use std::path::Path;
 
 /// What a run's `run.json` says of it (the fields every version of rdml wrote).
@@ -26,24 +27,26 @@ pub fn status(dir: &Path) -> Option<RunStatus> {
 /// every command that reads a run.
 pub fn check_finished(dir: &Path) -> Result<RunStatus> {
     super::settle_interrupted(dir)?;
+    let d = dir.display();
+    match super::inspect(dir)? {
+        Found::Nothing if dir.exists() => bail!("{d}: not an rdml run folder (it is empty)"),
+        Found::Nothing => bail!("{d}: no such folder"),
+        Found::Foreign => bail!(
+            "{d}: not an rdml run folder (no run.json; a run folder is what `rdml train --out` writes, a compare folder holds compare.json)"
+        ),
+        Found::Started => bail!(
+            "{d}: an rdml run that stopped before its first epoch ended: it has no checkpoint and no model yet; \
+             train it again into the same folder (it starts anew)"
+        ),
+        Found::Resumable { epochs_done } => bail!(
+            "{d}: an interrupted run, not finished ({epochs_done} epoch(s) done, kept in its checkpoint; no final model yet): \
+             resume it with `rdml train --resume`"
+        ),
+        Found::Finished { .. } => {}
+    }
     let p = dir.join(RUN);
-    ensure!(
-        p.is_file(),
-        "{}: not an rdml run folder (no run.json; a run folder is what `rdml train --out` writes, a compare folder holds compare.json)",
-        dir.display()
-    );
     let run = status(dir).with_context(|| format!("{}: not a run.json written by rdml", p.display()))?;
-    ensure!(
-        run.completed,
-        "{}: the run is not finished (run.json says completed = false, {} epoch(s) done); resume it with `rdml train --resume`",
-        dir.display(),
-        run.epochs.len()
-    );
-    ensure!(
-        dir.join(MODEL).is_file(),
-        "{}: the run has no model.safetensors",
-        dir.display()
-    );
+    ensure!(dir.join(MODEL).is_file(), "{d}: the run has no model.safetensors",);
     Ok(run)
 }
 

@@ -226,3 +226,34 @@ fn a_checkpoint_link_is_named_as_such() {
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
+
+/// Reading a run that is not finished tells what it is and what to do, for every state an
+/// interruption leaves (issue 38), not "no config.toml".
+#[test]
+fn reads_of_an_unfinished_run_tell_the_truth() {
+    let d = marked("truth");
+    let e = check_finished(&d).unwrap_err().to_string();
+    assert!(e.ends_with("stopped before its first epoch ended: it has no checkpoint and no model yet; train it again into the same folder (it starts anew)"), "{e}");
+    checkpoint(&d, CKPT, 2, true);
+    let e = check_finished(&d).unwrap_err().to_string();
+    assert!(
+        e.contains("an interrupted run, not finished (2 epoch(s) done") && e.contains("--resume"),
+        "{e}"
+    );
+    let empty = scratch("truth-empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    assert!(
+        check_finished(&empty)
+            .unwrap_err()
+            .to_string()
+            .ends_with("not an rdml run folder (it is empty)")
+    );
+    assert!(
+        check_finished(&scratch("truth-none"))
+            .unwrap_err()
+            .to_string()
+            .ends_with("no such folder")
+    );
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&empty);
+}

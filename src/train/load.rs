@@ -3,7 +3,7 @@
 use crate::config::Experiment;
 use crate::model::EmbeddingNet;
 use crate::run_dir;
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use burn::tensor::Device;
 use std::path::Path;
 
@@ -41,19 +41,13 @@ pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result
 
 /// The config of a finished run folder.
 fn finished_config(dir: &Path) -> Result<Experiment> {
-    run_dir::settle_interrupted(dir)?;
+    run_dir::check_finished(dir)?;
     let cfg = dir.join(run_dir::CONFIG);
     ensure!(
         cfg.is_file(),
-        "{}: not a finished rdml run (no config.toml; train it first or resume it)",
+        "{}: the finished run has no config.toml (removed since?)",
         dir.display()
     );
-    if run_dir::status(dir).is_some_and(|s| !s.completed) {
-        bail!(
-            "{}: the run is not finished (run.json says completed = false); resume it with `rdml train --resume`",
-            dir.display()
-        );
-    }
     Experiment::load_file(&cfg, &[])
 }
 
