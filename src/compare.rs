@@ -32,6 +32,7 @@ pub struct Row {
     pub ars: f64,
     pub train_seconds: f64,
     pub epochs: usize,
+    #[serde(serialize_with = "crate::output::path_text")]
     pub run: PathBuf,
     /// The health verdict of the run's final evaluation.
     #[serde(default)]

@@ -12,9 +12,25 @@
 //!   temporary file and renamed, so a reader never sees half of it, and a link at the path is
 //!   replaced rather than written through.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, bail};
+type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
 use std::io::Write;
 use std::path::Path;
+
+/// A path in a JSON record (`serialize_with`): as text, any byte that is not UTF-8 shown as
+/// U+FFFD, so that a run in a folder whose name is not UTF-8 still gets its records; the record's
+/// path names the folder for a reader, and nothing reads a path back from it to open.
+pub fn path_text<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+/// [`path_text`] of an optional path.
+pub fn opt_path_text<S: serde::Serializer>(p: &Option<std::path::PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_some(&p.to_string_lossy()),
+        None => s.serialize_none(),
+    }
+}
 
 /// How an output path is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

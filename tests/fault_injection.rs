@@ -552,3 +552,51 @@ fn compare_refuses_before_training() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A path that is not UTF-8 works (a run, its records, a compare folder) or is refused before any
+/// work (a `.npy` set, whose members are named after it as text), never written under a name
+/// the user did not give (issue 38).
+#[test]
+fn non_utf8_paths_work_or_are_refused_before_work() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let d = scratch("non-utf8");
+    let run = d.join(OsStr::from_bytes(b"r\xff"));
+    let o = Command::new(env!("CARGO_BIN_EXE_rdml"))
+        .arg("train")
+        .arg("--out")
+        .arg(&run)
+        .args(QUICK)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let run_s = run.as_os_str();
+    let o = Command::new(env!("CARGO_BIN_EXE_rdml"))
+        .args(["robustness", "--queries", "4", "--steps", "1", "--quiet", "--model"])
+        .arg(run_s)
+        .output()
+        .unwrap();
+    assert!(o.status.success() && !text(&o).contains("warning"), "{}", text(&o));
+    assert!(run.join("robustness.json").is_file());
+    let embed = |name: &[u8]| {
+        Command::new(env!("CARGO_BIN_EXE_rdml"))
+            .args(["embed", "--quiet", "--model"])
+            .arg(run_s)
+            .arg("--out")
+            .arg(d.join(OsStr::from_bytes(name)))
+            .output()
+            .unwrap()
+    };
+    let o = embed(b"e\xfe.npy");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("a .npy set's file name must be UTF-8 text"),
+        "{}",
+        text(&o)
+    );
+    let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 1, "nothing written beside the run: {names:?}");
+    assert!(embed(b"e\xfe.npz").status.success());
+    assert!(d.join(OsStr::from_bytes(b"e\xfe.npz")).is_file());
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -14,7 +14,7 @@ pub const FILE: &str = crate::run_dir::ROBUSTNESS;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RobustnessRecord {
     /// The run folder scored (empty in records that did not say).
-    #[serde(default)]
+    #[serde(default, serialize_with = "crate::output::path_text")]
     pub model: PathBuf,
     /// The digest of the weights the table was computed on ([`crate::run_dir::model_digest`]).
     #[serde(default)]
@@ -24,7 +24,7 @@ pub struct RobustnessRecord {
     #[serde(default)]
     pub method: Option<String>,
     /// The surrogate run of a transfer attack.
-    #[serde(default)]
+    #[serde(default, serialize_with = "crate::output::opt_path_text")]
     pub surrogate: Option<PathBuf>,
     #[serde(default)]
     pub pgd: Option<Pgd>,

@@ -18,6 +18,14 @@ const WHAT: &str = "--out";
 pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(match Format::of(path)? {
         Format::Npy => {
+            // Its members and ledger are named after it, as text: refused before any work
+            // rather than written under a name the user did not give.
+            anyhow::ensure!(
+                path.file_name().and_then(|n| n.to_str()).is_some(),
+                "--out {}: a .npy set's file name must be UTF-8 text (its members are named after it); \
+                 rename it, or write a .safetensors or .npz file",
+                path.display()
+            );
             let stem = path.with_extension("");
             let side = |s: &str| PathBuf::from(format!("{}.{s}.npy", stem.display()));
             vec![path.to_path_buf(), side("labels"), side("ids"), side("split")]
