@@ -10,6 +10,9 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// The largest input tensor of one training batch, in bytes: a bound checked before allocation.
+pub const MAX_BATCH_INPUT: u64 = 16 << 30;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Experiment {
@@ -131,7 +134,6 @@ pub const PRESETS: &[(&str, &str)] = presets![
 
 impl Experiment {
     pub fn validate(&self) -> Result<()> {
-        const MAX_BATCH_INPUT: u64 = 16 << 30;
         self.data.validate()?;
         self.model.validate()?;
         self.loss.validate(self.model.l2_normalize).context("in [loss]")?;

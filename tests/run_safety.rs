@@ -750,3 +750,21 @@ fn an_npy_set_is_complete_or_recognisably_not() {
     rdml::embed::verify_set(&e).unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Sizes from the command line are checked before allocation: a clear error, never an abort
+/// (issue 38: `bench-step --random-images 3,100000,100000` aborted on a 30 TB allocation).
+#[test]
+fn random_images_past_the_batch_limit_are_refused() {
+    for shape in ["3,100000,100000", "3,18446744073709551615,3"] {
+        let o = rdml(&[
+            "bench-step",
+            "--config",
+            "quickstart",
+            "--random-images",
+            shape,
+            "--steps",
+            "1",
+        ]);
+        expect(&o, 1, &["--random-images", "beyond rdml's limit of 16 GiB"]);
+    }
+}

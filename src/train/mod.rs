@@ -231,6 +231,18 @@ pub fn time_steps(
             let n = exp.train.sampler.batch_size();
             let labels: Vec<u32> = (0..n).map(|i| (i / per) as u32).collect();
             let [c, h, w] = shape;
+            // Checked before the allocation, as a config's batch is: a clear error, not an abort.
+            let bytes = [n, c, h, w].iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+            ensure!(
+                bytes.is_some_and(|b| b <= crate::config::MAX_BATCH_INPUT),
+                "--random-images {c},{h},{w}: a batch of {n} such images is {} of input alone, beyond rdml's limit \
+                 of {} GiB: lower the image size or train.sampler.pairs",
+                bytes.map_or("more bytes than memory can address".to_string(), |b| format!(
+                    "{} GiB",
+                    b >> 30
+                )),
+                crate::config::MAX_BATCH_INPUT >> 30
+            );
             let x: burn::tensor::Tensor<4> =
                 crate::host_random(exp.seed, [n, c, h, w], burn::tensor::Distribution::Default, &device);
             let items = (0..n).collect();
