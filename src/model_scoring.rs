@@ -29,9 +29,9 @@ pub const OUTSIDE_SURROGATE: &str = "(a model outside rdml)";
 /// What `out` receives: the suite's record and its page.
 const OUT_FILES: [&str; 2] = [FILE, crate::html::FILE];
 
-/// Queries attacked by default: the suite's and one attack's (`Run.robustness`, `Run.attack`).
-pub const ROBUSTNESS_QUERIES: usize = 512;
-pub const ATTACK_QUERIES: usize = 1024;
+/// Queries attacked by default: the suite's and one attack's (the same: [`crate::scoring::defaults`]).
+pub const ROBUSTNESS_QUERIES: usize = crate::scoring::defaults::QUERIES;
+pub const ATTACK_QUERIES: usize = crate::scoring::defaults::QUERIES;
 
 /// The model a request scores: one held outside rdml, or an rdml run folder's network (scored
 /// on the caller's images as the outside one is: the same selections, seeds and checks).
@@ -99,21 +99,23 @@ pub struct ModelScoring {
     pub progress: bool,
 }
 
+use crate::scoring::defaults;
+
 impl Default for ModelScoring {
     fn default() -> Self {
         Self {
-            profile: "rob28".into(),
+            profile: defaults::PROFILE.into(),
             eps: None,
             step: None,
             steps: None,
             norm: None,
             random_start: false,
-            method: "white-box".into(),
+            method: defaults::METHOD.into(),
             queries: None,
-            batch: 128,
-            seed: 0,
+            batch: defaults::BATCH,
+            seed: defaults::SEED,
             robrank_compat: false,
-            repeats: 1,
+            repeats: defaults::REPEATS,
             gallery: None,
             out: None,
             progress: true,

@@ -15,6 +15,24 @@ use anyhow::{Context as _, Result};
 use burn::tensor::Device;
 use std::path::{Path, PathBuf};
 
+/// The defaults of every attack and suite request, whatever the front end (`rdml attack`,
+/// `rdml robustness`, `compare`, `embed --attack`, `Run.attack`, `Run.robustness`,
+/// `rdml.attack`, `rdml.robustness`): defined here once, read by clap and by the binding.
+pub mod defaults {
+    /// The budget profile.
+    pub const PROFILE: &str = "rob28";
+    /// How the adversarial images are made.
+    pub const METHOD: &str = "white-box";
+    /// Test items attacked (the first ones of the test split), for one attack and for the suite.
+    pub const QUERIES: usize = 1024;
+    /// Items attacked (and embedded) at once.
+    pub const BATCH: usize = 128;
+    /// Seed of the selections and random starts.
+    pub const SEED: u64 = 0;
+    /// Runs of the attack or suite.
+    pub const REPEATS: usize = 1;
+}
+
 /// How a run is attacked: what `rdml attack` and `rdml robustness` take besides the run.
 #[derive(Debug, Clone)]
 pub struct Scoring {
@@ -160,10 +178,18 @@ impl Scored {
         crate::atomic::write_json(&self.record.model.join(FILE), &self.record)
     }
 
-    /// [`Scored::check_unchanged`], then [`Scored::write`].
-    pub fn store(&self) -> Result<()> {
+    /// Keeps the record in the run folder, the one policy of every front end: refused when the
+    /// model changed meanwhile (the numbers describe other weights), a warning when the folder
+    /// cannot take it (the table is still the caller's). Returns whether it was written.
+    pub fn store(&self) -> Result<bool> {
         self.check_unchanged()?;
-        self.write()
+        match self.write() {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                eprintln!("warning: the run folder's robustness.json not written: {e:#}");
+                Ok(false)
+            }
+        }
     }
 }
 

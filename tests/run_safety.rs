@@ -768,3 +768,52 @@ fn random_images_past_the_batch_limit_are_refused() {
         expect(&o, 1, &["--random-images", "beyond rdml's limit of 16 GiB"]);
     }
 }
+
+/// The command line's defaults are the library's (`rdml::scoring::defaults`, which the Python
+/// package's keywords are checked against in `python/tests/test_model.py`): one default per
+/// option, whichever front end runs the job (issue 39).
+#[test]
+fn the_command_lines_defaults_are_the_librarys() {
+    use rdml::scoring::defaults as d;
+    let default_of = |help: &str, flag: &str| -> String {
+        let at = help
+            .find(&format!("{flag} <"))
+            .unwrap_or_else(|| panic!("{flag} in:\n{help}"));
+        let rest = &help[at..];
+        let next_flag = rest[2..].find("\n  -").map_or(rest.len(), |i| i + 2);
+        let section = &rest[..next_flag];
+        let i = section
+            .find("[default: ")
+            .unwrap_or_else(|| panic!("{flag} has no default:\n{section}"));
+        section[i + 10..].split(']').next().unwrap().to_string()
+    };
+    for cmd in ["attack", "robustness", "compare", "embed"] {
+        let o = rdml(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(default_of(&help, "--queries"), d::QUERIES.to_string(), "{cmd}");
+        assert_eq!(default_of(&help, "--batch"), d::BATCH.to_string(), "{cmd}");
+        assert_eq!(default_of(&help, "--seed"), d::SEED.to_string(), "{cmd}");
+        assert_eq!(default_of(&help, "--method"), d::METHOD, "{cmd}");
+        assert_eq!(default_of(&help, "--profile"), d::PROFILE, "{cmd}");
+        if cmd == "attack" || cmd == "robustness" {
+            assert_eq!(default_of(&help, "--repeats"), d::REPEATS.to_string(), "{cmd}");
+        }
+    }
+    assert_eq!(rdml::model_scoring::ROBUSTNESS_QUERIES, d::QUERIES);
+}
+
+/// `rdml robustness --json` prints the record `Run.robustness` returns (the same library call
+/// and serialisation), which is also the run's robustness.json (issue 39).
+#[test]
+fn robustness_json_is_the_record() {
+    let (d, run) = scratch_with_run("robjson", &[]);
+    let r = run.to_str().unwrap();
+    let o = rdml(&["robustness", "--model", r, "--queries", "8", "--steps", "2", "--json"]);
+    expect(&o, 0, &[]);
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let stored: serde_json::Value = serde_json::from_slice(&bytes(&run.join("robustness.json"))).unwrap();
+    assert_eq!(printed, stored);
+    assert_eq!(printed["queries"].as_u64(), Some(8));
+    assert!(printed["table"]["ers"].as_f64().is_some());
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -332,7 +332,7 @@ def robustness(
     gradient to its parameters. An ``rdml.Run`` is scored too (its own network, on these images). ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
     model normalises them itself, since budgets are in pixels) with one integer label each, or a
     torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``queries`` defaults to
-    512. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
+    1024. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
     a ``surrogate``). ``surrogate`` (a PyTorch model or an ``rdml.Run``) makes the adversarial
     examples, which are scored on ``model``: a transfer attack. ``gallery`` (with
     ``gallery_labels``, as ``images`` and ``labels``) holds the images the queries are ranked
@@ -374,7 +374,7 @@ def attack(
     quiet: bool = False,
 ) -> Dict[str, Any]:
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
-    the dict ``Run.attack`` returns. ``queries`` defaults to 1024; the rest as ``rdml.robustness``."""
+    the dict ``Run.attack`` returns. ``queries`` defaults to 1024, as ``rdml.robustness``; the rest too."""
     return _score(model, images, labels, spec, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=None, quiet=quiet,
@@ -485,7 +485,7 @@ class Run:
     def robustness(
         self,
         profile: str = "rob28",
-        queries: int = 512,
+        queries: int = 1024,
         *,
         eps: Optional[float] = None,
         step: Optional[float] = None,

@@ -431,7 +431,9 @@ fn robustness(
     let scored = py
         .allow_threads(|| -> Result<rdml::scoring::Scored> {
             let scored = rdml::scoring::robustness(&p, &s, &dev)?;
-            scored.store()?;
+            if !scored.store()? {
+                return Ok(scored);
+            }
             let report = rdml::html::ReportOptions {
                 data: data.map(PathBuf::from),
                 ..Default::default()

@@ -22,14 +22,14 @@ pub struct AttackArgs {
     pub surrogate: Option<PathBuf>,
     /// Run the attack N times with seeds --seed, --seed + 1000003, … (selections and random
     /// starts differ) and print each score as mean ± sample std over the runs.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = rdml::scoring::defaults::REPEATS, value_name = "N")]
     pub repeats: usize,
     /// Write each adversarial image here as PNG (ATTACK-INDEX.png, INDEX = the item's place
     /// in the test split), with ATTACK-index.json listing index, label, file and L∞ size.
     #[arg(long, value_name = "DIR")]
     pub save_examples: Option<PathBuf>,
     /// The attack budget: rob28, rob224 or pp-pgd5 (--help says what each is).
-    #[arg(long, default_value = "rob28", long_help = profile_help())]
+    #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
     pub profile: String,
     #[command(flatten)]
     pub budget: Budget,
@@ -131,7 +131,7 @@ pub struct RobustnessArgs {
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// The attack budget: rob28, rob224 or pp-pgd5 (--help says what each is).
-    #[arg(long, default_value = "rob28", long_help = profile_help())]
+    #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
     pub profile: String,
     #[command(flatten)]
     pub budget: Budget,
@@ -141,7 +141,7 @@ pub struct RobustnessArgs {
     pub surrogate: Option<PathBuf>,
     /// Run the suite N times with seeds --seed, --seed + 1000003, … and print ERS, ARS and
     /// each raw column as mean ± sample std over the runs.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = rdml::scoring::defaults::REPEATS, value_name = "N")]
     pub repeats: usize,
     /// Also write the table as JSON here (it is always written to the run folder's
     /// robustness.json).
@@ -151,6 +151,9 @@ pub struct RobustnessArgs {
     /// run.json, config.toml, …).
     #[arg(long)]
     pub overwrite: bool,
+    /// Print the record as JSON (what Python's `Run.robustness` returns) instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
@@ -163,6 +166,7 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
         repeats,
         out,
         overwrite,
+        json,
     } = args;
     anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
     let pgd = budget.pgd(&profile, Default::default())?;
@@ -170,16 +174,21 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     if let Some(o) = &out {
         rdml::output::check(o, overwrite).context("--out")?;
     }
-    let device = open_device(flag, &[], quiet)?;
-    let scoring = budget.scoring(data.clone(), &profile, pgd, surrogate, repeats, 0, !quiet);
+    let device = open_device(flag, &[], quiet || json)?;
+    let scoring = budget.scoring(data.clone(), &profile, pgd, surrogate, repeats, 0, !quiet && !json);
     let scored = rdml::scoring::robustness(&model, &scoring, &device)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&scored.record)?);
+    }
     if !scored.normalized {
         eprintln!(
             "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
         );
     }
     let (r, spread) = (&scored.runs[0], &scored.spread);
-    if repeats > 1 {
+    if json {
+        // Printed above, whole.
+    } else if repeats > 1 {
         print!("{}", rdml::report::robustness_spread_table(spread));
         println!(
             "ERS {:.1} ± {:.1}   ARS {:.1} ± {:.1}   ({repeats} runs, {} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
@@ -202,10 +211,8 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     if let Some(o) = out {
         rdml::output::write_json(&o, &scored.record, overwrite).context("--out")?;
     }
-    scored.check_unchanged()?;
-    match scored.write() {
-        Ok(()) => refresh_report(&model, data.as_deref(), &device, quiet),
-        Err(e) => eprintln!("warning: the run folder's robustness.json not written: {e:#}"),
+    if scored.store()? {
+        refresh_report(&model, data.as_deref(), &device, quiet);
     }
     Ok(Outcome::Done)
 }

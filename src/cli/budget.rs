@@ -43,17 +43,17 @@ pub struct Budget {
     #[arg(long)]
     pub random_start: bool,
     /// How the adversarial images are made: white-box, nes or universal (--help says more).
-    #[arg(long, default_value = "white-box", long_help = method_help())]
+    #[arg(long, default_value = rdml::scoring::defaults::METHOD, long_help = method_help())]
     pub method: String,
     /// Number of test items used as queries (candidates for CA), from the start of the test split.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = rdml::scoring::defaults::QUERIES)]
     pub queries: usize,
     /// Items attacked at once (and embedded at once for the clean ranking: lower it when the
     /// device runs out of memory).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = rdml::scoring::defaults::BATCH)]
     pub batch: usize,
     /// Seed of the attacks' selections and random starts.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = rdml::scoring::defaults::SEED)]
     pub seed: u64,
     /// Follow robrank's code where it differs from its definitions: GTM's target index (a
     /// position in the other-class subset, the query's slot kept), LTM's self mask, and ES:D

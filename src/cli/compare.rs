@@ -26,7 +26,7 @@ pub struct CompareArgs {
     /// Stop each epoch after this many batches (`train.max_batches`).
     #[arg(long)]
     pub max_batches: Option<usize>,
-    #[arg(long, default_value = "rob28", long_help = profile_help())]
+    #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
     pub profile: String,
     #[command(flatten)]
     pub budget: Budget,

@@ -29,7 +29,7 @@ pub struct EmbedArgs {
     #[arg(long, long_help = attack_help())]
     pub attack: Option<String>,
     /// The attack's budget (with --attack).
-    #[arg(long, default_value = "rob28", long_help = profile_help())]
+    #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
     pub profile: String,
     #[command(flatten)]
     pub budget: Budget,
