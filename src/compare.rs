@@ -136,7 +136,7 @@ fn finished(dir: &Path) -> Option<RunReport> {
 /// A finished run is reused only when its resolved config equals the requested one; an
 /// interrupted one is resumed (with the same config, see [`train`]).
 pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
-    anyhow::ensure!(opts.seeds >= 1, "--seeds must be ≥ 1");
+    anyhow::ensure!(opts.seeds >= 1, "⟨seeds⟩ must be ≥ 1");
     let method = crate::attack::registry::method(&opts.method)?;
     check_seeds(configs, opts.seeds)?;
     let exps = expand_seeds(configs, opts.seeds);
@@ -162,8 +162,8 @@ fn check_seeds(configs: &[Experiment], seeds: usize) -> Result<()> {
         let last = e.seed.checked_add(seeds as u64 - 1).filter(|&s| s <= i64::MAX as u64);
         anyhow::ensure!(
             last.is_some(),
-            "--seeds {seeds}: '{}' starts at seed = {}, and its last seed would pass {}, the largest seed a \
-             config holds (TOML integers are signed 64-bit); lower its seed or --seeds",
+            "⟨seeds⟩ {seeds}: '{}' starts at seed = {}, and its last seed would pass {}, the largest seed a \
+             config holds (TOML integers are signed 64-bit); lower its seed or ⟨seeds⟩",
             e.name,
             e.seed,
             i64::MAX
@@ -180,7 +180,7 @@ fn check_names(exps: &[Experiment]) -> Result<()> {
         let single = matches!(parts.next(), Some(std::path::Component::Normal(_))) && parts.next().is_none();
         anyhow::ensure!(
             single && !exp.name.contains(['/', '\\']),
-            "name = '{}': the config's name names its run folder under --out; expected a plain \
+            "name = '{}': the config's name names its run folder under ⟨out⟩; expected a plain \
              folder name (no '/', no '..', not absolute)",
             exp.name
         );
@@ -202,7 +202,7 @@ fn trained(exp: &Experiment, dir: &Path, opts: &CompareOptions, device: &Device)
         let diff = config_diff(&saved, &wanted);
         anyhow::ensure!(
             diff.is_empty(),
-            "{} holds a finished run of '{}' with a different configuration (differs at {}): compare reuses a run only when its config equals the requested one; pass --overwrite to train it again, or choose another --out",
+            "{} holds a finished run of '{}' with a different configuration (differs at {}): compare reuses a run only when its config equals the requested one; pass ⟨overwrite!⟩ to train it again, or choose another ⟨out⟩",
             dir.display(),
             exp.name,
             diff.join(", ")

@@ -213,7 +213,7 @@ impl Experiment {
         }
         let exp: Experiment = value
             .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("{origin} with --set {}: {e}", overrides.join(" --set ")))?;
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{origin} with ⟨set⟩ {}: {e}", overrides.join(" ⟨set⟩ ")))?;
         exp.validate()
             .with_context(|| format!("{origin}: invalid configuration"))?;
         Ok(exp)
@@ -230,7 +230,7 @@ impl Experiment {
                 .filter(|v| v.is_table());
             ensure!(
                 table.is_some(),
-                "--defense {d:?}: expected an inline TOML table such as '{{kind=\"act\",eps=0.302,step=0.0118,steps=32}}', or none; kind is one of {}",
+                "⟨defense⟩ {d:?}: expected an inline TOML table such as '{{kind=\"act\",eps=0.302,step=0.0118,steps=32}}', or none; kind is one of {}",
                 crate::defense::DefenseConfig::KINDS.join(", ")
             );
             o.push(format!("defense={d}"));
@@ -247,7 +247,7 @@ impl Experiment {
         let p = Path::new(path_or_preset);
         ensure!(
             !p.is_dir(),
-            "{path_or_preset} is a folder; --config takes a TOML file or a preset name (`rdml presets` lists them)"
+            "{path_or_preset} is a folder; ⟨config⟩ takes a TOML file or a preset name (`rdml presets` lists them)"
         );
         if p.is_file() {
             return Self::load_file(p, overrides);
@@ -319,14 +319,14 @@ fn is_integer_literal(s: &str) -> bool {
 pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
     let (key, raw) = spec
         .split_once('=')
-        .with_context(|| format!("--set {spec}: expected key=value"))?;
+        .with_context(|| format!("⟨set⟩ {spec}: expected key=value"))?;
     let key = key.trim();
-    ensure!(!key.is_empty(), "--set {spec}: empty key");
+    ensure!(!key.is_empty(), "⟨set⟩ {spec}: empty key");
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => t.remove("v").expect("parsed key"),
         // An integer TOML cannot hold would otherwise become a string and be reported as one.
         Err(_) if is_integer_literal(raw.trim()) => bail!(
-            "--set {spec}: {} is out of range (TOML integers are {} to {})",
+            "⟨set⟩ {spec}: {} is out of range (TOML integers are {} to {})",
             raw.trim(),
             i64::MIN,
             i64::MAX
@@ -338,7 +338,7 @@ pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
     for (i, part) in parts.iter().enumerate() {
         let table = cur
             .as_table_mut()
-            .with_context(|| format!("--set {key}: '{}' is not a table", parts[..i].join(".")))?;
+            .with_context(|| format!("⟨set⟩ {key}: '{}' is not a table", parts[..i].join(".")))?;
         if i + 1 == parts.len() {
             table.insert(part.to_string(), value);
             return Ok(());

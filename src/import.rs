@@ -52,7 +52,7 @@ fn input_norm(spec: &str, cfg: &mut ModelConfig) -> Result<()> {
         s => {
             let err = || {
                 anyhow::anyhow!(
-                    "--input-norm {s:?}: expected imagenet, none, or MEAN/STD as comma-separated per-channel values (e.g. 0.5,0.5,0.5/0.5,0.5,0.5)"
+                    "⟨input_norm⟩ {s:?}: expected imagenet, none, or MEAN/STD as comma-separated per-channel values (e.g. 0.5,0.5,0.5/0.5,0.5,0.5)"
                 )
             };
             let (m, sd) = s.split_once('/').ok_or_else(err)?;
@@ -114,18 +114,18 @@ fn check_out(out: &Path, overwrite: bool) -> Result<Start> {
         "{} is a symbolic link; rdml does not write through links",
         out.display()
     );
-    ensure!(out.file_name().is_some(), "--out {}: name a folder", out.display());
+    ensure!(out.file_name().is_some(), "⟨out⟩ {}: name a folder", out.display());
     run_dir::settle_interrupted(out)?;
     match run_dir::inspect(out)? {
         run_dir::Found::Nothing | run_dir::Found::Started => Ok(Start::New),
         run_dir::Found::Foreign => bail!(
-            "{} is not empty and is not an rdml run folder: choose another --out",
+            "{} is not empty and is not an rdml run folder: choose another ⟨out⟩",
             out.display()
         ),
         _ => {
             ensure!(
                 overwrite,
-                "{} holds an rdml run: pass --overwrite to replace it, or choose another --out",
+                "{} holds an rdml run: pass ⟨overwrite!⟩ to replace it, or choose another ⟨out⟩",
                 out.display()
             );
             Ok(Start::Overwrite)
@@ -145,12 +145,12 @@ pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
     let (file_dim, in_shape) = crate::model::import::inferred_shape(req.arch, &sources, &rules)?;
     let dim = match (req.embedding_dim, file_dim) {
         (Some(asked), Some(found)) if asked != found => bail!(
-            "{}: the checkpoint's embedding layer has {found} outputs, not --embedding-dim {asked}",
+            "{}: the checkpoint's embedding layer has {found} outputs, not ⟨embedding_dim⟩ {asked}",
             req.from.display()
         ),
         (Some(d), _) | (None, Some(d)) => d,
         (None, None) => bail!(
-            "{}: no embedding layer found to read the embedding width from: pass --embedding-dim",
+            "{}: no embedding layer found to read the embedding width from: pass ⟨embedding_dim⟩",
             req.from.display()
         ),
     };

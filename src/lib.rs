@@ -30,6 +30,7 @@ pub mod device;
 pub mod embed;
 pub mod eval;
 pub mod fault;
+pub mod field;
 pub mod grid;
 pub mod host;
 pub mod html;

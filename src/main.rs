@@ -29,21 +29,24 @@ fn main() {
         Ok(Ok(Outcome::Unhealthy)) => UNHEALTHY_EXIT,
         Ok(Err(e)) => {
             let msg = format!("{e:#}");
-            match rdml::device::out_of_memory_report(&msg) {
-                Some(report) => eprintln!("error: {report}"),
-                None => eprintln!("error: {msg}"),
-            }
+            let said = rdml::device::out_of_memory_report(&msg).unwrap_or(msg);
+            eprintln!("error: {}", words(&said));
             1
         }
         Err(payload) => match rdml::device::out_of_memory_report(&panic_message(payload.as_ref())) {
             Some(report) => {
-                eprintln!("error: {report}");
+                eprintln!("error: {}", words(&report));
                 1
             }
             None => 101,
         },
     };
     std::process::exit(code);
+}
+
+/// A library message as the command line says it (`--overwrite`, not the library's token).
+fn words(msg: &str) -> String {
+    rdml::field::render(msg, rdml::field::Words::CommandLine)
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

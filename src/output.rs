@@ -85,7 +85,7 @@ pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
         );
     }
     if !overwrite {
-        bail!("{} exists; pass --overwrite to replace it", path.display());
+        bail!("{} exists; pass ⟨overwrite!⟩ to replace it", path.display());
     }
     crate::atomic::check_writable(path)?;
     Ok(Target::File)
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(check(&f, false).unwrap(), Target::File);
         write(&f, b"1", false).unwrap();
         let e = write(&f, b"2", false).unwrap_err().to_string();
-        assert_eq!(e, format!("{} exists; pass --overwrite to replace it", f.display()));
+        assert_eq!(e, format!("{} exists; pass ⟨overwrite!⟩ to replace it", f.display()));
         assert_eq!(std::fs::read(&f).unwrap(), b"1");
         write(&f, b"2", true).unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"2");

@@ -157,5 +157,5 @@ pub fn free_run_folder(base: &str) -> Result<PathBuf> {
             return Ok(p);
         }
     }
-    bail!("{base}-2 … {base}-999 all hold runs: pass --out, or --overwrite to replace {base}")
+    bail!("{base}-2 … {base}-999 all hold runs: pass ⟨out⟩, or ⟨overwrite!⟩ to replace {base}")
 }

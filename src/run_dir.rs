@@ -216,7 +216,7 @@ fn lock(dir: &Path) -> Result<File> {
     match lock.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            bail!("another rdml process is writing the run in {d}; wait for it or choose another --out")
+            bail!("another rdml process is writing the run in {d}; wait for it or choose another ⟨out⟩")
         }
         Err(std::fs::TryLockError::Error(e)) => {
             return Err(e).with_context(|| format!("cannot lock {}", marker.display()));
@@ -234,16 +234,16 @@ impl RunDir {
         let d = dir.display();
         match (&found, start) {
             (Found::Foreign, _) => bail!(
-                "{d} is not empty and is not an rdml run folder (no {MARKER} file): rdml writes a run only into a new or empty folder, or one of its own runs; choose another --out"
+                "{d} is not empty and is not an rdml run folder (no {MARKER} file): rdml writes a run only into a new or empty folder, or one of its own runs; choose another ⟨out⟩"
             ),
             (Found::Finished { epochs }, Start::New) => bail!(
-                "{d} holds a finished run ({epochs} epochs): pass --resume to continue it (with more --epochs), --overwrite to replace it, or choose another --out"
+                "{d} holds a finished run ({epochs} epochs): pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), ⟨overwrite!⟩ to replace it, or choose another ⟨out⟩"
             ),
             (Found::Resumable { epochs_done }, Start::New) => bail!(
-                "{d} holds an interrupted run ({epochs_done} epochs done): pass --resume to continue it, --overwrite to replace it, or choose another --out"
+                "{d} holds an interrupted run ({epochs_done} epochs done): pass ⟨resume!⟩ to continue it, ⟨overwrite!⟩ to replace it, or choose another ⟨out⟩"
             ),
             (Found::Nothing | Found::Started, Start::Resume) => bail!(
-                "{d}: no checkpoint to resume (the run was stopped before its first epoch ended, or never started); start it again without --resume"
+                "{d}: no checkpoint to resume (the run was stopped before its first epoch ended, or never started); start it again without ⟨resume!⟩"
             ),
             _ => {}
         }

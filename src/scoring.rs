@@ -64,9 +64,9 @@ struct Opened {
 }
 
 fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
-    anyhow::ensure!(s.repeats >= 1, "--repeats must be ≥ 1");
-    anyhow::ensure!(s.queries >= 1, "--queries must be ≥ 1");
-    anyhow::ensure!(s.batch >= 1, "--batch must be ≥ 1");
+    anyhow::ensure!(s.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
+    anyhow::ensure!(s.queries >= 1, "⟨queries⟩ must be ≥ 1");
+    anyhow::ensure!(s.batch >= 1, "⟨batch⟩ must be ≥ 1");
     let target = Target::open(dir, s.data.as_deref(), s.bn_set, device)?;
     if s.data.is_none()
         && let Some(note) = imported_data_note(dir, &target)
@@ -77,7 +77,7 @@ fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
     let surrogate = match &s.surrogate {
         Some(sur) => {
             let set = &target.run.test.query;
-            let (_, net) = crate::train::load_model(sur, set.item_shape(), device).context("--surrogate")?;
+            let (_, net) = crate::train::load_model(sur, set.item_shape(), device).context("⟨surrogate⟩")?;
             Some(Context::embedded_by(&net, set, s.batch, device, s.robrank_compat)?)
         }
         None => None,

@@ -23,7 +23,7 @@ impl Target {
         let digest = crate::run_dir::model_digest(dir)?;
         let mut run = load_run(dir, data, device)?;
         if bn_set != 0 {
-            run.net = run.net.with_inference_bn_set(bn_set).context("--bn-set")?;
+            run.net = run.net.with_inference_bn_set(bn_set).context("⟨bn_set⟩")?;
         }
         Ok(Self { run, digest })
     }

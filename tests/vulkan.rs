@@ -383,7 +383,7 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
 #[test]
 fn a_missing_driver_or_adapter_is_an_error_not_a_panic() {
     let e = select(DeviceChoice::Vulkan(Some(99))).unwrap_err().to_string();
-    assert!(e.contains("--device vulkan:99: this machine has"), "{e}");
+    assert!(e.contains("⟨device⟩ vulkan:99: this machine has"), "{e}");
     let rdml = env!("CARGO_BIN_EXE_rdml");
     // No driver: the loader finds no ICD file.
     let out = std::process::Command::new(rdml)

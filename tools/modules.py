@@ -8,7 +8,7 @@ import os, re, sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 # lib.rs's layers, bottom first: a module may use its own layer's and the layers below.
 LAYERS = [
-    "fault host atomic output run_dir owned scored_dir progress device kernel data kinds",
+    "fault field host atomic output run_dir owned scored_dir progress device kernel data kinds",
     "model loss", "eval", "attack report", "defense", "config train",
     "import target grid scoring quickstart compare embed html model_scoring",
 ]
@@ -78,6 +78,29 @@ def circles(g):
     return out
 
 
+# Not rdml's options: cargo's, docker's, and the help switch every program has.
+NOT_OPTIONS = ("--features", "--release", "--help", "--gpus")
+
+
+def flag_names(path, text):
+    """Command-line flags written into the library's messages: they must be `⟨name⟩` tokens, which
+    each front end renders in its own words (src/field.rs). Comments, help texts (`about:`),
+    backticked command lines and the report page (read by command-line users) are not messages."""
+    if path.endswith(os.path.join("src", "html", "mod.rs")) or path.endswith("field.rs"):
+        return []
+    out = []
+    for n, line in enumerate(text.split("\n"), 1):
+        code = line.split("//")[0] if not line.strip().startswith('"') else line
+        if '"' not in line or line.strip().startswith("//") or "about:" in line or "Python:" in line:
+            continue
+        for m in re.finditer(r"(?<![\w`-])--[a-z][a-z-]*[a-z]", code):
+            before = code[: m.start()]
+            if m.group(0) in NOT_OPTIONS or before.count("`") % 2 == 1:
+                continue
+            out.append(f"{os.path.relpath(path, ROOT)}:{n}: {m.group(0)} in a library message (write ⟨name⟩)")
+    return out
+
+
 def main():
     mods = {modname(p) for p in sources()}
     resolve = lambda t: next((t[:i] for i in range(len(t), 0, -1) if t[:i] in mods), None)
@@ -88,6 +111,7 @@ def main():
         if not me or me[0] == "cli" or path.endswith("main.rs"):
             continue
         text = open(path, encoding="utf-8").read()
+        bad.extend(flag_names(path, text.split("#[cfg(test)]")[0]))
         text = re.sub(r"#\[cfg\(test\)\]\s*mod tests \{.*", "", text, flags=re.S)
         text = re.sub(r"//.*", "", text)
         paths = [x for m in re.finditer(r"\buse\s+([^;]+);", text, re.S) for x in expand(re.sub(r"\s+", " ", m.group(1)))]

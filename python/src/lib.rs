@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 /// A library error as the Python exception a user expects, with rdml's message.
 fn raise(e: anyhow::Error) -> PyErr {
-    let msg = format!("{e:#}");
+    let msg = python_words(&e);
     if e.chain().any(|c| c.to_string() == rdml::progress::INTERRUPTED) {
         return PyKeyboardInterrupt::new_err(msg);
     }
@@ -30,13 +30,19 @@ fn raise(e: anyhow::Error) -> PyErr {
         PyFileNotFoundError::new_err(msg)
     } else {
         // A device out of memory: the command line's advice, not cubecl's skipped kernels.
-        PyRuntimeError::new_err(rdml::device::out_of_memory_report(&msg).unwrap_or(msg))
+        let said = rdml::device::out_of_memory_report(&msg).unwrap_or(msg);
+        PyRuntimeError::new_err(rdml::field::render(&said, rdml::field::Words::Python))
     }
 }
 
 /// An error in what the caller passed (a config, a spec, a shape).
 fn invalid(e: anyhow::Error) -> PyErr {
-    PyValueError::new_err(format!("{e:#}"))
+    PyValueError::new_err(python_words(&e))
+}
+
+/// The library's message, its options named as keywords (`overwrite=True`, not `--overwrite`).
+fn python_words(e: &anyhow::Error) -> String {
+    rdml::field::render(&format!("{e:#}"), rdml::field::Words::Python)
 }
 
 /// `dir` as a run folder that exists (FileNotFoundError) and is a finished run (ValueError).

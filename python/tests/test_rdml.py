@@ -141,9 +141,12 @@ def test_a_pytorch_checkpoint_imports_with_pytorchs_embeddings(tmp_path):
     got = r.embed(images)
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
     # The same errors as the command line, as exceptions; nothing written.
-    with pytest.raises(ValueError, match="not --embedding-dim 32"):
+    # Options named by their keywords (the command line says --embedding-dim, --overwrite).
+    with pytest.raises(ValueError, match="not embedding_dim= 32"):
         rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", embedding_dim=32)
-    with pytest.raises(ValueError, match="key-map"):
+    with pytest.raises((ValueError, RuntimeError), match="pass overwrite=True to replace it"):
+        rdml.import_torch(ckpt, tmp_path / "run", arch="c2f2")
+    with pytest.raises(ValueError, match="key_map="):
         rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", key_map=["nonsense"])
     with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
         rdml.import_torch(tmp_path / "missing.pth", tmp_path / "bad", arch="c2f2")

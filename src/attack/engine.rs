@@ -64,28 +64,30 @@ impl Pgd {
         self.validate_as("attack ")
     }
 
-    /// Validates with the keys named as `prefix` + `eps`/`step`/`steps` (`--`, `defense.`).
+    /// Validates with the keys named as `prefix` + `eps`/`step`/`steps` (`defense.`, `attack `;
+    /// `⟨`: the options as each front end names them, [`crate::field`]).
     pub fn validate_as(&self, prefix: &str) -> Result<()> {
-        ensure!(
-            self.eps.is_finite(),
-            "{prefix}eps must be a finite number, got {}",
-            self.eps
-        );
-        ensure!(self.eps >= 0.0, "{prefix}eps must be ≥ 0, got {}", self.eps);
+        let key = |k: &str| match prefix {
+            "⟨" => format!("⟨{k}⟩"),
+            p => format!("{p}{k}"),
+        };
+        let (eps, step) = (key("eps"), key("step"));
+        ensure!(self.eps.is_finite(), "{eps} must be a finite number, got {}", self.eps);
+        ensure!(self.eps >= 0.0, "{eps} must be ≥ 0, got {}", self.eps);
         // Pixels live in [0, 1]: an L∞ radius above 1 allows every image, which is no budget
         // (and usually a radius given in 0–255 units by mistake: 8/255 is written 0.0314).
         ensure!(
             self.norm != Norm::Linf || self.eps <= 1.0,
-            "{prefix}eps = {} is an L∞ radius in pixel units, which live in [0, 1]; expected ≤ 1 (8/255 is 0.0314)",
+            "{eps} = {} is an L∞ radius in pixel units, which live in [0, 1]; expected ≤ 1 (8/255 is 0.0314)",
             self.eps
         );
         ensure!(
             self.step.is_finite(),
-            "{prefix}step must be a finite number, got {}",
+            "{step} must be a finite number, got {}",
             self.step
         );
-        ensure!(self.step >= 0.0, "{prefix}step must be ≥ 0, got {}", self.step);
-        ensure!(self.steps >= 1, "{prefix}steps must be ≥ 1");
+        ensure!(self.step >= 0.0, "{step} must be ≥ 0, got {}", self.step);
+        ensure!(self.steps >= 1, "{} must be ≥ 1", key("steps"));
         Ok(())
     }
 }

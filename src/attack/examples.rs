@@ -38,7 +38,7 @@ pub struct ExampleWriter {
 
 /// The ledger of an examples folder.
 pub const LEDGER: &str = ".rdml-examples.json";
-const WHAT: &str = "--save-examples";
+const WHAT: &str = "⟨save_examples⟩";
 
 impl ExampleWriter {
     /// Checks, before any work, that `dir` can take the set (making it): every file there that
@@ -117,7 +117,7 @@ impl AdversarialSink for ExampleWriter {
         let [b, c, h, w] = adv.dims();
         ensure!(
             c == 1 || c == 3,
-            "--save-examples: images with {c} channels cannot be written as PNG"
+            "⟨save_examples⟩: images with {c} channels cannot be written as PNG"
         );
         let read = |t: &Tensor<4>| crate::host::read(&t.clone().reshape([b, c * h * w]));
         let (x, a) = (read(clean)?, read(adv)?);

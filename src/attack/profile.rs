@@ -85,9 +85,10 @@ impl From<SpecBudget> for Overrides {
 
 /// The budget of a command: profile `name` changed by the user's `flags` and by an attack
 /// spec's own budget keys (`spec`, robrank's `eps=…:alpha=…:pgditer=…`), which must agree with
-/// the flags where both are given; validated with the keys named as flags (`--eps`, …).
+/// the flags where both are given; validated with the keys named as options (`⟨eps⟩`, …: each
+/// front end says them in its own words, [`crate::field`]).
 pub fn resolve(name: &str, flags: &Overrides, spec: &Overrides) -> Result<Pgd> {
-    resolve_as(name, flags, spec, "--")
+    resolve_as(name, flags, spec, "⟨")
 }
 
 /// [`resolve`], with the keys named as `prefix` + `eps`, `profile`, … (`--` on the command
@@ -101,7 +102,12 @@ pub fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, prefix: &str)
     ) -> Result<Option<T>> {
         match (flag, key) {
             (Some(f), Some(k)) if f != k => {
-                anyhow::bail!("{prefix}{what} {f} and the attack spec's value {k} disagree: give one")
+                let key = if prefix == "⟨" {
+                    format!("⟨{what}⟩")
+                } else {
+                    format!("{prefix}{what}")
+                };
+                anyhow::bail!("{key} {f} and the attack spec's value {k} disagree: give one")
             }
             (f, k) => Ok(f.or(k)),
         }
@@ -113,7 +119,12 @@ pub fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, prefix: &str)
         norm: flags.norm.or(spec.norm),
         random_start: flags.random_start || spec.random_start,
     };
-    let pgd = profile(name).with_context(|| format!("{prefix}profile"))?.pgd(&o);
+    let key = if prefix == "⟨" {
+        "⟨profile⟩".to_string()
+    } else {
+        format!("{prefix}profile")
+    };
+    let pgd = profile(name).with_context(|| key)?.pgd(&o);
     pgd.validate_as(prefix)?;
     Ok(pgd)
 }
@@ -170,12 +181,12 @@ mod resolve_tests {
         let e = resolve("rob28", &o(Some(0.2), None), &o(Some(0.1), None))
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "--eps 0.2 and the attack spec's value 0.1 disagree: give one");
+        assert_eq!(e, "⟨eps⟩ 0.2 and the attack spec's value 0.1 disagree: give one");
         let e = format!("{:#}", resolve("rob99", &o(None, None), &o(None, None)).unwrap_err());
-        assert!(e.starts_with("--profile: unknown profile 'rob99'"), "{e}");
+        assert!(e.starts_with("⟨profile⟩: unknown profile 'rob99'"), "{e}");
         let e = resolve("rob28", &o(Some(f32::INFINITY), None), &o(None, None))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--eps must be a finite number"), "{e}");
+        assert!(e.contains("⟨eps⟩ must be a finite number"), "{e}");
     }
 }

@@ -234,7 +234,7 @@ pub fn run_repeated(
     repeats: usize,
     sink: Option<&mut dyn AdversarialSink>,
 ) -> Result<Vec<AttackResult>> {
-    anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
+    anyhow::ensure!(repeats >= 1, "⟨repeats⟩ must be ≥ 1");
     let mut runs = vec![run_saving(setup, attack, sink)?];
     for k in 1..repeats {
         let s = Setup {
@@ -248,7 +248,7 @@ pub fn run_repeated(
 
 /// The ERS suite run `repeats` times with seeds [`repeat_seed`]`(setup.seed, k)`.
 pub fn robustness_repeated(setup: &Setup, repeats: usize) -> Result<Vec<Robustness>> {
-    anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
+    anyhow::ensure!(repeats >= 1, "⟨repeats⟩ must be ≥ 1");
     (0..repeats)
         .map(|k| {
             if repeats > 1 && setup.progress {

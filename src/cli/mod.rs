@@ -120,7 +120,11 @@ fn refresh_report(dir: &std::path::Path, data: Option<&std::path::Path>, device:
     match rdml::html::refresh(dir, &opts, device) {
         Ok(p) if !quiet => eprintln!("report: {}", p.display()),
         Ok(_) => {}
-        Err(e) => eprintln!("warning: {}/report.html not written: {e:#}", dir.display()),
+        Err(e) => eprintln!(
+            "warning: {}/report.html not written: {}",
+            dir.display(),
+            rdml::field::render(&format!("{e:#}"), rdml::field::Words::CommandLine)
+        ),
     }
 }
 

@@ -146,7 +146,7 @@ pub(super) fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareO
 const TABLES: [&str; 2] = ["compare.json", "compare.md"];
 /// The ledger of a comparison's folder.
 pub const LEDGER: &str = ".rdml-compare.json";
-const WHAT: &str = "--out";
+const WHAT: &str = "⟨out⟩";
 
 /// Checks, before the first run trains, that `out` can take the comparison: a folder (new, or
 /// not a run: the runs go into it), whose `compare.json` and `compare.md`, if any, rdml wrote.
@@ -154,12 +154,12 @@ pub(super) fn check_out(out: &std::path::Path) -> Result<()> {
     if let Ok(m) = std::fs::symlink_metadata(out) {
         anyhow::ensure!(
             m.is_dir(),
-            "--out {}: exists and is not a folder (a file or a link); expected the comparison's folder",
+            "⟨out⟩ {}: exists and is not a folder (a file or a link); expected the comparison's folder",
             out.display()
         );
         anyhow::ensure!(
             !crate::run_dir::is_run_folder(out),
-            "--out {}: is an rdml run folder; the comparison's runs and tables go into a folder of their own",
+            "⟨out⟩ {}: is an rdml run folder; the comparison's runs and tables go into a folder of their own",
             out.display()
         );
     }

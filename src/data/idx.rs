@@ -107,7 +107,7 @@ pub fn read_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
 pub fn find_pair(dir: &Path, stem: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     anyhow::ensure!(
         dir.is_dir(),
-        "{}: no such folder (data.root, or --data, must name the folder of the IDX files)",
+        "{}: no such folder (data.root, or ⟨data⟩, must name the folder of the IDX files)",
         dir.display()
     );
     let find = |kind: &str| -> Result<std::path::PathBuf> {

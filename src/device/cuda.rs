@@ -118,7 +118,7 @@ impl CudaProbe {
         match list.get(n) {
             Some(g) => Ok(g.clone()),
             None => bail!(
-                "--device cuda:{n}: this machine has {} CUDA device(s): {}",
+                "⟨device⟩ cuda:{n}: this machine has {} CUDA device(s): {}",
                 list.len(),
                 list.iter().map(|g| g.to_string()).collect::<Vec<_>>().join("; ")
             ),
@@ -137,7 +137,7 @@ mod imp {
 
     pub fn open(index: Option<usize>) -> Result<Selected> {
         let choice = super::super::choice::DeviceChoice::Cuda(index);
-        bail!("--device {choice}: {NO_FEATURE}")
+        bail!("⟨device⟩ {choice}: {NO_FEATURE}")
     }
 
     pub fn devices() -> Result<Vec<CudaGpu>> {
@@ -208,7 +208,7 @@ mod imp {
     pub fn open(index: Option<usize>) -> Result<Selected> {
         let gpu = probe()
             .pick(index)
-            .with_context(|| format!("--device {}", super::super::choice::DeviceChoice::Cuda(index)))?;
+            .with_context(|| format!("⟨device⟩ {}", super::super::choice::DeviceChoice::Cuda(index)))?;
         let device = Device::cuda(gpu.index);
         // The runtime starts (and compiles its first kernel) at the first tensor: do it here,
         // so that a failure is reported as this device's, before any file is written.
@@ -300,7 +300,7 @@ mod tests {
         let e = p.pick(Some(2)).unwrap_err().to_string();
         assert_eq!(
             e,
-            "--device cuda:2: this machine has 2 CUDA device(s): cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, \
+            "⟨device⟩ cuda:2: this machine has 2 CUDA device(s): cuda:0 (NVIDIA H100 80GB HBM3, 79.2 GiB, \
              compute capability 9.0); cuda:1 (NVIDIA H100 80GB HBM3, 79.2 GiB, compute capability 9.0)"
         );
         let mut none = complete();

@@ -72,13 +72,13 @@ fn auto() -> Selected {
 /// configs name (they must agree), else the CPU.
 pub fn open(flag: Option<&str>, named: &[Option<DeviceChoice>]) -> Result<Selected> {
     let choice: DeviceChoice = match flag {
-        Some(f) => f.parse().context("--device")?,
+        Some(f) => f.parse().context("⟨device⟩")?,
         None => {
             let mut named = named.iter().flatten();
             let first = named.next().copied();
             if let Some(other) = named.find(|d| Some(**d) != first) {
                 bail!(
-                    "the configs name different devices ({} and {other}): choose one with --device",
+                    "the configs name different devices ({} and {other}): choose one with ⟨device⟩",
                     first.unwrap_or_default()
                 );
             }
@@ -129,9 +129,9 @@ pub fn out_of_memory_report(message: &str) -> Option<String> {
 fn advice(what: &str) -> String {
     format!(
         "{what}: lower the batch size (train.sampler.pairs, or train.sampler.classes × \
-         per_class, for training; eval.batch_size for evaluation; --batch for attack, robustness \
+         per_class, for training; eval.batch_size for evaluation; ⟨batch⟩ for attack, robustness \
          and compare) or use a device with more memory; a run stopped here resumes from its last \
-         finished epoch with --resume"
+         finished epoch with ⟨resume!⟩"
     )
 }
 
@@ -199,10 +199,10 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "the configs name different devices (cpu and cuda:1): choose one with --device"
+            "the configs name different devices (cpu and cuda:1): choose one with ⟨device⟩"
         );
         let e = format!("{:#}", open(Some("tpu"), &[]).unwrap_err());
-        assert!(e.starts_with("--device: device 'tpu': expected cpu, cuda"), "{e}");
+        assert!(e.starts_with("⟨device⟩: device 'tpu': expected cpu, cuda"), "{e}");
     }
 
     #[test]
@@ -225,7 +225,7 @@ mod tests {
         for c in [DeviceChoice::Cuda(None), DeviceChoice::Cuda(Some(1))] {
             let e = select(c).unwrap_err().to_string();
             assert!(
-                e.starts_with(&format!("--device {c}: this rdml was built without CUDA")),
+                e.starts_with(&format!("⟨device⟩ {c}: this rdml was built without CUDA")),
                 "{e}"
             );
             assert!(e.contains("--features cuda"), "{e}");

@@ -18,7 +18,7 @@ mod imp {
     use super::*;
 
     pub fn open(_index: Option<usize>) -> Result<Selected> {
-        bail!("--device vulkan: {}", super::NO_FEATURE)
+        bail!("⟨device⟩ vulkan: {}", super::NO_FEATURE)
     }
 
     pub fn adapters() -> Result<Vec<Adapter>> {
@@ -162,7 +162,7 @@ mod imp {
         // With no index, the most capable adapter: the first GPU, else the first of the list.
         let index = match index {
             Some(n) if n >= list.len() => bail!(
-                "--device vulkan:{n}: this machine has {} Vulkan device(s): {}",
+                "⟨device⟩ vulkan:{n}: this machine has {} Vulkan device(s): {}",
                 list.len(),
                 list.iter().map(|a| a.to_string()).collect::<Vec<_>>().join("; ")
             ),

@@ -12,7 +12,7 @@ use crate::owned::Ledger;
 use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
 
-const WHAT: &str = "--out";
+const WHAT: &str = "⟨out⟩";
 
 /// The files `path` stands for (the `.npy` form writes four).
 pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
@@ -22,7 +22,7 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
             // rather than written under a name the user did not give.
             anyhow::ensure!(
                 path.file_name().and_then(|n| n.to_str()).is_some(),
-                "--out {}: a .npy set's file name must be UTF-8 text (its members are named after it); \
+                "⟨out⟩ {}: a .npy set's file name must be UTF-8 text (its members are named after it); \
                  rename it, or write a .safetensors or .npz file",
                 path.display()
             );

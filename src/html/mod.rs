@@ -156,7 +156,10 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
         Grid::None => {}
         Grid::Failed(e) => page.note(
             "Retrieval grid",
-            &format!("Not drawn: {e}. Pass `--data DIR` to `rdml report` where the test data is elsewhere."),
+            &format!(
+                "Not drawn: {}. Pass `--data DIR` to `rdml report` where the test data is elsewhere.",
+                crate::field::render(&e, crate::field::Words::CommandLine)
+            ),
         ),
         Grid::Stored(Some(g)) => page.grid(&g.rows, &g.pgd),
         Grid::Stored(None) => page.note(

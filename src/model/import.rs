@@ -150,7 +150,7 @@ pub fn import(
     refuse_foreign(sources, cfg.arch, &names, expected_main(&expected), missing.len())?;
     if !unused.is_empty() && !allow.unused {
         bail!(
-            "{}: {} tensor(s) fit no parameter of rdml's {}: {}{hint}; pass --allow-unused to leave them out",
+            "{}: {} tensor(s) fit no parameter of rdml's {}: {}{hint}; pass ⟨allow_unused!⟩ to leave them out",
             sources[0].path.display(),
             unused.len(),
             arch_name(cfg.arch),
@@ -159,7 +159,7 @@ pub fn import(
     }
     if !missing.is_empty() && !allow.missing {
         bail!(
-            "{}: {} parameter(s) of rdml's {} are not in the file: {}{hint}; pass --allow-missing to keep their random initialisation, or --key-map OLD=NEW to rename the file's keys",
+            "{}: {} parameter(s) of rdml's {} are not in the file: {}{hint}; pass ⟨allow_missing!⟩ to keep their random initialisation, or ⟨key_map⟩ OLD=NEW to rename the file's keys",
             sources[0].path.display(),
             missing.len(),
             arch_name(cfg.arch),
@@ -245,7 +245,7 @@ pub fn refuse_unreadable(arch: Arch, sources: &[Checkpoint], rules: &[KeyRule]) 
 fn foreign_message(path: &std::path::Path, arch: Arch, why: &str) -> String {
     format!(
         "{}: not a {} that rdml can read: {why}. rdml import reads C2F2, ResNet-18 and ResNet-50 \
-         only, and never builds a model it cannot fill (--allow-missing covers a few absent \
+         only, and never builds a model it cannot fill (⟨allow_missing!⟩ covers a few absent \
          parameters, not another architecture). Any PyTorch model is attacked and scored where it \
          lives: in Python, rdml.robustness(model, images, labels) (README: \"Score your own PyTorch model\")",
         path.display(),

@@ -23,9 +23,9 @@ impl std::str::FromStr for KeyRule {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
         let Some((from, to)) = s.split_once('=') else {
-            bail!("--key-map {s:?}: expected OLD=NEW (a key prefix and its replacement; NEW may be empty to strip OLD)")
+            bail!("⟨key_map⟩ {s:?}: expected OLD=NEW (a key prefix and its replacement; NEW may be empty to strip OLD)")
         };
-        ensure!(!from.is_empty(), "--key-map {s:?}: the prefix to replace is empty");
+        ensure!(!from.is_empty(), "⟨key_map⟩ {s:?}: the prefix to replace is empty");
         Ok(Self {
             from: from.into(),
             to: to.into(),

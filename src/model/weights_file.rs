@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// What to do about a damaged weights file.
 const ADVICE: &str =
-    "the file is damaged: train the run again, or resume it (`rdml train --resume`) if its checkpoint/ is intact";
+    "the file is damaged: train the run again, or resume it (train with ⟨resume!⟩) if its checkpoint/ is intact";
 
 /// The bytes of `path` once its layout and every float value have been checked.
 pub fn read_checked(path: &Path) -> Result<Vec<u8>> {

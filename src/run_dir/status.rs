@@ -32,7 +32,7 @@ pub fn check_finished(dir: &Path) -> Result<RunStatus> {
         Found::Nothing if dir.exists() => bail!("{d}: not an rdml run folder (it is empty)"),
         Found::Nothing => bail!("{d}: no such folder"),
         Found::Foreign => bail!(
-            "{d}: not an rdml run folder (no run.json; a run folder is what `rdml train --out` writes, a compare folder holds compare.json)"
+            "{d}: not an rdml run folder (no run.json; a run folder is what training writes into its ⟨out⟩, a compare folder holds compare.json)"
         ),
         Found::Started => bail!(
             "{d}: an rdml run that stopped before its first epoch ended: it has no checkpoint and no model yet; \
@@ -40,7 +40,7 @@ pub fn check_finished(dir: &Path) -> Result<RunStatus> {
         ),
         Found::Resumable { epochs_done } => bail!(
             "{d}: an interrupted run, not finished ({epochs_done} epoch(s) done, kept in its checkpoint; no final model yet): \
-             resume it with `rdml train --resume`"
+             resume it (train with ⟨resume!⟩)"
         ),
         Found::Finished { .. } => {}
     }

@@ -80,7 +80,7 @@ fn a_kill_at_any_step_of_the_swap_keeps_the_newest_complete_checkpoint() {
         // A new run into it is refused; --overwrite removes it.
         drop(run);
         let err = RunDir::open(&d, Start::New).unwrap_err().to_string();
-        assert!(err.contains("interrupted run") && err.contains("--resume"), "{err}");
+        assert!(err.contains("interrupted run") && err.contains("⟨resume!⟩"), "{err}");
         RunDir::open(&d, Start::Overwrite).unwrap();
         assert!(!d.join(CKPT).exists(), "{name}");
         std::fs::remove_dir_all(&d).unwrap();
@@ -237,7 +237,7 @@ fn reads_of_an_unfinished_run_tell_the_truth() {
     checkpoint(&d, CKPT, 2, true);
     let e = check_finished(&d).unwrap_err().to_string();
     assert!(
-        e.contains("an interrupted run, not finished (2 epoch(s) done") && e.contains("--resume"),
+        e.contains("an interrupted run, not finished (2 epoch(s) done") && e.contains("⟨resume!⟩"),
         "{e}"
     );
     let empty = scratch("truth-empty");

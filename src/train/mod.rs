@@ -30,7 +30,7 @@ pub use trainer::Trainer;
 pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<RunReport> {
     ensure!(
         !(opts.resume && opts.overwrite),
-        "--resume and --overwrite exclude each other: continue the run, or replace it"
+        "⟨resume!⟩ and ⟨overwrite!⟩ exclude each other: continue the run, or replace it"
     );
     let device = device.clone().autodiff();
     let splits = exp.data.load(exp.seed)?;
@@ -222,7 +222,7 @@ pub fn time_steps(
     random_shape: Option<[usize; 3]>,
     device: &Device,
 ) -> Result<StepTiming> {
-    ensure!(steps >= 1, "--steps must be ≥ 1");
+    ensure!(steps >= 1, "⟨steps⟩ must be ≥ 1");
     let device = device.clone().autodiff();
     let mut bank_set = None;
     let (images, labels, items, shape) = match random_shape {
@@ -235,7 +235,7 @@ pub fn time_steps(
             let bytes = [n, c, h, w].iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
             ensure!(
                 bytes.is_some_and(|b| b <= crate::config::MAX_BATCH_INPUT),
-                "--random-images {c},{h},{w}: a batch of {n} such images is {} of input alone, beyond rdml's limit \
+                "⟨random_images⟩ {c},{h},{w}: a batch of {n} such images is {} of input alone, beyond rdml's limit \
                  of {} GiB: lower the image size or train.sampler.pairs",
                 bytes.map_or("more bytes than memory can address".to_string(), |b| format!(
                     "{} GiB",

@@ -1,0 +1,61 @@
+//! The options a message names, in each front end's own words. Library messages write an
+//! option as `⟨name⟩` (one that takes a value) or `⟨name!⟩` (a switch); the command line says
+//! `--name`, Python `name=` and `name=True` (its keyword, `-` read as `_`). Nothing else in a
+//! message changes.
+
+/// How a front end names an option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Words {
+    /// `--name`.
+    CommandLine,
+    /// `name=` (`name=True` for a switch).
+    Python,
+}
+
+/// `msg` with every `⟨…⟩` rendered in `words`; a `⟨` without its `⟩` is left as it is.
+pub fn render(msg: &str, words: Words) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(i) = rest.find('⟨') {
+        let after = &rest[i + '⟨'.len_utf8()..];
+        let Some(j) = after.find('⟩') else { break };
+        let token = &after[..j];
+        let (name, switch) = match token.strip_suffix('!') {
+            Some(n) => (n, true),
+            None => (token, false),
+        };
+        out.push_str(&rest[..i]);
+        match words {
+            Words::CommandLine => {
+                out.push_str("--");
+                out.push_str(&name.replace('_', "-"));
+            }
+            Words::Python => {
+                out.push_str(&name.replace('-', "_"));
+                out.push_str(if switch { "=True" } else { "=" });
+            }
+        }
+        rest = &after[j + '⟩'.len_utf8()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_front_end_names_options_in_its_own_words() {
+        let m = "pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), or choose another ⟨out⟩; ⟨embedding_dim⟩ 64";
+        assert_eq!(
+            render(m, Words::CommandLine),
+            "pass --resume to continue it (with more --epochs), or choose another --out; --embedding-dim 64"
+        );
+        assert_eq!(
+            render(m, Words::Python),
+            "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim= 64"
+        );
+        assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
+    }
+}
