@@ -177,6 +177,9 @@ impl Ledger {
             return Ok(());
         };
         let staging = self.staging(&p)?;
+        // A note goes straight to the terminal: its option in the command line's words (the
+        // folders Python writes name theirs as a keyword already).
+        let what = crate::field::render(what, crate::field::Words::CommandLine);
         if p.phase == Phase::Swapping {
             self.swap(&p, &staging)?;
             eprintln!(
