@@ -24,6 +24,17 @@ pub fn render(msg: &str, words: Words) -> String {
             Some(n) => (n, true),
             None => (token, false),
         };
+        let option = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !option {
+            // Not a token (a `⟨` in a path, say): kept as it is, and the scan goes on after it.
+            let keep = i + '⟨'.len_utf8();
+            out.push_str(&rest[..keep]);
+            rest = &rest[keep..];
+            continue;
+        }
         out.push_str(&rest[..i]);
         match words {
             Words::CommandLine => {
@@ -57,5 +68,10 @@ mod tests {
             "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim= 64"
         );
         assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
+        // A `⟨` of the user's (a path) is not a token; the token after it still is.
+        assert_eq!(
+            render("out⟨old.json exists; pass ⟨overwrite!⟩", Words::CommandLine),
+            "out⟨old.json exists; pass --overwrite"
+        );
     }
 }

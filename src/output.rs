@@ -109,9 +109,12 @@ fn refuse_run_files(path: &Path) -> Result<()> {
             dir.display()
         );
     }
-    for inner in dir.ancestors().take_while(|a| !a.as_os_str().is_empty()) {
+    // Lexically, and as the folder resolves (`..`, a link into a run's checkpoint).
+    let resolved = dir.canonicalize().ok();
+    let lexical = dir.ancestors().take_while(|a| !a.as_os_str().is_empty());
+    for inner in lexical.chain(resolved.iter().flat_map(|r| r.ancestors())) {
         let (Some(name), Some(run)) = (inner.file_name().and_then(|n| n.to_str()), inner.parent()) else {
-            break;
+            continue;
         };
         let run = if run.as_os_str().is_empty() {
             Path::new(".")

@@ -53,12 +53,29 @@ enum OnDisk {
     Before(BTreeMap<String, Vec<String>>),
 }
 
-/// A folder's ledger, read and settled.
+/// A folder's ledger, read and settled; the folder is locked while it lives (so a second rdml
+/// process never takes a live change for an interrupted one).
 #[derive(Debug)]
 pub struct Ledger {
     dir: PathBuf,
     name: String,
     state: State,
+    lock: Option<std::fs::File>,
+}
+
+/// An advisory lock on the folder itself (none while the folder does not exist yet).
+fn lock(dir: &Path, what: &str) -> Result<Option<std::fs::File>> {
+    let Ok(f) = std::fs::File::open(dir) else {
+        return Ok(None);
+    };
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(crate::input_error(format!(
+            "{what}: another rdml process is writing {}; wait for it or choose another folder",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", dir.display())),
+    }
 }
 
 fn current_digest(p: &Path) -> Option<String> {
@@ -80,6 +97,7 @@ impl Ledger {
     /// Reads the ledger `name` of `dir` (none yet: an empty one), and settles a change a killed
     /// command left; `what` names the folder's use in messages (`--save-examples`, `out`).
     pub fn open(dir: &Path, name: &str, what: &str) -> Result<Self> {
+        let lock = lock(dir, what)?;
         let path = dir.join(name);
         let state = match std::fs::symlink_metadata(&path) {
             Err(_) => State::default(),
@@ -94,6 +112,7 @@ impl Ledger {
                     Ok(OnDisk::Before(d)) => State {
                         files: d
                             .into_iter()
+                            .filter(|(n, _)| plain(n))
                             .filter_map(|(n, ok)| {
                                 let now = current_digest(&dir.join(&n))?;
                                 ok.contains(&now).then_some((n, now))
@@ -108,10 +127,14 @@ impl Ledger {
                 }
             }
         };
+        let mut state = state;
+        // Only plain names are rdml's (a name with a folder in it was not written by rdml).
+        state.files.retain(|n, _| plain(n));
         let mut l = Self {
             dir: dir.to_path_buf(),
             name: name.to_string(),
             state,
+            lock,
         };
         l.settle(what)?;
         Ok(l)
@@ -137,7 +160,7 @@ impl Ledger {
     /// Records `name` as rdml's when its bytes are `digest` now (a set an earlier version wrote,
     /// proved by its own manifest).
     pub fn adopt(&mut self, name: &str, digest: &str) {
-        if current_digest(&self.dir.join(name)).as_deref() == Some(digest) {
+        if plain(name) && current_digest(&self.dir.join(name)).as_deref() == Some(digest) {
             self.state.files.insert(name.to_string(), digest.to_string());
         }
     }
@@ -202,11 +225,28 @@ impl Ledger {
     /// The swap, repeatable from any point: staged files renamed into place, removed ones gone,
     /// then the ledger records the new set.
     fn swap(&mut self, p: &Pending, staging: &Path) -> Result<()> {
-        for name in p.writes.keys().filter(|n| plain(n)) {
+        for (name, new) in p.writes.iter().filter(|(n, _)| plain(n)) {
             let staged = staging.join(name);
-            if std::fs::symlink_metadata(&staged).is_ok() {
-                rename(&staged, &self.dir.join(name))?;
+            if std::fs::symlink_metadata(&staged).is_err() {
+                continue;
             }
+            // The place must still be empty, rdml's, or already the new file: one the user put
+            // or changed there meanwhile is not replaced (the change stays pending).
+            let target = self.dir.join(name);
+            let now = std::fs::symlink_metadata(&target).ok().map(|_| current_digest(&target));
+            let free = match now {
+                None => true,
+                Some(d) => d.is_some() && (d.as_ref() == Some(new) || d.as_ref() == self.state.files.get(name)),
+            };
+            if !free {
+                bail!(
+                    "{} changed since rdml began replacing it: it is left as it is, and so is the change \
+                     (in {}); move the file away to let it finish",
+                    target.display(),
+                    staging.display()
+                );
+            }
+            rename(&staged, &target)?;
         }
         for name in p.removes.iter().filter(|n| plain(n)) {
             if self.owns(name) {
@@ -216,7 +256,12 @@ impl Ledger {
         }
         // Before the ledger forgets the change: a kill between the two must not orphan it.
         remove_staging(staging)?;
-        self.state.files.extend(p.writes.clone());
+        self.state.files.extend(
+            p.writes
+                .iter()
+                .filter(|(n, _)| plain(n))
+                .map(|(n, d)| (n.clone(), d.clone())),
+        );
         self.state.pending = None;
         self.save()
     }
@@ -225,6 +270,9 @@ impl Ledger {
     /// leaves nothing the next command cannot prove it made.
     pub fn begin(mut self) -> Result<Change> {
         std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
+        if self.lock.is_none() {
+            self.lock = lock(&self.dir, "the folder")?;
+        }
         let staging = format!(".rdml-staging-{}", crate::run_dir::new_token());
         self.state.pending = Some(Pending {
             staging: staging.clone(),
@@ -280,7 +328,15 @@ impl Change {
         anyhow::ensure!(plain(name), "'{name}' is not a plain file name");
         let p = self.staging.join(name);
         crate::fault::point("write", &p);
-        std::fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .with_context(|| format!("cannot create {}", p.display()))?;
+        // Synced: past the point of no return a power cut must not roll half a file forward.
+        std::io::Write::write_all(&mut f, bytes)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot write {}", p.display()))?;
         self.staged.insert(name.to_string(), digest(bytes));
         Ok(())
     }
@@ -301,6 +357,9 @@ impl Change {
             .pending
             .take()
             .context("a change without its journal")?;
+        if let Ok(d) = std::fs::File::open(&self.staging) {
+            let _ = d.sync_all();
+        }
         p.phase = Phase::Swapping;
         p.writes = std::mem::take(&mut self.staged);
         p.removes = removes.iter().filter(|n| self.ledger.owns(n)).cloned().collect();

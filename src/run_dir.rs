@@ -266,7 +266,9 @@ impl RunDir {
         match (found, start) {
             // A run killed in its first epoch has nothing to keep.
             (Found::Started, Start::New) => run.remove_run_files()?,
-            // A replaced run is kept aside until the new one has a complete checkpoint.
+            // A replaced run is kept aside until the new one has a complete checkpoint (a new or
+            // empty folder has none: its marker holds no token, so nothing is stashed).
+            (Found::Nothing, Start::Overwrite) => {}
             (_, Start::Overwrite) => replace::stash_run_files(dir, &token)?,
             _ => run.settle_checkpoint()?,
         }

@@ -600,3 +600,51 @@ fn non_utf8_paths_work_or_are_refused_before_work() {
     assert!(d.join(OsStr::from_bytes(b"e\xfe.npz")).is_file());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The undo of an interrupted replacement, killed in turn before each of its own changes: the
+/// command after it still gives the old run back byte for byte (a second kill never removes a
+/// file already put back).
+#[test]
+fn an_undo_killed_before_each_change_still_gives_the_old_run_back() {
+    let d = scratch("undo");
+    let base = d.join("base");
+    assert!(train(&base, &[], &[]).status.success());
+    std::fs::write(base.join("notes.txt"), b"the user's own file").unwrap();
+    let old = snapshot(&base);
+    let whole = d.join("whole");
+    copy(&base, &whole);
+    let changes = counted(
+        |env| train(&whole, &["--overwrite", "--set", "seed=3"], env),
+        &d.join("train.log"),
+    );
+    // Killed just before the new run's first checkpoint is swapped in: every old file stashed,
+    // new files beside them.
+    let swap = format!("rename {}", whole.join("checkpoint").display());
+    let k = changes.iter().find(|c| c.1 == swap).unwrap().0;
+    let killed = d.join("killed");
+    copy(&base, &killed);
+    let at = k.to_string();
+    let o = train(&killed, &["--overwrite", "--set", "seed=3"], &[("RDML_FAULT_AT", &at)]);
+    assert_eq!(o.status.code(), Some(137), "{}", text(&o));
+    let eval = |t: &Path, env: &[(&str, &str)]| rdml(&["eval", "--model", t.to_str().unwrap(), "--quiet"], env);
+    let probe = d.join("probe");
+    copy(&killed, &probe);
+    let undo = counted(|env| eval(&probe, env), &d.join("undo.log"));
+    assert!(snapshot(&probe) == old);
+    assert!(undo.len() >= 5, "{} changes in the undo", undo.len());
+    for (j, _) in &undo {
+        let t = d.join(format!("undo-{j}"));
+        copy(&killed, &t);
+        let at = j.to_string();
+        assert_eq!(
+            eval(&t, &[("RDML_FAULT_AT", &at)]).status.code(),
+            Some(137),
+            "undo change {j}"
+        );
+        let again = eval(&t, &[]);
+        assert!(again.status.success(), "undo change {j}: {}", text(&again));
+        assert!(snapshot(&t) == old, "undo change {j}: the old run is not whole");
+        let _ = std::fs::remove_dir_all(&t);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

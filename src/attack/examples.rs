@@ -104,11 +104,11 @@ fn index_name(stem: &str) -> String {
     format!("{stem}-index.json")
 }
 
-/// Whether `name` is one of this attack's images (`STEM-NNNNNN.png`).
+/// Whether `name` is one of this attack's images (`STEM-NNNNNN.png`, more digits past 999,999).
 fn is_ours(stem: &str, name: &str) -> bool {
     name.strip_prefix(&format!("{stem}-"))
         .and_then(|r| r.strip_suffix(".png"))
-        .is_some_and(|n| n.len() == 6 && n.bytes().all(|b| b.is_ascii_digit()))
+        .is_some_and(|n| n.len() >= 6 && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl AdversarialSink for ExampleWriter {

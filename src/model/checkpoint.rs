@@ -87,6 +87,20 @@ pub fn read(path: &Path) -> Result<Checkpoint> {
             .with_context(|| format!("cannot read {}", path.display()))?
     };
     let head = &head[..n];
+    // PyTorch's old tar format (before 1.0): its pickles sit in tar members that rdml's scan of
+    // callables does not open, so it is refused whole (the reader would take it for one).
+    let mut tar = [0u8; 5];
+    let is_tar = {
+        use std::io::{Read, Seek};
+        let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        f.seek(std::io::SeekFrom::Start(257)).is_ok() && f.read_exact(&mut tar).is_ok() && &tar == b"ustar"
+    };
+    ensure!(
+        !is_tar,
+        "{}: PyTorch's old tar checkpoint format (before PyTorch 1.0) is not read: load it in PyTorch \
+         and save `model.state_dict()` again",
+        path.display()
+    );
     if head.len() >= 9 && head[8] == b'{' {
         return read_safetensors(path);
     }

@@ -30,6 +30,7 @@ fn only_recorded_files_are_replaced_or_removed() {
     assert!(!d.join("b.json").exists());
     assert_eq!(std::fs::read(d.join("notes.txt")).unwrap(), b"mine");
     assert_eq!(l.names().collect::<Vec<_>>(), ["a.json"]);
+    drop(l);
     std::fs::write(d.join("a.json"), b"edited by the user").unwrap();
     let e = write_set(&d, &[("a.json", b"4")], &[]).unwrap_err().to_string();
     assert!(e.contains("a.json exists and rdml did not write it"), "{e}");
@@ -53,7 +54,7 @@ fn an_interrupted_change_is_settled_by_the_next_open() {
     // Killed while writing: staged files, ledger in phase `writing`.
     let mut c = Ledger::open(&d, L, "out").unwrap().begin().unwrap();
     c.stage("a", b"new a").unwrap();
-    std::mem::forget(c);
+    drop(c); // as a kill: no clean-up (only the lock goes, as the kernel releases it)
     let l = Ledger::open(&d, L, "out").unwrap();
     assert!(l.owns("a") && l.owns("b"));
     assert_eq!(std::fs::read(d.join("a")).unwrap(), b"old a");
@@ -69,7 +70,7 @@ fn an_interrupted_change_is_settled_by_the_next_open() {
     c.ledger.state.pending = Some(p);
     c.ledger.save().unwrap();
     std::fs::rename(c.staging.join("a"), d.join("a")).unwrap();
-    std::mem::forget(c);
+    drop(c); // as a kill: no clean-up (only the lock goes, as the kernel releases it)
     let l = Ledger::open(&d, L, "out").unwrap();
     assert_eq!(std::fs::read(d.join("a")).unwrap(), b"new a");
     assert_eq!(std::fs::read(d.join("c")).unwrap(), b"new c");
@@ -90,8 +91,42 @@ fn the_earlier_ledger_format_is_read() {
     std::fs::write(d.join(L), old.to_string()).unwrap();
     let l = Ledger::open(&d, L, "out").unwrap();
     assert!(l.owns("r.json") && !l.owns("s.json"));
+    drop(l);
     std::fs::write(d.join(L), b"not json").unwrap();
     let e = Ledger::open(&d, L, "out").unwrap_err().to_string();
     assert!(e.contains("is not a ledger rdml wrote"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A live change is another process's, not an interrupted one: a second open is refused while
+/// the first ledger lives, and succeeds once it is gone.
+#[test]
+fn a_folder_has_one_writer_at_a_time() {
+    let d = scratch("lock");
+    let c = Ledger::open(&d, L, "out").unwrap().begin().unwrap();
+    let e = Ledger::open(&d, L, "out").unwrap_err().to_string();
+    assert!(e.contains("another rdml process is writing"), "{e}");
+    c.abandon().unwrap();
+    Ledger::open(&d, L, "out").unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Finishing an interrupted change never replaces a file the user put in its place meanwhile.
+#[test]
+fn a_file_put_in_place_meanwhile_is_not_replaced() {
+    let d = scratch("meanwhile");
+    write_set(&d, &[("a", b"old a")], &[]).unwrap();
+    let mut c = Ledger::open(&d, L, "out").unwrap().begin().unwrap();
+    c.stage("a", b"new a").unwrap();
+    let mut p = c.ledger.state.pending.clone().unwrap();
+    p.phase = Phase::Swapping;
+    p.writes = c.staged.clone();
+    c.ledger.state.pending = Some(p);
+    c.ledger.save().unwrap();
+    drop(c);
+    std::fs::write(d.join("a"), b"the user's").unwrap();
+    let e = Ledger::open(&d, L, "out").unwrap_err().to_string();
+    assert!(e.contains("changed since rdml began replacing it"), "{e}");
+    assert_eq!(std::fs::read(d.join("a")).unwrap(), b"the user's");
     let _ = std::fs::remove_dir_all(&d);
 }

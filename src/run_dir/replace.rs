@@ -6,8 +6,9 @@
 //! match, so a folder of that name that rdml did not make is never touched (nothing is inferred
 //! from a name). Phases: `moving` (old files on their way into the stash; the new run has
 //! written nothing, so whatever is in the run folder is still the old run's), `moved` (every
-//! old file stashed; run files in the folder are the new run's), `done` (the new run stands;
-//! the stash is being emptied). The next `train` into the folder finishes or undoes an
+//! old file stashed; run files in the folder are the new run's), `restoring` (an undo removed
+//! the new run's files and is putting the old ones back), `done` (the new run stands; the
+//! stash is being emptied). The next `train` into the folder finishes or undoes an
 //! interrupted replacement first, and says which.
 
 use super::{
@@ -104,7 +105,7 @@ pub fn settle_interrupted(dir: &Path) -> Result<()> {
                 dir.display()
             );
         }
-        Some(phase @ ("moving" | "moved")) => {
+        Some(phase @ ("moving" | "moved" | "restoring")) => {
             put_back_after(dir, phase == "moved")?;
             eprintln!(
                 "note: {}: a replacement of the run was interrupted before its first checkpoint; the run it \
@@ -121,23 +122,27 @@ pub fn settle_interrupted(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Undoes a replacement: the new run's files go (only once every old file was stashed: before
-/// that the folder's files are still the old run's), and the stashed ones come back.
+/// Undoes a replacement in two passes, each repeatable after a kill: the new run's files go
+/// (only once every old file was stashed: before that the folder's files are still the old
+/// run's), the journal then says `restoring`, and the stashed files come back. A kill in the
+/// second pass never removes a file put back (the journal no longer allows removals).
 pub(super) fn put_back_after(dir: &Path, new_files_written: bool) -> Result<()> {
     let stash = dir.join(REPLACED);
-    for n in run_names() {
-        let (here, kept) = (dir.join(n), stash.join(n));
-        let stashed = std::fs::symlink_metadata(&kept).is_ok();
-        if new_files_written {
+    if new_files_written {
+        for n in run_names() {
             // Every old file was stashed first: what bears a run's name here is the new run's.
-            remove(&here)?;
+            remove(&dir.join(n))?;
         }
-        if stashed && std::fs::symlink_metadata(&here).is_err() {
-            rename(&kept, &here)?;
+        remove_leftovers(dir)?;
+        if let Some(token) = marker_token(dir).filter(|_| stash.is_dir()) {
+            write_journal(&stash, &token, "restoring")?;
         }
     }
-    if new_files_written {
-        remove_leftovers(dir)?;
+    for n in run_names() {
+        let (here, kept) = (dir.join(n), stash.join(n));
+        if std::fs::symlink_metadata(&kept).is_ok() && std::fs::symlink_metadata(&here).is_err() {
+            rename(&kept, &here)?;
+        }
     }
     sync_folder(dir)?;
     drop_stash(&stash)
