@@ -10,6 +10,8 @@ pub enum Words {
     CommandLine,
     /// `name=` (`name=True` for a switch).
     Python,
+    /// `name` alone: a page that both front ends' users read (the report).
+    Plain,
 }
 
 /// `msg` with every `⟨…⟩` rendered in `words`; a `⟨` without its `⟩` is left as it is.
@@ -45,6 +47,7 @@ pub fn render(msg: &str, words: Words) -> String {
                 out.push_str(&name.replace('-', "_"));
                 out.push_str(if switch { "=True" } else { "=" });
             }
+            Words::Plain => out.push_str(&name.replace('-', "_")),
         }
         rest = &after[j + '⟩'.len_utf8()..];
     }
@@ -68,6 +71,7 @@ mod tests {
             "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim= 64"
         );
         assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
+        assert_eq!(render("choose another ⟨out⟩", Words::Plain), "choose another out");
         // A `⟨` of the user's (a path) is not a token; the token after it still is.
         assert_eq!(
             render("out⟨old.json exists; pass ⟨overwrite!⟩", Words::CommandLine),

@@ -54,6 +54,8 @@ pub struct Scoring {
     /// Attack and score the model as it infers with this batch-norm set.
     pub bn_set: usize,
     pub progress: bool,
+    /// The front end that asked: how its notes name options (`--data` / `data=`).
+    pub words: crate::field::Words,
 }
 
 /// The run in `dir` opened as a target and its attack context, and the surrogate's context.
@@ -71,7 +73,7 @@ fn open(dir: &Path, s: &Scoring, device: &Device) -> Result<Opened> {
     if s.data.is_none()
         && let Some(note) = imported_data_note(dir, &target)
     {
-        eprintln!("{note}");
+        eprintln!("{}", crate::field::render(&note, s.words));
     }
     let ctx = target.context(device, s.robrank_compat, s.batch)?;
     let surrogate = match &s.surrogate {
@@ -101,7 +103,7 @@ fn imported_data_note(dir: &Path, target: &Target) -> Option<String> {
         .unwrap_or_default();
     Some(format!(
         "note: {} was imported without a config, so it is scored on its default config's data: {}{root} \
-         ({} test items). Give the data with --data DIR (Python: data=), import with --config, or score \
+         ({} test items). Give the data with ⟨data⟩, import with ⟨config⟩, or score \
          the model on your own images with rdml.robustness(run, images, labels) in Python.",
         dir.display(),
         serde_json::to_value(data.dataset).ok()?.as_str()?,

@@ -84,18 +84,18 @@ NOT_OPTIONS = ("--features", "--release", "--help", "--gpus")
 
 def flag_names(path, text):
     """Command-line flags written into the library's messages: they must be `⟨name⟩` tokens, which
-    each front end renders in its own words (src/field.rs). Comments, help texts (`about:`),
-    backticked command lines and the report page (read by command-line users) are not messages."""
-    if path.endswith(os.path.join("src", "html", "mod.rs")) or path.endswith("field.rs"):
+    each front end renders in its own words (src/field.rs); help texts and the report page too.
+    Comments are not messages."""
+    if path.endswith("field.rs"):
         return []
     out = []
     for n, line in enumerate(text.split("\n"), 1):
         code = line.split("//")[0] if not line.strip().startswith('"') else line
-        if '"' not in line or line.strip().startswith("//") or "about:" in line or "Python:" in line:
+        if line.strip().startswith("//"):
             continue
         for m in re.finditer(r"(?<![\w`-])--[a-z][a-z-]*[a-z]", code):
             before = code[: m.start()]
-            if m.group(0) in NOT_OPTIONS or before.count("`") % 2 == 1:
+            if m.group(0) in NOT_OPTIONS:
                 continue
             out.append(f"{os.path.relpath(path, ROOT)}:{n}: {m.group(0)} in a library message (write ⟨name⟩)")
     return out

@@ -336,6 +336,7 @@ fn scoring(
         repeats,
         bn_set,
         progress: !quiet,
+        words: rdml::field::Words::Python,
     })
 }
 

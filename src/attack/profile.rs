@@ -42,7 +42,7 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "pp-pgd5",
-        about: "the positive-perturbation paper's PGD-5 (seed 000, Tables 1-2): L∞ ε 0.01 (the paper also uses 0.05 and 0.1: --eps), 5 steps of 2ε/5, random start",
+        about: "the positive-perturbation paper's PGD-5 (seed 000, Tables 1-2): L∞ ε 0.01 (the paper also uses 0.05 and 0.1: ⟨eps⟩), 5 steps of 2ε/5, random start",
         eps: 0.01,
         step: StepRule::TwiceEpsOverSteps,
         steps: 5,

@@ -28,7 +28,7 @@ pub const ATTACKS: &[Entry<dyn Attack>] = &[
     Entry { names: &["GTM"], about: "toward the nearest item of a class other than the query's top-1's (Recall@1)", make: |_| Ok(Box::new(label::Label::Gtm)) },
     Entry { names: &["GTT"], about: "push the query's top-1 out of its top 4 (rate it stays)", make: |_| Ok(Box::new(label::Label::Gtt)) },
     Entry { names: &["NN"], about: "nearest-neighbour attack (positive-perturbation paper, Algorithm 1)", make: |_| Ok(Box::new(nn::Nn::Plain)) },
-    Entry { names: &["NN-CW"], about: "NN by Carlini and Wagner's L∞ algorithm on their margin loss, NN-CW[:κ] (--eps the first τ, --step Adam's rate, --steps per round, 10 rounds)", make: nn::cw_from_spec },
+    Entry { names: &["NN-CW"], about: "NN by Carlini and Wagner's L∞ algorithm on their margin loss, NN-CW[:κ] (⟨eps⟩ the first τ, ⟨step⟩ Adam's rate, ⟨steps⟩ per round, 10 rounds)", make: nn::cw_from_spec },
     Entry { names: &["NN-CW-PGD"], about: "C&W's margin loss by PGD, NN-CW-PGD[:κ]", make: nn::cw_from_spec },
     Entry { names: &["STAX", "MTAX", "UX"], about: "MDProp's feature-space examples: STAX, MTAX[:T], UX[:T] (T targets, default 5)", make: feature::from_spec },
 ];
@@ -37,7 +37,7 @@ pub const ATTACKS: &[Entry<dyn Attack>] = &[
 #[rustfmt::skip]
 pub const METHODS: &[Entry<dyn Method>] = &[
     Entry { names: &["white-box"], about: "the attacked model's gradients, with the attack's own optimiser (default)", make: |_| Ok(Box::new(WhiteBox)) },
-    Entry { names: &["nes"], about: "black-box: PGD on gradients estimated by NES from the model's embeddings alone, nes[:pop=P][:sigma=σ] (robrank's --nes: P 100, σ ε/0.5); reports model_queries", make: super::method::nes::Nes::from_spec },
+    Entry { names: &["nes"], about: "black-box: PGD on gradients estimated by NES from the model's embeddings alone, nes[:pop=P][:sigma=σ] (robrank's NES defaults: P 100, σ ε/0.5); reports model_queries", make: super::method::nes::Nes::from_spec },
     Entry { names: &["universal"], about: "one perturbation for all attacked items, fitted by PGD on the attack's loss over all of them, then added to each", make: super::method::universal::Universal::from_spec },
 ];
 
@@ -75,7 +75,7 @@ pub fn attack(spec: &str) -> Result<Box<dyn Attack>> {
     let (a, budget) = attack_with_budget(spec)?;
     ensure!(
         budget == SpecBudget::default(),
-        "'{spec}': eps, alpha and pgditer are read where a budget is set (`rdml attack --attack`)"
+        "'{spec}': eps, alpha and pgditer are read where an attack is run with its budget (⟨attack⟩)"
     );
     Ok(a)
 }

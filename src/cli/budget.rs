@@ -2,25 +2,30 @@
 
 use anyhow::Result;
 
+/// The library's texts with their options as the command line names them.
+fn words(text: &str) -> String {
+    rdml::field::render(text, rdml::field::Words::CommandLine)
+}
+
 pub fn attack_help() -> String {
     format!(
         "The attack: a name, with a value or KEY=VALUE pairs after ':' (robrank's spec strings such as \
          CA:pm=+:W=1:eps=0.03137:alpha=0.011764:pgditer=32 are read, their budget keys included).\n{}",
-        rdml::attack::registry::help(rdml::attack::registry::ATTACKS)
+        words(&rdml::attack::registry::help(rdml::attack::registry::ATTACKS))
     )
 }
 
 pub fn profile_help() -> String {
     format!(
         "The attack budget; --eps, --step, --steps, --norm and --random-start change it.\n{}",
-        rdml::attack::profile::help()
+        words(&rdml::attack::profile::help())
     )
 }
 
 pub fn method_help() -> String {
     format!(
         "How the adversarial images are made.\n{}",
-        rdml::attack::registry::help(rdml::attack::registry::METHODS)
+        words(&rdml::attack::registry::help(rdml::attack::registry::METHODS))
     )
 }
 
@@ -103,6 +108,7 @@ impl Budget {
             repeats,
             bn_set,
             progress,
+            words: rdml::field::Words::CommandLine,
         }
     }
 }

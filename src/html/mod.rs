@@ -139,7 +139,7 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
             "Robustness",
             &format!(
                 "{ROBUSTNESS_FILE} was computed on other weights ({stale}): not shown. The run was \
-                 retrained or replaced since; `rdml robustness --model {}` scores this model.",
+                 retrained or replaced since; `rdml robustness` (Python: `Run.robustness()`) on {} scores this model.",
                 dir.display()
             ),
         ),
@@ -147,7 +147,7 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
         None => page.note(
             "Robustness",
             &format!(
-                "No {ROBUSTNESS_FILE} in this folder: `rdml robustness --model {}` runs the ERS suite and adds it here.",
+                "No {ROBUSTNESS_FILE} in this folder: `rdml robustness` (Python: `Run.robustness()`) on {} runs the ERS suite and adds it here.",
                 dir.display()
             ),
         ),
@@ -157,8 +157,8 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
         Grid::Failed(e) => page.note(
             "Retrieval grid",
             &format!(
-                "Not drawn: {}. Pass `--data DIR` to `rdml report` where the test data is elsewhere.",
-                crate::field::render(&e, crate::field::Words::CommandLine)
+                "Not drawn: {}. Give the test data's folder to `rdml report` (Python: `rdml.open(run, data=…)`) where it is elsewhere.",
+                crate::field::render(&e, crate::field::Words::Plain)
             ),
         ),
         Grid::Stored(Some(g)) => page.grid(&g.rows, &g.pgd),
