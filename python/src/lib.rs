@@ -11,7 +11,6 @@ use pyo3::types::{PyBytes, PyTuple};
 use rdml::attack::engine::{Norm, Pgd};
 use rdml::attack::profile::{Overrides, resolve};
 use rdml::attack::registry;
-use rdml::config::Experiment;
 use rdml::eval::knn::Embeddings;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -186,29 +185,23 @@ fn train(
     data: Option<String>,
     quiet: bool,
 ) -> PyResult<()> {
-    let o = rdml::config::command_overrides(&set, epochs, max_batches);
-    let mut exp = Experiment::load_with_defense(config, &o, defense.as_deref()).map_err(invalid)?;
-    if let Some(d) = &data {
-        exp.data.use_folder(Path::new(d));
-    }
-    let dev = rdml::device::open(device.as_deref(), &[exp.train.device])
-        .map_err(invalid)?
-        .device;
-    let opts = rdml::train::TrainOptions {
+    let job = rdml::train_job::TrainJob {
+        config: config.to_string(),
+        set,
+        epochs,
+        max_batches,
+        defense,
+        data: data.map(PathBuf::from),
         out: out.into(),
         resume,
         overwrite,
         progress: !quiet,
     };
-    py.allow_threads(|| -> Result<()> {
-        rdml::train::train(&exp, &opts, &dev)?;
-        let report = rdml::html::ReportOptions::default();
-        if let Err(e) = rdml::html::refresh(&opts.out, &report, &dev) {
-            eprintln!("warning: {}/report.html not written: {e:#}", opts.out.display());
-        }
-        Ok(())
-    })
-    .map_err(raise)
+    let exp = job.experiment().map_err(invalid)?;
+    let dev = rdml::device::open(device.as_deref(), &[exp.train.device])
+        .map_err(invalid)?
+        .device;
+    py.allow_threads(|| job.run(&exp, &dev).map(|_| ())).map_err(raise)
 }
 
 /// A finished run's `run.json` (its resolved config, epochs and final metrics) as JSON.

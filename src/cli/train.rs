@@ -1,10 +1,8 @@
 //! `rdml quickstart` and `rdml train`.
 
-use super::{Outcome, open_device, outcome, overrides, refresh_report, report_health};
+use super::{Outcome, open_device, outcome, refresh_report, report_health};
 use anyhow::Result;
-use rdml::config::Experiment;
 use rdml::report::metrics_table;
-use rdml::train::{TrainOptions, train as train_run};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -111,29 +109,27 @@ pub fn train(args: TrainArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         set,
         defense,
     } = args;
-    let o = overrides(epochs, max_batches, &set);
-    let mut exp = Experiment::load_with_defense(&config, &o, defense.as_deref())?;
-    if let Some(d) = &data {
-        exp.data.use_folder(d);
-    }
+    let job = rdml::train_job::TrainJob {
+        config,
+        set,
+        epochs,
+        max_batches,
+        defense,
+        data,
+        out: out.clone(),
+        resume,
+        overwrite,
+        progress: !quiet,
+    };
+    let exp = job.experiment()?;
     let device = open_device(flag, &[&exp], quiet)?;
-    let rep = train_run(
-        &exp,
-        &TrainOptions {
-            out: out.clone(),
-            resume,
-            overwrite,
-            progress: !quiet,
-        },
-        &device,
-    )?;
+    let rep = job.run(&exp, &device)?;
     let mut healthy = true;
     if let Some(m) = &rep.final_metrics {
         println!("Test metrics ({}):", exp.name);
         print!("{}", metrics_table(m));
         healthy = report_health(m);
     }
-    refresh_report(&out, None, &device, true);
     println!(
         "Wrote {}/model.safetensors, run.json and report.html ({:.0} s of training).",
         out.display(),

@@ -1,0 +1,55 @@
+//! A training job as `rdml train` and Python's `rdml.train` ask for it: the config and its
+//! overrides resolved once here, trained, and the run's report written (a failed report is a
+//! warning: the run is already whole). Both front ends fill [`TrainJob`] and call it.
+
+use crate::config::Experiment;
+use crate::train::{RunReport, TrainOptions};
+use anyhow::Result;
+use burn::tensor::Device;
+use std::path::PathBuf;
+
+/// What a training run is asked for, as each front end's options give it.
+#[derive(Debug, Clone, Default)]
+pub struct TrainJob {
+    /// A preset name or a TOML file.
+    pub config: String,
+    /// `KEY=VALUE` overrides, then the shorthands for `train.epochs` and `train.max_batches`.
+    pub set: Vec<String>,
+    pub epochs: Option<usize>,
+    pub max_batches: Option<usize>,
+    /// A defense as an inline TOML table, or `none`.
+    pub defense: Option<String>,
+    /// The data set's folder, when not the config's.
+    pub data: Option<PathBuf>,
+    pub out: PathBuf,
+    pub resume: bool,
+    pub overwrite: bool,
+    pub progress: bool,
+}
+
+impl TrainJob {
+    /// The experiment the job trains (the front end opens its device from it).
+    pub fn experiment(&self) -> Result<Experiment> {
+        let o = crate::config::command_overrides(&self.set, self.epochs, self.max_batches);
+        let mut exp = Experiment::load_with_defense(&self.config, &o, self.defense.as_deref())?;
+        if let Some(d) = &self.data {
+            exp.data.use_folder(d);
+        }
+        Ok(exp)
+    }
+
+    /// Trains `exp` into the job's folder and writes its report.
+    pub fn run(&self, exp: &Experiment, device: &Device) -> Result<RunReport> {
+        let opts = TrainOptions {
+            out: self.out.clone(),
+            resume: self.resume,
+            overwrite: self.overwrite,
+            progress: self.progress,
+        };
+        let report = crate::train::train(exp, &opts, device)?;
+        if let Err(e) = crate::html::refresh(&self.out, &Default::default(), device) {
+            eprintln!("warning: {}/report.html not written: {e:#}", self.out.display());
+        }
+        Ok(report)
+    }
+}
