@@ -6,23 +6,30 @@ use std::io::Write;
 use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same folder, so that a reader never
-/// sees a half-written file. The temporary file is created exclusively (never through a link
-/// planted under its name) and removed if the write fails; the rename replaces a link at `path`
-/// rather than writing through it.
+/// sees a half-written file. On Linux the temporary file has no name until it is whole
+/// (`O_TMPFILE`): a kill while writing leaves nothing behind; it is then linked under a temporary
+/// name and renamed over `path` at once. Elsewhere (or on a file system without `O_TMPFILE`) the
+/// temporary file is created exclusively (never through a link planted under its name) and
+/// removed if the write fails. The rename replaces a link at `path` rather than writing through it.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     check_writable(path)?;
     let tmp = temp_name(path);
     let _ = std::fs::remove_file(&tmp);
     crate::fault::point("write", &tmp);
     let written = (|| -> Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .with_context(|| format!("cannot create a file in {}", parent(path).display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        f.sync_all().ok();
+        match anonymous::write(parent(path), bytes, &tmp) {
+            Some(r) => r.with_context(|| format!("cannot write {}", path.display()))?,
+            None => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&tmp)
+                    .with_context(|| format!("cannot create a file in {}", parent(path).display()))?;
+                f.write_all(bytes)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                f.sync_all().ok();
+            }
+        }
         crate::fault::point("rename", path);
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
     })();
@@ -30,6 +37,60 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// A file written with no name (`O_TMPFILE`), then linked as `name` once whole and synced.
+mod anonymous {
+    use std::path::Path;
+
+    /// `None` where the system or the file system has no anonymous files (the caller falls back).
+    #[cfg(target_os = "linux")]
+    pub fn write(dir: &Path, bytes: &[u8], name: &Path) -> Option<std::io::Result<()>> {
+        use std::io::Write;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
+        if !Path::new("/proc/self/fd").is_dir() {
+            return None;
+        }
+        let d = c(dir)?;
+        // SAFETY: `d` is a valid NUL-terminated path; the descriptor returned is owned below.
+        let fd = unsafe { libc::open(d.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC, 0o666) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let linked = (|| {
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            crate::fault::point("link", name);
+            let proc = c(Path::new(&format!("/proc/self/fd/{}", f.as_raw_fd())))
+                .ok_or_else(|| std::io::Error::other("descriptor path"))?;
+            let to = c(name).ok_or_else(|| std::io::Error::other("a path with a NUL byte"))?;
+            // SAFETY: both are valid NUL-terminated paths for the duration of the call.
+            let r = unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    proc.as_ptr(),
+                    libc::AT_FDCWD,
+                    to.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        })();
+        Some(linked)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn write(_dir: &Path, _bytes: &[u8], _name: &Path) -> Option<std::io::Result<()>> {
+        None
+    }
 }
 
 fn parent(path: &Path) -> &Path {

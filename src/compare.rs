@@ -257,7 +257,7 @@ fn scored(
         repeats: None,
     };
     crate::run_dir::check_unchanged(&dir, digest, crate::attack::record::FILE)?;
-    crate::atomic::write_json(&dir.join(crate::attack::record::FILE), &record)?;
+    crate::run_dir::put_json(&dir, crate::attack::record::FILE, &record)?;
     Ok(Row {
         name: exp.name.clone(),
         defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),

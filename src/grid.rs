@@ -148,7 +148,7 @@ pub fn store(
         seed,
     };
     crate::run_dir::check_unchanged(dir, &target.digest, FILE)?;
-    crate::atomic::write_json(&dir.join(FILE), &record)?;
+    crate::run_dir::put_json(dir, FILE, &record)?;
     Ok(record)
 }
 

@@ -177,7 +177,7 @@ fn write_run(
     in_shape: [usize; 3],
     record: &ImportRecord,
 ) -> Result<()> {
-    crate::atomic::write_json(&run.file(run_dir::IMPORT), record)?;
+    run_dir::put_json(run.path(), run_dir::IMPORT, record)?;
     crate::train::seed_run(exp, net, in_shape, run)?;
     Ok(())
 }

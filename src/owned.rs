@@ -21,6 +21,46 @@ pub fn digest(bytes: &[u8]) -> String {
     format!("crc32:{:08x}:{}", crc32fast::hash(bytes), bytes.len())
 }
 
+/// The record of a file rdml appends to (a run's log): the digest of the bytes it held when rdml
+/// last began appending. The file is rdml's while it still begins with them.
+pub fn prefix_digest(bytes: &[u8]) -> String {
+    format!("prefix:{}", digest(bytes))
+}
+
+/// Whether the file at `p` is what `recorded` describes (its whole bytes, or its first bytes for
+/// a [`prefix_digest`]).
+fn matches(p: &Path, recorded: &str) -> bool {
+    let Some(prefix) = recorded.strip_prefix("prefix:") else {
+        return current_digest(p).as_deref() == Some(recorded);
+    };
+    let Some(len) = prefix.rsplit(':').next().and_then(|l| l.parse::<usize>().ok()) else {
+        return false;
+    };
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+        && std::fs::read(p).is_ok_and(|b| b.len() >= len && digest(&b[..len]) == prefix)
+}
+
+/// A token tying a stash to its run (written to the run's marker and to the stash's journal), or
+/// a staging folder to its ledger: distinct per process and moment.
+pub fn new_token() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", t, std::process::id())
+}
+
+/// Removes a file if it exists (never a folder, never through a link: the link goes).
+pub fn remove_file(p: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => bail!("{} is a folder; expected a file", p.display()),
+        Ok(_) => {
+            crate::fault::point("remove", p);
+            std::fs::remove_file(p).with_context(|| format!("cannot remove {}", p.display()))
+        }
+        Err(_) => Ok(()),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Phase {
@@ -64,10 +104,14 @@ pub struct Ledger {
 }
 
 /// An advisory lock on the folder itself (none while the folder does not exist yet).
-fn lock(dir: &Path, what: &str) -> Result<Option<std::fs::File>> {
+fn lock(dir: &Path, what: &str, wait: bool) -> Result<Option<std::fs::File>> {
     let Ok(f) = std::fs::File::open(dir) else {
         return Ok(None);
     };
+    if wait {
+        f.lock().with_context(|| format!("cannot lock {}", dir.display()))?;
+        return Ok(Some(f));
+    }
     match f.try_lock() {
         Ok(()) => Ok(Some(f)),
         Err(std::fs::TryLockError::WouldBlock) => Err(crate::input_error(format!(
@@ -97,7 +141,13 @@ impl Ledger {
     /// Reads the ledger `name` of `dir` (none yet: an empty one), and settles a change a killed
     /// command left; `what` names the folder's use in messages (`--save-examples`, `out`).
     pub fn open(dir: &Path, name: &str, what: &str) -> Result<Self> {
-        let lock = lock(dir, what)?;
+        Self::open_locked(dir, name, what, false)
+    }
+
+    /// [`open`](Self::open), waiting for another process's lock when `wait` (a folder whose
+    /// writers hold it only for one short change: a run folder).
+    pub fn open_locked(dir: &Path, name: &str, what: &str, wait: bool) -> Result<Self> {
+        let lock = lock(dir, what, wait)?;
         let path = dir.join(name);
         let state = match std::fs::symlink_metadata(&path) {
             Err(_) => State::default(),
@@ -149,7 +199,34 @@ impl Ledger {
         self.state
             .files
             .get(name)
-            .is_some_and(|d| current_digest(&self.dir.join(name)).as_ref() == Some(d))
+            .is_some_and(|d| matches(&self.dir.join(name), d))
+    }
+
+    /// Whether the ledger file exists (a folder rdml has recorded files in).
+    pub fn exists(&self) -> bool {
+        std::fs::symlink_metadata(self.dir.join(&self.name)).is_ok()
+    }
+
+    /// Records that rdml is about to append to `name` (absent, or rdml's): from here on the file
+    /// is rdml's while it begins with the bytes it holds now. Saved before the first append, so
+    /// a kill after it leaves a file the ledger still proves.
+    pub fn will_append(&mut self, name: &str, what: &str) -> Result<()> {
+        self.check_free([name], what)?;
+        let p = self.dir.join(name);
+        let now = match std::fs::symlink_metadata(&p) {
+            Ok(_) => std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?,
+            Err(_) => vec![],
+        };
+        self.state.files.insert(name.to_string(), prefix_digest(&now));
+        self.save()
+    }
+
+    /// Writes `bytes` as `name` (absent, or rdml's), journaled: a kill leaves the old file or
+    /// the new one, both proved by the ledger.
+    pub fn put(self, name: &str, bytes: &[u8], what: &str) -> Result<Self> {
+        let mut change = self.begin()?;
+        change.stage(name, bytes)?;
+        change.commit(&[], what)
     }
 
     /// The recorded names, for a writer that removes its earlier files.
@@ -163,6 +240,23 @@ impl Ledger {
         if plain(name) && current_digest(&self.dir.join(name)).as_deref() == Some(digest) {
             self.state.files.insert(name.to_string(), digest.to_string());
         }
+    }
+
+    /// Records each of `names` that is a file now as rdml's, as it is (the files of a folder an
+    /// earlier version wrote, before it kept a ledger there), and saves the ledger when any was.
+    /// Returns the names recorded.
+    pub fn adopt_as_is(&mut self, names: &[&str]) -> Result<Vec<String>> {
+        let mut adopted = vec![];
+        for n in names.iter().filter(|n| plain(n)) {
+            if let Some(d) = current_digest(&self.dir.join(n)) {
+                self.state.files.insert(n.to_string(), d);
+                adopted.push(n.to_string());
+            }
+        }
+        if !adopted.is_empty() {
+            self.save()?;
+        }
+        Ok(adopted)
     }
 
     /// Refuses when one of `names` exists and rdml cannot prove it wrote it.
@@ -233,11 +327,9 @@ impl Ledger {
             // The place must still be empty, rdml's, or already the new file: one the user put
             // or changed there meanwhile is not replaced (the change stays pending).
             let target = self.dir.join(name);
-            let now = std::fs::symlink_metadata(&target).ok().map(|_| current_digest(&target));
-            let free = match now {
-                None => true,
-                Some(d) => d.is_some() && (d.as_ref() == Some(new) || d.as_ref() == self.state.files.get(name)),
-            };
+            let free = std::fs::symlink_metadata(&target).is_err()
+                || current_digest(&target).as_ref() == Some(new)
+                || self.owns(name);
             if !free {
                 bail!(
                     "{} changed since rdml began replacing it: it is left as it is, and so is the change \
@@ -250,7 +342,7 @@ impl Ledger {
         }
         for name in p.removes.iter().filter(|n| plain(n)) {
             if self.owns(name) {
-                crate::run_dir::remove_file(&self.dir.join(name))?;
+                remove_file(&self.dir.join(name))?;
             }
             self.state.files.remove(name);
         }
@@ -271,9 +363,9 @@ impl Ledger {
     pub fn begin(mut self) -> Result<Change> {
         std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
         if self.lock.is_none() {
-            self.lock = lock(&self.dir, "the folder")?;
+            self.lock = lock(&self.dir, "the folder", false)?;
         }
-        let staging = format!(".rdml-staging-{}", crate::run_dir::new_token());
+        let staging = format!(".rdml-staging-{}", new_token());
         self.state.pending = Some(Pending {
             staging: staging.clone(),
             phase: Phase::Writing,
@@ -292,91 +384,9 @@ impl Ledger {
     }
 }
 
-/// Removes a staging folder the ledger named (its files are all rdml's: nothing else writes there).
-fn remove_staging(staging: &Path) -> Result<()> {
-    let Ok(m) = std::fs::symlink_metadata(staging) else {
-        return Ok(());
-    };
-    if !m.is_dir() {
-        bail!(
-            "{} is not the folder rdml staged files in; it is left as it is",
-            staging.display()
-        );
-    }
-    for e in std::fs::read_dir(staging).with_context(|| format!("cannot read {}", staging.display()))? {
-        crate::run_dir::remove_file(&e?.path())?;
-    }
-    crate::fault::point("remove", staging);
-    std::fs::remove_dir(staging).with_context(|| format!("cannot remove {}", staging.display()))
-}
-
-/// A change under way: files staged, nothing in place yet.
-#[derive(Debug)]
-pub struct Change {
-    ledger: Ledger,
-    staging: PathBuf,
-    staged: BTreeMap<String, String>,
-}
-
-impl Change {
-    pub fn ledger(&self) -> &Ledger {
-        &self.ledger
-    }
-
-    /// Writes `bytes` as the new `name` (staged: in place at [`commit`](Self::commit)).
-    pub fn stage(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
-        anyhow::ensure!(plain(name), "'{name}' is not a plain file name");
-        let p = self.staging.join(name);
-        crate::fault::point("write", &p);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&p)
-            .with_context(|| format!("cannot create {}", p.display()))?;
-        // Synced: past the point of no return a power cut must not roll half a file forward.
-        std::io::Write::write_all(&mut f, bytes)
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("cannot write {}", p.display()))?;
-        self.staged.insert(name.to_string(), digest(bytes));
-        Ok(())
-    }
-
-    /// Puts the staged files in place and removes those of `removes` rdml wrote (one the user
-    /// changed stays), after checking again that no staged name became the user's meanwhile;
-    /// `what` names the folder's use.
-    pub fn commit(mut self, removes: &[String], what: &str) -> Result<Ledger> {
-        if let Err(e) = self.ledger.check_free(self.staged.keys().map(String::as_str), what) {
-            let _ = remove_staging(&self.staging);
-            self.ledger.state.pending = None;
-            let _ = self.ledger.save();
-            return Err(e);
-        }
-        let mut p = self
-            .ledger
-            .state
-            .pending
-            .take()
-            .context("a change without its journal")?;
-        if let Ok(d) = std::fs::File::open(&self.staging) {
-            let _ = d.sync_all();
-        }
-        p.phase = Phase::Swapping;
-        p.writes = std::mem::take(&mut self.staged);
-        p.removes = removes.iter().filter(|n| self.ledger.owns(n)).cloned().collect();
-        self.ledger.state.pending = Some(p.clone());
-        self.ledger.save()?;
-        self.ledger.swap(&p, &self.staging)?;
-        Ok(self.ledger)
-    }
-
-    /// Gives the change up: the staged files go, the folder is as it was.
-    pub fn abandon(mut self) -> Result<Ledger> {
-        remove_staging(&self.staging)?;
-        self.ledger.state.pending = None;
-        self.ledger.save()?;
-        Ok(self.ledger)
-    }
-}
+mod change;
+pub use change::Change;
+use change::remove_staging;
 
 #[cfg(test)]
 mod tests;

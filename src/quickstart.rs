@@ -2,7 +2,6 @@
 //! when installed, else the test split shipped inside rdml), evaluated, then attacked with the
 //! nearest-neighbour attack at robrank's rob28 budget on 512 test queries; `report.json` holds it.
 
-use crate::atomic::write_json;
 use crate::attack::profile::{Overrides, profile};
 use crate::attack::suite::{AttackResult, Context, run};
 use crate::attack::{engine::Pgd, registry};
@@ -133,7 +132,7 @@ impl Quickstart {
             },
             "total_seconds": started.elapsed().as_secs_f64(),
         });
-        write_json(&self.report_path(), &report)?;
+        crate::run_dir::put_json(&self.out, "report.json", &report)?;
         Ok(nn)
     }
 

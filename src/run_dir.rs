@@ -7,12 +7,15 @@
 
 pub mod files;
 pub mod log;
+pub mod record;
 mod replace;
 pub mod status;
 
+pub use crate::owned::{new_token, remove_file};
 pub use files::*;
 pub use log::RunLog;
-pub use replace::{new_token, settle_interrupted};
+pub use record::{put, put_json};
+pub use replace::settle_interrupted;
 pub use status::{RunStatus, check_finished, check_unchanged, model_digest, status};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -27,7 +30,18 @@ const CKPT_TMP: &str = "checkpoint.tmp";
 const CKPT_OLD: &str = "checkpoint.old";
 use replace::REPLACED;
 /// Every file a run writes besides its checkpoint folders: the only ones `--overwrite` removes.
-const RUN_FILES: &[&str] = &[MODEL, CONFIG, RUN, LOG, "report.json", ROBUSTNESS, REPORT, GRID, IMPORT];
+const RUN_FILES: &[&str] = &[
+    MODEL,
+    CONFIG,
+    RUN,
+    LOG,
+    "report.json",
+    ROBUSTNESS,
+    REPORT,
+    GRID,
+    IMPORT,
+    record::FILES,
+];
 
 /// How `train` may treat what is already in its output folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,18 +103,6 @@ fn checkpoint_epochs(dir: &Path) -> Option<usize> {
 /// A `run.json` written by rdml: `(completed, epochs)`.
 fn run_json(dir: &Path) -> Option<(bool, usize)> {
     status(dir).map(|s| (s.completed, s.epochs.len()))
-}
-
-/// Removes a file if it exists (never a folder, never through a link: the link goes).
-pub fn remove_file(p: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => bail!("{} is a folder; expected a file", p.display()),
-        Ok(_) => {
-            crate::fault::point("remove", p);
-            std::fs::remove_file(p).with_context(|| format!("cannot remove {}", p.display()))
-        }
-        Err(_) => Ok(()),
-    }
 }
 
 /// Whether `dir` is an rdml run folder (its marker, or a `run.json` that rdml wrote).
@@ -249,9 +251,12 @@ impl RunDir {
         }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {d}"))?;
         let lock = lock(dir)?;
+        if !matches!(found, Found::Nothing) {
+            record::check_ours(dir)?;
+        }
         let mut f = &lock;
-        let token = replace::new_token();
-        let mut marker = serde_json::json!({"rdml_version": env!("CARGO_PKG_VERSION")});
+        let token = new_token();
+        let mut marker = serde_json::json!({"rdml_version": env!("CARGO_PKG_VERSION"), "ledger": record::FILES});
         if start == Start::Overwrite && !matches!(found, Found::Nothing) {
             marker["replacing"] = token.clone().into();
         }

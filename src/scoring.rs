@@ -177,7 +177,7 @@ impl Scored {
 
     /// Writes the record into the scored run's folder.
     pub fn write(&self) -> Result<()> {
-        crate::atomic::write_json(&self.record.model.join(FILE), &self.record)
+        crate::run_dir::put_json(&self.record.model, FILE, &self.record)
     }
 
     /// Keeps the record in the run folder, the one policy of every front end: refused when the

@@ -458,17 +458,21 @@ fn compare_adding_a_seed_killed_before_each_table_change_loses_nothing() {
     let own = |p: &str| {
         let p = Path::new(p);
         p.parent() == Some(&again)
-            || p.parent().and_then(Path::parent) == Some(&again) && p.to_string_lossy().contains(".rdml-staging")
+            || p.parent().and_then(Path::parent) == Some(&again)
+                && p.parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|n| n.to_string_lossy().starts_with(".rdml-staging"))
     };
     let path = |c: &(usize, String)| c.1.split_once(' ').unwrap().1.to_string();
     // The last write of the tables and the report's (the earlier ones are the same code on fewer
-    // rows): each begins with the ledger's two changes, then its staging folder.
+    // rows): each begins with the ledger's three changes (its file linked, then renamed), then
+    // its staging folder.
     let stagings: Vec<usize> = changes
         .iter()
         .filter(|c| c.1.starts_with("mkdir") && own(&path(c)))
         .map(|c| c.0)
         .collect();
-    let from = stagings[stagings.len() - 2] - 2;
+    let from = stagings[stagings.len() - 2] - 3;
     let points: Vec<usize> = changes
         .iter()
         .filter(|c| c.0 >= from && own(&path(c)))
@@ -646,5 +650,44 @@ fn an_undo_killed_before_each_change_still_gives_the_old_run_back() {
         assert!(snapshot(&t) == old, "undo change {j}: the old run is not whole");
         let _ = std::fs::remove_dir_all(&t);
     }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// An `--out` file killed while it is written leaves no temporary file behind (it has no name
+/// until it is whole), and the earlier file stays as it was (issue 38).
+#[test]
+fn an_out_file_killed_while_written_leaves_no_temporary_file() {
+    let d = scratch("out");
+    let m = model(&d);
+    let t = d.join("t");
+    std::fs::create_dir_all(&t).unwrap();
+    let out = t.join("m.json");
+    let eval = |env: &[(&str, &str)]| {
+        let a = [
+            "eval",
+            "--model",
+            m.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--overwrite",
+            "--quiet",
+        ];
+        rdml(&a, env)
+    };
+    assert!(eval(&[]).status.success());
+    let changes = counted(eval, &d.join("eval.log"));
+    let old = std::fs::read(&out).unwrap();
+    let (at, _) = changes
+        .iter()
+        .find(|c| c.1.starts_with("link ") && c.1.contains(".m.json."))
+        .expect("the write is linked once whole");
+    let o = eval(&[("RDML_FAULT_AT", &at.to_string())]);
+    assert_eq!(o.status.code(), Some(137), "{}", text(&o));
+    let left: Vec<String> = std::fs::read_dir(&t)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["m.json"], "killed while writing: nothing but the earlier file");
+    assert_eq!(std::fs::read(&out).unwrap(), old);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -817,3 +817,65 @@ fn robustness_json_is_the_record() {
     assert!(printed["table"]["ers"].as_f64().is_some());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A run folder's files are rdml's only while its record proves it (issue 38): a file of a run's
+/// name that the user put or changed stops `train --overwrite`, `--resume` and `report` before any
+/// work and stays byte for byte; a run an earlier version wrote (no record) is recorded as it is,
+/// with a note, and replaced as before.
+#[test]
+fn a_run_file_rdml_cannot_prove_it_wrote_is_never_replaced() {
+    let (d, run) = scratch_with_run("record", &[]);
+    let r = run.to_str().unwrap();
+    let model = bytes(&run.join("model.safetensors"));
+    // The user's own grid.json, and then a config.toml edited by hand.
+    std::fs::write(run.join("grid.json"), b"my grid").unwrap();
+    for extra in [&["--overwrite"][..], &["--resume"]] {
+        expect(
+            &train_into(&run, extra),
+            1,
+            &["grid.json: rdml did not write this file"],
+        );
+    }
+    assert_eq!(bytes(&run.join("grid.json")), b"my grid");
+    std::fs::write(run.join("report.html"), b"my page").unwrap();
+    expect(
+        &rdml(&["report", r]),
+        1,
+        &["report.html exists and rdml did not write it"],
+    );
+    assert_eq!(bytes(&run.join("report.html")), b"my page");
+    std::fs::remove_file(run.join("report.html")).unwrap();
+    assert_eq!(bytes(&run.join("model.safetensors")), model);
+    assert!(!run.join(".rdml-replaced").exists());
+    std::fs::remove_file(run.join("grid.json")).unwrap();
+    let config = run.join("config.toml");
+    let edited = [bytes(&config), b"# my note\n".to_vec()].concat();
+    std::fs::write(&config, &edited).unwrap();
+    expect(
+        &train_into(&run, &["--overwrite"]),
+        1,
+        &["config.toml: rdml did not write this file"],
+    );
+    assert_eq!(bytes(&config), edited);
+    std::fs::write(&config, &edited[..edited.len() - 10]).unwrap();
+    // A run without a record (an earlier version's): recorded as it is, then replaced.
+    std::fs::remove_file(run.join(".rdml-files.json")).unwrap();
+    std::fs::write(run.join(".rdml-run"), b"{\"rdml_version\":\"0.1.0\"}\n").unwrap();
+    expect(
+        &train_into(&run, &["--overwrite", "--set", "seed=5"]),
+        0,
+        &["a run written before rdml recorded its files", "model.safetensors"],
+    );
+    assert_ne!(bytes(&run.join("model.safetensors")), model);
+    let ledger = String::from_utf8(bytes(&run.join(".rdml-files.json"))).unwrap();
+    for f in [
+        "model.safetensors",
+        "config.toml",
+        "run.json",
+        "log.jsonl",
+        "report.html",
+    ] {
+        assert!(ledger.contains(&format!("\"{f}\"")), "{f} recorded: {ledger}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -13,7 +13,6 @@ pub mod plot;
 use page::Page;
 pub use page::esc;
 
-use crate::atomic::write_atomic;
 use crate::attack::engine::Pgd;
 use crate::attack::robustness::Robustness;
 use crate::compare::Row as CompareRow;
@@ -171,9 +170,8 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
             ),
         ),
     }
-    let path = dir.join(FILE);
-    write_atomic(&path, page.finish().as_bytes())?;
-    Ok(path)
+    crate::run_dir::put(dir, FILE, page.finish().as_bytes())?;
+    Ok(dir.join(FILE))
 }
 
 /// `run.json` of a finished run, or an error naming what is missing.

@@ -288,14 +288,19 @@ impl EmbeddingNet {
     /// Saves the weights as safetensors, atomically (temporary file, then rename), with the
     /// same permissions as the run's other files.
     pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self
+            .to_bytes()
+            .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
+        crate::atomic::write_atomic(path, &bytes)
+    }
+
+    /// The weights as the bytes of a safetensors file (the same tensors: the same bytes).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
         use burn::store::{ModuleSnapshot, SafetensorsStore};
         let mut store = SafetensorsStore::from_bytes(None);
-        self.save_into(&mut store)
-            .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
-        let bytes = store
-            .get_bytes()
-            .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
-        crate::atomic::write_atomic(path, &canonical_header(bytes)?)
+        self.save_into(&mut store).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let bytes = store.get_bytes().map_err(|e| anyhow::anyhow!("{e}"))?;
+        canonical_header(bytes)
     }
 
     /// Loads weights saved by [`save`](Self::save) into a model of the same configuration,

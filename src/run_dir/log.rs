@@ -38,6 +38,13 @@ impl RunLog {
         }
         // Logs of versions before the start record: their one attempt was the first.
         let attempt = if starts == 0 && !old.is_empty() { 2 } else { starts + 1 };
+        if let Some(dir) = path.parent() {
+            super::record::will_append_log(if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            })?;
+        }
         crate::fault::point("write", path);
         let mut file = open_nofollow(path, true)?;
         // A kill in the middle of a line leaves it unterminated: end it, so the next record is

@@ -27,15 +27,6 @@ fn run_names() -> impl Iterator<Item = &'static str> {
     RUN_FILES.iter().copied().chain([CKPT, CKPT_TMP, CKPT_OLD])
 }
 
-/// A token tying a stash to its run (written to the run's marker and to the stash's journal), or
-/// a staging folder to its ledger: distinct per process and moment.
-pub fn new_token() -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{:x}-{:x}", t, std::process::id())
-}
-
 /// The token a run's marker holds while a replacement is under way.
 fn marker_token(dir: &Path) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).ok()?).ok()?;
@@ -129,8 +120,21 @@ pub fn settle_interrupted(dir: &Path) -> Result<()> {
 pub(super) fn put_back_after(dir: &Path, new_files_written: bool) -> Result<()> {
     let stash = dir.join(REPLACED);
     if new_files_written {
+        // Every old file was stashed first: what bears a run's name here is the new run's, when
+        // its record proves it (a checkpoint folder is rdml's whole).
+        let record = super::record::ledger(dir)?;
         for n in run_names() {
-            // Every old file was stashed first: what bears a run's name here is the new run's.
+            let p = dir.join(n);
+            let ours = [CKPT, CKPT_TMP, CKPT_OLD, super::record::FILES].contains(&n) || record.owns(n);
+            if std::fs::symlink_metadata(&p).is_ok() && !ours {
+                bail!(
+                    "{}: rdml did not write this file (it appeared while a replacement of the run was under way):                      it is left as it is; move it out of the run folder, and the next command puts the replaced                      run back",
+                    p.display()
+                );
+            }
+        }
+        drop(record);
+        for n in run_names() {
             remove(&dir.join(n))?;
         }
         remove_leftovers(dir)?;

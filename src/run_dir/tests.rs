@@ -171,6 +171,11 @@ fn links_are_not_followed() {
     std::os::unix::fs::symlink(&victim, d.join("log.jsonl")).unwrap();
     let err = format!("{:#}", open_nofollow(&d.join("log.jsonl"), true).unwrap_err());
     assert!(err.contains("symbolic link"), "{err}");
+    // A link of a run's name is not a file rdml wrote: the run is refused, the link kept.
+    let e = RunDir::open(&d, Start::New).unwrap_err().to_string();
+    assert!(e.contains("log.jsonl: rdml did not write this file"), "{e}");
+    assert!(is_link(&d.join("log.jsonl")));
+    std::fs::remove_file(d.join("log.jsonl")).unwrap();
     std::os::unix::fs::symlink(&victim, d.join(".run.json.tmp")).unwrap();
     // Opening the run removes the planted temporary link (not its target).
     drop(RunDir::open(&d, Start::New).unwrap());

@@ -1,7 +1,6 @@
 //! The training loop: sampled batches → model → loss → Adam, per-epoch evaluation, checkpoints
 //! after every epoch (resumable), a JSON-lines log and `run.json`.
 
-use crate::atomic::{write_atomic, write_json};
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
@@ -91,13 +90,13 @@ fn train_in(
             defense_state: trainer.defense_state.clone(),
         };
         trainer.save_checkpoint(run, &state)?;
-        write_json(&run.file(run_dir::RUN), &done.report(exp, false))?;
+        run_dir::put_json(run.path(), run_dir::RUN, &done.report(exp, false))?;
     }
     // The saved model is the evaluation-mode snapshot (running statistics of the last step).
-    trainer.net.valid().save(&run.file(run_dir::MODEL))?;
-    write_atomic(&run.file(run_dir::CONFIG), config_toml.as_bytes())?;
+    run_dir::put(run.path(), run_dir::MODEL, &trainer.net.valid().to_bytes()?)?;
+    run_dir::put(run.path(), run_dir::CONFIG, config_toml.as_bytes())?;
     let report = done.report(exp, true);
-    write_json(&run.file(run_dir::RUN), &report)?;
+    run_dir::put_json(run.path(), run_dir::RUN, &report)?;
     Ok(report)
 }
 
@@ -120,10 +119,10 @@ pub fn seed_run(
         config_toml: config_toml.clone(),
         defense_state: Default::default(),
     };
-    trainer.net.save(&run.file(run_dir::MODEL))?;
-    write_atomic(&run.file(run_dir::CONFIG), config_toml.as_bytes())?;
+    run_dir::put(run.path(), run_dir::MODEL, &trainer.net.to_bytes()?)?;
+    run_dir::put(run.path(), run_dir::CONFIG, config_toml.as_bytes())?;
     let report = Done::default().report(exp, true);
-    write_json(&run.file(run_dir::RUN), &report)?;
+    run_dir::put_json(run.path(), run_dir::RUN, &report)?;
     // Last: a run this one replaces stands until the new checkpoint does.
     trainer.save_checkpoint(run, &state)?;
     Ok(report)
