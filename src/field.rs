@@ -50,6 +50,16 @@ pub fn render(msg: &str, words: Words) -> String {
             Words::Plain => out.push_str(&name.replace('-', "_")),
         }
         rest = &after[j + '⟩'.len_utf8()..];
+        // A value after the option (`⟨eps⟩ 2`) is the keyword's own in Python: `eps=2`.
+        if words == Words::Python
+            && !switch
+            && rest
+                .strip_prefix(' ')
+                .and_then(|r| r.chars().next())
+                .is_some_and(|c| c.is_ascii_digit() || "-.\"'[".contains(c))
+        {
+            rest = &rest[1..];
+        }
     }
     out.push_str(rest);
     out
@@ -68,7 +78,7 @@ mod tests {
         );
         assert_eq!(
             render(m, Words::Python),
-            "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim= 64"
+            "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim=64"
         );
         assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
         assert_eq!(render("choose another ⟨out⟩", Words::Plain), "choose another out");

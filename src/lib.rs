@@ -35,6 +35,7 @@ pub mod grid;
 pub mod host;
 pub mod html;
 pub mod import;
+pub mod job;
 pub mod kernel;
 mod kinds;
 pub mod loss;

@@ -5,9 +5,8 @@
 //! budgets, defaults and every check of the caller's input live here, with the fields named as
 //! the Python keywords.
 
-use crate::attack::engine::{Norm, Pgd};
+use crate::attack::engine::Pgd;
 use crate::attack::oracle::{External, HostModel, Net, Oracle};
-use crate::attack::profile::{Overrides, resolve_as};
 use crate::attack::record::{FILE, RobustnessRecord};
 use crate::attack::registry;
 use crate::attack::robustness::robustness_spread;
@@ -15,6 +14,7 @@ use crate::attack::score::AttackResult;
 use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated};
 use crate::eval::knn::Embeddings;
 use crate::scored_dir;
+use crate::scoring::options::ScoringOptions;
 use anyhow::{Context as _, Result};
 use burn::tensor::Device;
 use std::path::PathBuf;
@@ -76,20 +76,8 @@ impl Model {
 /// How the caller's model is attacked: the Python keywords of `rdml.robustness` and `rdml.attack`.
 #[derive(Debug, Clone)]
 pub struct ModelScoring {
-    /// The budget's profile, changed by `eps`, `step`, `steps`, `norm`, `random_start`.
-    pub profile: String,
-    pub eps: Option<f32>,
-    pub step: Option<f32>,
-    pub steps: Option<usize>,
-    pub norm: Option<Norm>,
-    pub random_start: bool,
-    /// How the images are moved (`white-box`, `nes[:…]`, `universal`).
-    pub method: String,
-    /// Items attacked; `None`: [`ROBUSTNESS_QUERIES`] or [`ATTACK_QUERIES`].
-    pub queries: Option<usize>,
-    pub batch: usize,
-    pub seed: u64,
-    pub robrank_compat: bool,
+    /// The budget, the method, the queries and the seed, as every scoring job takes them.
+    pub options: ScoringOptions,
     pub repeats: usize,
     /// The images the queries are ranked among (re-identification's gallery); `None`: the
     /// images among themselves, each query's own copy left out.
@@ -99,23 +87,11 @@ pub struct ModelScoring {
     pub progress: bool,
 }
 
-use crate::scoring::defaults;
-
 impl Default for ModelScoring {
     fn default() -> Self {
         Self {
-            profile: defaults::PROFILE.into(),
-            eps: None,
-            step: None,
-            steps: None,
-            norm: None,
-            random_start: false,
-            method: defaults::METHOD.into(),
-            queries: None,
-            batch: defaults::BATCH,
-            seed: defaults::SEED,
-            robrank_compat: false,
-            repeats: defaults::REPEATS,
+            options: ScoringOptions::default(),
+            repeats: crate::scoring::defaults::REPEATS,
             gallery: None,
             out: None,
             progress: true,
@@ -130,24 +106,10 @@ pub struct ModelScored {
 }
 
 impl ModelScoring {
-    /// The budget: the profile changed by the keywords and by an attack spec's own keys.
-    fn pgd(&self, spec: crate::attack::spec::SpecBudget) -> Result<Pgd> {
-        let flags = Overrides {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-            norm: self.norm,
-            random_start: self.random_start,
-        };
-        resolve_as(&self.profile, &flags, &spec.into(), "").map_err(|e| crate::input_error(format!("{e:#}")))
-    }
-
     fn check(&self) -> Result<()> {
-        crate::ensure_input!(self.batch >= 1, "batch must be ≥ 1");
-        crate::ensure_input!(self.repeats >= 1, "repeats must be ≥ 1");
-        crate::ensure_input!(self.queries.is_none_or(|q| q >= 1), "queries must be ≥ 1");
+        crate::ensure_input!(self.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
         crate::ensure_input!(
-            !(self.robrank_compat && self.gallery.is_some()),
+            !(self.options.robrank_compat && self.gallery.is_some()),
             "robrank_compat: robrank ranks the test set among itself; it has no gallery to follow (drop one \
              of robrank_compat and gallery)"
         );
@@ -158,12 +120,13 @@ impl ModelScoring {
     /// The method, refused when the model that makes the examples (`attacker`: the attacked one,
     /// or a surrogate) cannot give the gradients it needs.
     fn method(&self, attacker: &Model, transfer: bool) -> Result<Box<dyn crate::attack::method::Method>> {
-        let method = registry::method(&self.method).map_err(|e| crate::input_error(format!("method: {e:#}")))?;
+        let method =
+            registry::method(&self.options.method).map_err(|e| crate::input_error(format!("method: {e:#}")))?;
         crate::ensure_input!(
             !method.needs_gradient() || attacker.differentiable(),
             "method = {:?} needs the {} gradient, and it was declared not differentiable: use method=\"nes\" \
              (a black-box gradient estimate from its outputs alone){}",
-            self.method,
+            self.options.method,
             if transfer { "surrogate's" } else { "model's" },
             if transfer {
                 ""
@@ -186,9 +149,9 @@ impl ModelScoring {
         let (set, gallery) = Images::sets(images, self.gallery.clone())?;
         let context = |m: Model| -> Result<Context> {
             let oracle = m.oracle(set.item_shape(), device)?;
-            let ctx = Context::of(oracle, &set, self.batch, device, self.robrank_compat)?;
+            let ctx = Context::of(oracle, &set, self.options.batch, device, self.options.robrank_compat)?;
             match &gallery {
-                Some(g) => ctx.with_gallery(g, self.batch),
+                Some(g) => ctx.with_gallery(g, self.options.batch),
                 None => Ok(ctx),
             }
         };
@@ -208,8 +171,8 @@ impl ModelScoring {
             method,
             pgd,
             queries,
-            batch: self.batch,
-            seed: self.seed,
+            batch: self.options.batch,
+            seed: self.options.seed,
             progress: self.progress,
         }
     }
@@ -224,7 +187,7 @@ impl ModelScoring {
         device: &Device,
     ) -> Result<ModelScored> {
         self.check()?;
-        let pgd = self.pgd(Default::default())?;
+        let pgd = self.options.pgd(Default::default())?;
         let out = self
             .out
             .as_ref()
@@ -237,20 +200,20 @@ impl ModelScoring {
             Model::Outside(_) => PathBuf::from(OUTSIDE_SURROGATE),
         });
         let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
-        let queries = self.queries.unwrap_or(ROBUSTNESS_QUERIES);
+        let queries = self.options.queries;
         let pair = (&ctx, sur.as_ref().unwrap_or(&ctx));
         let runs = robustness_repeated(&self.setup(pair, method.as_ref(), pgd, queries), self.repeats)?;
         let spread = robustness_spread(&runs);
         let record = RobustnessRecord {
             model: scored,
             model_digest: digest,
-            profile: Some(self.profile.clone()),
-            method: Some(self.method.clone()),
+            profile: Some(self.options.profile.clone()),
+            method: Some(self.options.method.clone()),
             surrogate: surrogate_path,
             pgd: Some(pgd),
             queries: Some(queries),
-            seed: Some(self.seed),
-            robrank_compat: self.robrank_compat,
+            seed: Some(self.options.seed),
+            robrank_compat: self.options.robrank_compat,
             gallery: ctx.gallery.as_ref().map(|g| g.set.len()),
             table: runs[0].clone(),
             repeats: (self.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
@@ -285,10 +248,10 @@ impl ModelScoring {
         );
         let (unit, spec_budget) =
             registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
-        let pgd = self.pgd(spec_budget)?;
+        let pgd = self.options.pgd(spec_budget)?;
         let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
         let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
-        let queries = self.queries.unwrap_or(ATTACK_QUERIES);
+        let queries = self.options.queries;
         run_repeated(
             &self.setup((&ctx, sur.as_ref().unwrap_or(&ctx)), method.as_ref(), pgd, queries),
             unit.as_ref(),

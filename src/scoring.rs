@@ -3,6 +3,8 @@
 //! method, an optional surrogate for a transfer attack, repeats; the suite's record stored in the
 //! run folder.
 
+pub mod options;
+
 use crate::attack::engine::Pgd;
 use crate::attack::examples::AdversarialSink;
 use crate::attack::record::{FILE, RobustnessRecord};

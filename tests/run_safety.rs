@@ -317,7 +317,7 @@ fn attack_options_out_of_range_are_refused() {
     let cases: &[(&[&str], &str)] = &[
         (&["--queries", "0"], "--queries must be ≥ 1"),
         (&["--batch", "0"], "--batch must be ≥ 1"),
-        (&["--eps", "5"], "--eps = 5 is an L∞ radius"),
+        (&["--eps", "5"], "--eps 5 is an L∞ radius"),
         (&["--eps", "-1"], "--eps must be ≥ 0, got -1"),
     ];
     for (extra, needle) in cases {

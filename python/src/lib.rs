@@ -8,10 +8,8 @@ use anyhow::{Context as _, Result};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use rdml::attack::engine::{Norm, Pgd};
-use rdml::attack::profile::{Overrides, resolve};
-use rdml::attack::registry;
 use rdml::eval::knn::Embeddings;
+use rdml::scoring::options::ScoringOptions;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -283,54 +281,38 @@ fn embed_split<'py>(
     Ok((to_bytes(py, &e.embeddings)?, e.dim, e.labels, e.ids, e.split))
 }
 
-/// The budget of `profile` changed by the caller's keywords and a robrank spec's keys.
-fn budget(
-    profile: &str,
+/// The scoring keywords as the library's options (`queries=None`: the library's default).
+#[allow(clippy::too_many_arguments)]
+fn options(
+    profile: String,
     (eps, step, steps): (Option<f32>, Option<f32>, Option<usize>),
-    norm: Option<&str>,
+    norm: Option<String>,
     random_start: bool,
-    spec: registry::SpecBudget,
-) -> PyResult<Pgd> {
-    let flags = Overrides {
+    method: String,
+    (queries, batch, seed): (Option<usize>, usize, u64),
+    robrank_compat: bool,
+) -> ScoringOptions {
+    let d = ScoringOptions::default();
+    ScoringOptions {
+        profile,
         eps,
         step,
         steps,
-        norm: norm.map(str::parse::<Norm>).transpose().map_err(invalid)?,
+        norm,
         random_start,
-    };
-    resolve(profile, &flags, &spec.into()).map_err(invalid)
-}
-
-/// The keywords of `Run.attack` and `Run.robustness`, as `rdml::scoring` takes them.
-#[allow(clippy::too_many_arguments)]
-fn scoring(
-    profile: &str,
-    pgd: Pgd,
-    method: &str,
-    (queries, batch, seed): (usize, usize, u64),
-    robrank_compat: bool,
-    surrogate: Option<String>,
-    repeats: usize,
-    bn_set: usize,
-    data: Option<String>,
-    quiet: bool,
-) -> PyResult<rdml::scoring::Scoring> {
-    registry::method(method).map_err(invalid)?;
-    Ok(rdml::scoring::Scoring {
-        data: data.map(PathBuf::from),
-        profile: profile.to_string(),
-        pgd,
-        method: method.to_string(),
-        queries,
+        method,
+        queries: queries.unwrap_or(d.queries),
         batch,
         seed,
         robrank_compat,
-        surrogate: surrogate.map(PathBuf::from),
-        repeats,
-        bn_set,
-        progress: !quiet,
-        words: rdml::field::Words::Python,
-    })
+    }
+}
+
+/// The device a job opens once its request is checked.
+fn open_device(flag: Option<&str>) -> Result<burn::tensor::Device> {
+    Ok(rdml::device::open(flag, &[])
+        .map_err(|e| rdml::input_error(format!("{e:#}")))?
+        .device)
 }
 
 /// `rdml attack --json`: one attack's result (with `repeats > 1`, every run and each score's
@@ -342,13 +324,13 @@ fn attack(
     py: Python<'_>,
     dir: &str,
     spec: &str,
-    profile: &str,
+    profile: String,
     eps: Option<f32>,
     step: Option<f32>,
     steps: Option<usize>,
-    norm: Option<&str>,
+    norm: Option<String>,
     random_start: bool,
-    method: &str,
+    method: String,
     queries: usize,
     batch: usize,
     seed: u64,
@@ -360,32 +342,42 @@ fn attack(
     device: Option<String>,
     quiet: bool,
 ) -> PyResult<String> {
-    let p = run_dir(dir)?;
-    let (unit, spec_budget) = registry::attack_with_budget(spec).map_err(invalid)?;
-    let pgd = budget(profile, (eps, step, steps), norm, random_start, spec_budget)?;
-    let s = scoring(
-        profile,
-        pgd,
-        method,
-        (queries, batch, seed),
-        robrank_compat,
-        surrogate,
+    let job = rdml::job::AttackJob {
+        model: run_dir(dir)?,
+        attack: spec.to_string(),
+        options: options(
+            profile,
+            (eps, step, steps),
+            norm,
+            random_start,
+            method,
+            (Some(queries), batch, seed),
+            robrank_compat,
+        ),
+        run: run_scoring(data, surrogate, repeats, bn_set, quiet),
+        save_examples: None,
+    };
+    let done = py
+        .allow_threads(|| job.run(|| open_device(device.as_deref())))
+        .map_err(invalid_or_raise)?;
+    Ok(done.json().map_err(raise)?.to_string())
+}
+
+fn run_scoring(
+    data: Option<String>,
+    surrogate: Option<String>,
+    repeats: usize,
+    bn_set: usize,
+    quiet: bool,
+) -> rdml::scoring::options::RunScoring {
+    rdml::scoring::options::RunScoring {
+        data: data.map(PathBuf::from),
+        surrogate: surrogate.map(PathBuf::from),
         repeats,
         bn_set,
-        data,
-        quiet,
-    )?;
-    let dev = self::device(device.as_deref())?;
-    let runs = py
-        .allow_threads(|| rdml::scoring::attack(&p, unit.as_ref(), &s, &dev, None))
-        .map_err(raise)?;
-    let v = if repeats > 1 {
-        let spread = rdml::attack::score::spread(&runs);
-        serde_json::json!({"runs": runs, "mean_std": spread})
-    } else {
-        serde_json::to_value(&runs[0]).map_err(|e| raise(e.into()))?
-    };
-    Ok(v.to_string())
+        progress: !quiet,
+        words: rdml::field::Words::Python,
+    }
 }
 
 /// `rdml robustness`: robrank's ERS suite on the run, its record stored in the run folder (and
@@ -396,13 +388,13 @@ fn attack(
 fn robustness(
     py: Python<'_>,
     dir: &str,
-    profile: &str,
+    profile: String,
     eps: Option<f32>,
     step: Option<f32>,
     steps: Option<usize>,
-    norm: Option<&str>,
+    norm: Option<String>,
     random_start: bool,
-    method: &str,
+    method: String,
     queries: usize,
     batch: usize,
     seed: u64,
@@ -413,38 +405,25 @@ fn robustness(
     device: Option<String>,
     quiet: bool,
 ) -> PyResult<String> {
-    let p = run_dir(dir)?;
-    let pgd = budget(profile, (eps, step, steps), norm, random_start, Default::default())?;
-    let s = scoring(
-        profile,
-        pgd,
-        method,
-        (queries, batch, seed),
-        robrank_compat,
-        surrogate,
-        repeats,
-        0,
-        data.clone(),
-        quiet,
-    )?;
-    let dev = self::device(device.as_deref())?;
-    let scored = py
-        .allow_threads(|| -> Result<rdml::scoring::Scored> {
-            let scored = rdml::scoring::robustness(&p, &s, &dev)?;
-            if !scored.store()? {
-                return Ok(scored);
-            }
-            let report = rdml::html::ReportOptions {
-                data: data.map(PathBuf::from),
-                ..Default::default()
-            };
-            if let Err(e) = rdml::html::refresh(&p, &report, &dev) {
-                eprintln!("warning: {}/report.html not written: {e:#}", p.display());
-            }
-            Ok(scored)
-        })
-        .map_err(raise)?;
-    serde_json::to_string(&scored.record).map_err(|e| raise(e.into()))
+    let job = rdml::job::RobustnessJob {
+        model: run_dir(dir)?,
+        options: options(
+            profile,
+            (eps, step, steps),
+            norm,
+            random_start,
+            method,
+            (Some(queries), batch, seed),
+            robrank_compat,
+        ),
+        run: run_scoring(data, surrogate, repeats, 0, quiet),
+        out: None,
+        overwrite: false,
+    };
+    let done = py
+        .allow_threads(|| job.run(|| open_device(device.as_deref())))
+        .map_err(invalid_or_raise)?;
+    serde_json::to_string(&done.scored.record).map_err(|e| raise(e.into()))
 }
 
 /// `rdml report`: writes the run's report.html (computing its retrieval grid when missing);
@@ -636,35 +615,19 @@ fn invalid_or_raise(e: anyhow::Error) -> PyErr {
 }
 
 /// The keywords of `rdml.robustness(model, …)` and `rdml.attack(model, …)` as the library's request.
-#[allow(clippy::too_many_arguments)]
 fn model_scoring(
-    profile: String,
-    (eps, step, steps): (Option<f32>, Option<f32>, Option<usize>),
-    norm: Option<&str>,
-    random_start: bool,
-    method: String,
-    (queries, batch, seed, repeats): (Option<usize>, usize, u64, usize),
-    robrank_compat: bool,
+    options: ScoringOptions,
+    repeats: usize,
     out: Option<String>,
     quiet: bool,
-) -> PyResult<rdml::model_scoring::ModelScoring> {
-    Ok(rdml::model_scoring::ModelScoring {
-        profile,
-        eps,
-        step,
-        steps,
-        norm: norm.map(str::parse::<Norm>).transpose().map_err(invalid)?,
-        random_start,
-        method,
-        queries,
-        batch,
-        seed,
-        robrank_compat,
+) -> rdml::model_scoring::ModelScoring {
+    rdml::model_scoring::ModelScoring {
+        options,
         repeats,
         gallery: None,
         out: out.map(PathBuf::from),
         progress: !quiet,
-    })
+    }
 }
 
 /// `rdml.robustness(model, images, labels, …)` (`spec` `None`: the ERS suite, its record) and
@@ -689,7 +652,7 @@ fn score_model(
     eps: Option<f32>,
     step: Option<f32>,
     steps: Option<usize>,
-    norm: Option<&str>,
+    norm: Option<String>,
     random_start: bool,
     method: String,
     queries: Option<usize>,
@@ -700,17 +663,16 @@ fn score_model(
     out: Option<String>,
     quiet: bool,
 ) -> PyResult<String> {
-    let mut req = model_scoring(
+    let opts = options(
         profile,
         (eps, step, steps),
         norm,
         random_start,
         method,
-        (queries, batch, seed, repeats),
+        (queries, batch, seed),
         robrank_compat,
-        out,
-        quiet,
-    )?;
+    );
+    let mut req = model_scoring(opts, repeats, out, quiet);
     let images = rdml::model_scoring::Images {
         images: floats(images, "images")?,
         shape,
@@ -760,10 +722,10 @@ fn embed_model<'py>(
 fn model_scoring_defaults() -> (String, String, usize, u64, usize, usize, usize) {
     let d = rdml::model_scoring::ModelScoring::default();
     (
-        d.profile,
-        d.method,
-        d.batch,
-        d.seed,
+        d.options.profile,
+        d.options.method,
+        d.options.batch,
+        d.options.seed,
         d.repeats,
         rdml::model_scoring::ROBUSTNESS_QUERIES,
         rdml::model_scoring::ATTACK_QUERIES,

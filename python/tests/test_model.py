@@ -253,7 +253,7 @@ def test_wrong_models_and_inputs_are_errors_naming_the_keyword():
         attack(good, xx=(x * 255).astype(np.uint8))
     with pytest.raises(ValueError, match="labels: 19 labels for 20 images"):
         attack(good, yy=y[:19])
-    with pytest.raises(ValueError, match="eps = 2 is an L∞ radius"):
+    with pytest.raises(ValueError, match="eps=2 is an L∞ radius"):
         attack(good, eps=2.0)
 
     def raising(t):

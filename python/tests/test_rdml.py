@@ -142,7 +142,7 @@ def test_a_pytorch_checkpoint_imports_with_pytorchs_embeddings(tmp_path):
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
     # The same errors as the command line, as exceptions; nothing written.
     # Options named by their keywords (the command line says --embedding-dim, --overwrite).
-    with pytest.raises(ValueError, match="not embedding_dim= 32"):
+    with pytest.raises(ValueError, match="not embedding_dim=32"):
         rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", embedding_dim=32)
     with pytest.raises((ValueError, RuntimeError), match="pass overwrite=True to replace it"):
         rdml.import_torch(ckpt, tmp_path / "run", arch="c2f2")

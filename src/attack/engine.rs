@@ -76,9 +76,12 @@ impl Pgd {
         ensure!(self.eps >= 0.0, "{eps} must be ≥ 0, got {}", self.eps);
         // Pixels live in [0, 1]: an L∞ radius above 1 allows every image, which is no budget
         // (and usually a radius given in 0–255 units by mistake: 8/255 is written 0.0314).
+        // An option token takes its value as each front end writes it (`--eps 5`, `eps=5`); a
+        // config key reads `defense.eps = 5`.
+        let is = if prefix == "⟨" { " " } else { " = " };
         ensure!(
             self.norm != Norm::Linf || self.eps <= 1.0,
-            "{eps} = {} is an L∞ radius in pixel units, which live in [0, 1]; expected ≤ 1 (8/255 is 0.0314)",
+            "{eps}{is}{} is an L∞ radius in pixel units, which live in [0, 1]; expected ≤ 1 (8/255 is 0.0314)",
             self.eps
         );
         ensure!(

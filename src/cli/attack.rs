@@ -1,8 +1,10 @@
 //! `rdml attack` and `rdml robustness`.
 
 use super::budget::{Budget, attack_help, profile_help};
-use super::{Outcome, open_device, refresh_report};
-use anyhow::{Context as _, Result};
+use super::{Outcome, open_device};
+use anyhow::Result;
+use rdml::field::Words;
+use rdml::scoring::options::RunScoring;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -43,81 +45,59 @@ pub struct AttackArgs {
 }
 
 pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
-    let AttackArgs {
-        model,
-        data,
-        attack,
-        surrogate,
-        repeats,
-        save_examples,
-        profile,
-        budget,
-        json,
-        bn_set,
-    } = args;
-    anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
-    anyhow::ensure!(
-        repeats == 1 || save_examples.is_none(),
-        "--save-examples writes the images of one run: use it with --repeats 1"
-    );
-    let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(&attack)?;
-    let pgd = budget.pgd(&profile, spec_budget)?;
-    rdml::attack::registry::method(&budget.method)?;
-    let mut writer = save_examples
-        .as_deref()
-        .map(|d| rdml::attack::examples::ExampleWriter::new(d, &unit.spec()))
-        .transpose()?;
-    let device = open_device(flag, &[], json || quiet)?;
-    let scoring = budget.scoring(data, &profile, pgd, surrogate.clone(), repeats, bn_set, !quiet && !json);
-    let sink = writer
-        .as_mut()
-        .map(|w| w as &mut dyn rdml::attack::examples::AdversarialSink);
-    let runs = rdml::scoring::attack(&model, unit.as_ref(), &scoring, &device, sink)?;
-    let r = runs[0].clone();
-    if let (Some(w), Some(d)) = (writer, &save_examples) {
-        let n = w.finish()?;
-        if !quiet {
-            eprintln!("wrote {n} adversarial images to {}", d.display());
-        }
+    let json = args.json;
+    let job = rdml::job::AttackJob {
+        options: args.budget.options(&args.profile),
+        run: RunScoring {
+            data: args.data,
+            surrogate: args.surrogate.clone(),
+            repeats: args.repeats,
+            bn_set: args.bn_set,
+            progress: !quiet && !json,
+            words: Words::CommandLine,
+        },
+        model: args.model.clone(),
+        attack: args.attack,
+        save_examples: args.save_examples.clone(),
+    };
+    let done = job.run(|| open_device(flag, &[], json || quiet))?;
+    if let (Some(n), Some(d), false) = (done.saved, &args.save_examples, quiet) {
+        eprintln!("wrote {n} adversarial images to {}", d.display());
     }
-    let spread = rdml::attack::score::spread(&runs);
-    if json && repeats > 1 {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"runs": runs, "mean_std": spread}))?
-        );
-    } else if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!(
-            "{}{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps{}, {:.1} s):",
-            r.attack,
-            if r.method == "white-box" {
-                String::new()
-            } else {
-                format!(" by {}", r.method)
-            },
-            surrogate
-                .as_ref()
-                .map(|s| format!(" made on {}", s.display()))
-                .unwrap_or_default(),
-            model.display(),
-            r.queries,
-            pgd.eps,
-            pgd.step,
-            pgd.steps,
-            if repeats > 1 {
-                format!(", {repeats} runs")
-            } else {
-                String::new()
-            },
-            runs.iter().map(|r| r.seconds).sum::<f64>()
-        );
-        if repeats > 1 {
-            print!("{}", rdml::report::spread_table(&spread));
+    let (runs, pgd, repeats) = (&done.runs, done.pgd, args.repeats);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&done.json()?)?);
+        return Ok(Outcome::Done);
+    }
+    let r = &runs[0];
+    println!(
+        "{}{}{} on {} ({} queries, ε {:.4}, step {:.4}, {} steps{}, {:.1} s):",
+        r.attack,
+        if r.method == "white-box" {
+            String::new()
         } else {
-            print!("{}", rdml::report::attack_table(&r));
-        }
+            format!(" by {}", r.method)
+        },
+        args.surrogate
+            .as_ref()
+            .map(|s| format!(" made on {}", s.display()))
+            .unwrap_or_default(),
+        args.model.display(),
+        r.queries,
+        pgd.eps,
+        pgd.step,
+        pgd.steps,
+        if repeats > 1 {
+            format!(", {repeats} runs")
+        } else {
+            String::new()
+        },
+        runs.iter().map(|r| r.seconds).sum::<f64>()
+    );
+    if repeats > 1 {
+        print!("{}", rdml::report::spread_table(&rdml::attack::score::spread(runs)));
+    } else {
+        print!("{}", rdml::report::attack_table(r));
     }
     Ok(Outcome::Done)
 }
@@ -157,62 +137,42 @@ pub struct RobustnessArgs {
 }
 
 pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
-    let RobustnessArgs {
-        model,
-        data,
-        profile,
-        budget,
-        surrogate,
-        repeats,
-        out,
-        overwrite,
-        json,
-    } = args;
-    anyhow::ensure!(repeats >= 1, "--repeats must be ≥ 1");
-    let pgd = budget.pgd(&profile, Default::default())?;
-    rdml::attack::registry::method(&budget.method)?;
-    if let Some(o) = &out {
-        rdml::output::check(o, overwrite).context("--out")?;
-    }
-    let device = open_device(flag, &[], quiet || json)?;
-    let scoring = budget.scoring(data.clone(), &profile, pgd, surrogate, repeats, 0, !quiet && !json);
-    let scored = rdml::scoring::robustness(&model, &scoring, &device)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&scored.record)?);
-    }
-    if !scored.normalized {
-        eprintln!(
-            "warning: the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere"
-        );
-    }
+    let (json, repeats, profile) = (args.json, args.repeats, args.profile.clone());
+    let queries = args.budget.queries;
+    let job = rdml::job::RobustnessJob {
+        model: args.model,
+        options: args.budget.options(&args.profile),
+        run: RunScoring {
+            data: args.data,
+            surrogate: args.surrogate,
+            repeats,
+            bn_set: 0,
+            progress: !quiet && !json,
+            words: Words::CommandLine,
+        },
+        out: args.out,
+        overwrite: args.overwrite,
+    };
+    let done = job.run(|| open_device(flag, &[], quiet || json))?;
+    let (pgd, scored) = (done.pgd, &done.scored);
     let (r, spread) = (&scored.runs[0], &scored.spread);
     if json {
-        // Printed above, whole.
+        println!("{}", serde_json::to_string_pretty(&scored.record)?);
     } else if repeats > 1 {
         print!("{}", rdml::report::robustness_spread_table(spread));
         println!(
-            "ERS {:.1} ± {:.1}   ARS {:.1} ± {:.1}   ({repeats} runs, {} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
-            spread.ers.mean,
-            spread.ers.std,
-            spread.ars.mean,
-            spread.ars.std,
-            budget.queries,
-            pgd.eps,
-            pgd.step,
-            pgd.steps
+            "ERS {:.1} ± {:.1}   ARS {:.1} ± {:.1}   ({repeats} runs, {queries} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
+            spread.ers.mean, spread.ers.std, spread.ars.mean, spread.ars.std, pgd.eps, pgd.step, pgd.steps
         );
     } else {
         print!("{}", rdml::report::robustness_table(r));
         println!(
-            "ERS {:.1}   ARS {:.1}   ({} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
-            r.ers, r.ars, budget.queries, pgd.eps, pgd.step, pgd.steps
+            "ERS {:.1}   ARS {:.1}   ({queries} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
+            r.ers, r.ars, pgd.eps, pgd.step, pgd.steps
         );
     }
-    if let Some(o) = out {
-        rdml::output::write_json(&o, &scored.record, overwrite).context("--out")?;
-    }
-    if scored.store()? {
-        refresh_report(&model, data.as_deref(), &device, quiet);
+    if let (Some(p), false) = (&done.report, quiet) {
+        eprintln!("report: {}", p.display());
     }
     Ok(Outcome::Done)
 }

@@ -68,47 +68,25 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The profile's budget changed by the options, and by a robrank spec's keys (which must
-    /// agree with the options where both are given).
-    pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
-        anyhow::ensure!(self.queries >= 1, "--queries must be ≥ 1");
-        anyhow::ensure!(self.batch >= 1, "--batch must be ≥ 1");
-        let flags = rdml::attack::profile::Overrides {
+    /// The library's scoring options, as these flags and `profile` fill them.
+    pub fn options(&self, profile: &str) -> rdml::scoring::options::ScoringOptions {
+        rdml::scoring::options::ScoringOptions {
+            profile: profile.to_string(),
             eps: self.eps,
             step: self.step,
             steps: self.steps,
-            norm: self.norm.as_deref().map(str::parse).transpose()?,
+            norm: self.norm.clone(),
             random_start: self.random_start,
-        };
-        rdml::attack::profile::resolve(profile, &flags, &spec.into())
-    }
-
-    /// What `rdml::scoring` runs: these options with the resolved budget.
-    #[allow(clippy::too_many_arguments)]
-    pub fn scoring(
-        &self,
-        data: Option<std::path::PathBuf>,
-        profile: &str,
-        pgd: rdml::attack::engine::Pgd,
-        surrogate: Option<std::path::PathBuf>,
-        repeats: usize,
-        bn_set: usize,
-        progress: bool,
-    ) -> rdml::scoring::Scoring {
-        rdml::scoring::Scoring {
-            data,
-            profile: profile.to_string(),
-            pgd,
             method: self.method.clone(),
             queries: self.queries,
             batch: self.batch,
             seed: self.seed,
             robrank_compat: self.robrank_compat,
-            surrogate,
-            repeats,
-            bn_set,
-            progress,
-            words: rdml::field::Words::CommandLine,
         }
+    }
+
+    /// The profile's budget changed by the options, and by a robrank spec's keys.
+    pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
+        self.options(profile).pgd(spec)
     }
 }

@@ -1,0 +1,64 @@
+//! One attack on a run folder's model: `rdml attack` and Python's `Run.attack`.
+
+use crate::attack::engine::Pgd;
+use crate::attack::examples::{AdversarialSink, ExampleWriter};
+use crate::attack::score::AttackResult;
+use crate::scoring::options::{RunScoring, ScoringOptions};
+use anyhow::Result;
+use burn::tensor::Device;
+use std::path::PathBuf;
+
+/// An attack asked for.
+#[derive(Debug, Clone)]
+pub struct AttackJob {
+    /// A run folder written by `rdml train` or `rdml import`.
+    pub model: PathBuf,
+    /// The attack, as `rdml attack` names it (robrank's spec strings read, their budget keys
+    /// included).
+    pub attack: String,
+    pub options: ScoringOptions,
+    pub run: RunScoring,
+    /// A folder for the first run's adversarial images (PNG) and their index.
+    pub save_examples: Option<PathBuf>,
+}
+
+/// What the attack gave: each run (one unless repeated), the budget it ran with, and how many
+/// images were saved.
+pub struct Attacked {
+    pub runs: Vec<AttackResult>,
+    pub pgd: Pgd,
+    pub saved: Option<usize>,
+}
+
+impl Attacked {
+    /// The result as `rdml attack --json` prints it and `Run.attack` returns it: the one run, or
+    /// every run and each score's mean and sample std.
+    pub fn json(&self) -> Result<serde_json::Value> {
+        crate::model_scoring::attack_json(&self.runs)
+    }
+}
+
+impl AttackJob {
+    /// Checks the request, opens the device with `device` (only then), and runs the attack.
+    pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Attacked> {
+        crate::ensure_input!(self.run.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
+        crate::ensure_input!(
+            self.run.repeats == 1 || self.save_examples.is_none(),
+            "⟨save_examples⟩ writes the images of one run: use it with ⟨repeats⟩ 1"
+        );
+        let (unit, spec_budget) = crate::attack::registry::attack_with_budget(&self.attack)
+            .map_err(|e| crate::input_error(format!("{e:#}")))?;
+        let pgd = self.options.pgd(spec_budget)?;
+        let mut writer = self
+            .save_examples
+            .as_deref()
+            .map(|d| ExampleWriter::new(d, &unit.spec()))
+            .transpose()?;
+        let device = device()?;
+        let scoring = self.options.scoring(pgd, self.run.clone());
+        let sink = writer.as_mut().map(|w| w as &mut dyn AdversarialSink);
+        let runs = crate::scoring::attack(&self.model, unit.as_ref(), &scoring, &device, sink)?;
+        let saved = writer.map(ExampleWriter::finish).transpose()?;
+        Ok(Attacked { runs, pgd, saved })
+    }
+}

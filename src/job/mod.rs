@@ -1,0 +1,15 @@
+//! The jobs as both front ends ask for them: each a request with its defaults, its validation and
+//! its `run`, filled by the command line's options or the Python package's keywords (as
+//! [`crate::train_job::TrainJob`] for training). A job opens its device only once its request is
+//! checked, through the front end's own way of saying which device it opened.
+
+pub mod attack;
+pub mod robustness;
+
+pub use attack::{AttackJob, Attacked};
+pub use robustness::{Assessed, RobustnessJob};
+
+/// A warning for the user, its options in the words of the front end that asked.
+fn warn(text: &str, words: crate::field::Words) {
+    eprintln!("warning: {}", crate::field::render(text, words));
+}

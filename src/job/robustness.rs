@@ -1,0 +1,79 @@
+//! robrank's ERS suite on a run folder's model: `rdml robustness` and Python's `Run.robustness`.
+//! The record is kept in the run folder (unless its model changed meanwhile) and the run's report
+//! refreshed; a report that cannot be written is a warning, since the record already is.
+
+use crate::attack::engine::Pgd;
+use crate::scoring::Scored;
+use crate::scoring::options::{RunScoring, ScoringOptions};
+use anyhow::{Context as _, Result};
+use burn::tensor::Device;
+use std::path::PathBuf;
+
+/// The suite asked for.
+#[derive(Debug, Clone)]
+pub struct RobustnessJob {
+    /// A run folder written by `rdml train` or `rdml import`.
+    pub model: PathBuf,
+    pub options: ScoringOptions,
+    pub run: RunScoring,
+    /// Also write the record here as JSON (checked before any work).
+    pub out: Option<PathBuf>,
+    /// Replace `out` when it exists (never a run's own file).
+    pub overwrite: bool,
+}
+
+/// What the suite gave: its record and runs, the budget, whether the record was kept in the run
+/// folder, and the report page written.
+pub struct Assessed {
+    pub scored: Scored,
+    pub pgd: Pgd,
+    pub stored: bool,
+    pub report: Option<PathBuf>,
+}
+
+impl RobustnessJob {
+    /// Checks the request (and `out`), opens the device with `device`, runs the suite, writes
+    /// `out`, keeps the record in the run folder and refreshes its report.
+    pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Assessed> {
+        crate::ensure_input!(self.run.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
+        let pgd = self.options.pgd(Default::default())?;
+        if let Some(o) = &self.out {
+            crate::output::check(o, self.overwrite).context("⟨out⟩")?;
+        }
+        let device = device()?;
+        let scoring = self.options.scoring(pgd, self.run.clone());
+        let scored = crate::scoring::robustness(&self.model, &scoring, &device)?;
+        if !scored.normalized {
+            super::warn(
+                "the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere",
+                self.run.words,
+            );
+        }
+        if let Some(o) = &self.out {
+            crate::output::write_json(o, &scored.record, self.overwrite).context("⟨out⟩")?;
+        }
+        let stored = scored.store()?;
+        let report = if stored { self.refresh_report(&device) } else { None };
+        Ok(Assessed {
+            scored,
+            pgd,
+            stored,
+            report,
+        })
+    }
+
+    fn refresh_report(&self, device: &Device) -> Option<PathBuf> {
+        let opts = crate::html::ReportOptions {
+            data: self.run.data.clone(),
+            ..Default::default()
+        };
+        match crate::html::refresh(&self.model, &opts, device) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                let text = format!("{}/report.html not written: {e:#}", self.model.display());
+                super::warn(&text, self.run.words);
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The attack options every scoring job takes, with their one set of defaults and one
+//! validation: `rdml attack`, `rdml robustness`, `compare` and `embed --attack` on the command
+//! line, `Run.attack`, `Run.robustness`, `rdml.attack` and `rdml.robustness` in Python. Errors name
+//! the option as a field token (`⟨queries⟩`), which each front end words as its own.
+
+use super::{Scoring, defaults};
+use crate::attack::engine::Pgd;
+use crate::attack::profile::{Overrides, resolve};
+use crate::attack::spec::SpecBudget;
+use anyhow::Result;
+use std::path::PathBuf;
+
+/// The budget (a profile changed by `eps`, `step`, `steps`, `norm`, `random_start`), how the
+/// images are moved, and which queries are attacked with which seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoringOptions {
+    pub profile: String,
+    pub eps: Option<f32>,
+    pub step: Option<f32>,
+    pub steps: Option<usize>,
+    /// `linf` or `l2` (`None`: the profile's).
+    pub norm: Option<String>,
+    /// `true` turns a random start on; profiles that have one keep it.
+    pub random_start: bool,
+    /// `white-box`, `nes[:…]` or `universal`.
+    pub method: String,
+    /// Items attacked: the first ones of the test split (or of the caller's images).
+    pub queries: usize,
+    /// Items attacked, and embedded, at once.
+    pub batch: usize,
+    /// Seed of the selections and random starts.
+    pub seed: u64,
+    /// Follow robrank's code where it differs from its definitions.
+    pub robrank_compat: bool,
+}
+
+impl Default for ScoringOptions {
+    fn default() -> Self {
+        Self {
+            profile: defaults::PROFILE.into(),
+            eps: None,
+            step: None,
+            steps: None,
+            norm: None,
+            random_start: false,
+            method: defaults::METHOD.into(),
+            queries: defaults::QUERIES,
+            batch: defaults::BATCH,
+            seed: defaults::SEED,
+            robrank_compat: false,
+        }
+    }
+}
+
+impl ScoringOptions {
+    /// The options checked, and the profile's budget changed by them and by an attack spec's
+    /// own keys (which must agree with the options where both are given).
+    pub fn pgd(&self, spec: SpecBudget) -> Result<Pgd> {
+        crate::ensure_input!(self.queries >= 1, "⟨queries⟩ must be ≥ 1");
+        crate::ensure_input!(self.batch >= 1, "⟨batch⟩ must be ≥ 1");
+        crate::attack::registry::method(&self.method).map_err(|e| crate::input_error(format!("⟨method⟩: {e:#}")))?;
+        let norm = self
+            .norm
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| crate::input_error(format!("⟨norm⟩: {e:#}")))?;
+        let flags = Overrides {
+            eps: self.eps,
+            step: self.step,
+            steps: self.steps,
+            norm,
+            random_start: self.random_start,
+        };
+        resolve(&self.profile, &flags, &spec.into()).map_err(|e| crate::input_error(format!("{e:#}")))
+    }
+
+    /// What [`super::attack`] and [`super::robustness`] run on a run folder: these options with
+    /// their resolved budget.
+    pub fn scoring(&self, pgd: Pgd, run: RunScoring) -> Scoring {
+        Scoring {
+            data: run.data,
+            profile: self.profile.clone(),
+            pgd,
+            method: self.method.clone(),
+            queries: self.queries,
+            batch: self.batch,
+            seed: self.seed,
+            robrank_compat: self.robrank_compat,
+            surrogate: run.surrogate,
+            repeats: run.repeats,
+            bn_set: run.bn_set,
+            progress: run.progress,
+            words: run.words,
+        }
+    }
+}
+
+/// What scoring a run folder takes besides the options.
+#[derive(Debug, Clone)]
+pub struct RunScoring {
+    /// The test data, when not where the run's config says.
+    pub data: Option<PathBuf>,
+    /// Make the examples on this run's model, score them on the attacked run's.
+    pub surrogate: Option<PathBuf>,
+    pub repeats: usize,
+    /// Attack and score the model as it infers with this batch-norm set.
+    pub bn_set: usize,
+    pub progress: bool,
+    /// The front end that asked: how notes name options.
+    pub words: crate::field::Words,
+}
+
+impl Default for RunScoring {
+    fn default() -> Self {
+        Self {
+            data: None,
+            surrogate: None,
+            repeats: defaults::REPEATS,
+            bn_set: 0,
+            progress: true,
+            words: crate::field::Words::Plain,
+        }
+    }
+}
