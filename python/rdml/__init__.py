@@ -446,9 +446,30 @@ class Run:
         raw, dim = _rdml.embed(self.path, x.tobytes(), tuple(int(s) for s in x.shape), int(batch), self.device)
         return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], dim).copy()
 
-    def embed_split(self, split: str = "test") -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``rdml embed``: the clean embeddings of ``"train"``, ``"test"`` or ``"all"``, with labels and item ids."""
-        raw, dim, labels, ids, _ = _rdml.embed_split(self.path, split, self.data, self.device)
+    def embed_split(
+        self,
+        split: str = "test",
+        *,
+        attack: Optional[str] = None,
+        profile: str = "rob28",
+        eps: Optional[float] = None,
+        step: Optional[float] = None,
+        steps: Optional[int] = None,
+        norm: Optional[str] = None,
+        random_start: bool = False,
+        method: str = "white-box",
+        queries: int = 1024,
+        batch: int = 128,
+        seed: int = 0,
+        robrank_compat: bool = False,
+    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rdml embed``: the embeddings of ``"train"``, ``"test"`` or ``"all"``, with labels and item
+        ids; with ``attack`` (``rdml embed --attack``), those of the test split with its first
+        ``queries`` items replaced by their adversarial images under that attack."""
+        args = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                                 robrank_compat, None, 1)
+        del args["surrogate"], args["repeats"]
+        raw, dim, labels, ids, _ = _rdml.embed_split(dir=self.path, split=split, attack=attack, **args)
         n = len(labels)
         emb = np.frombuffer(raw, dtype="<f4").reshape(n, dim).copy()
         return emb, np.asarray(labels, dtype=np.int64), np.asarray(ids, dtype=np.int64)

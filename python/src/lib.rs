@@ -258,26 +258,53 @@ fn embed<'py>(
     Ok((to_bytes(py, &out)?, dim))
 }
 
-/// `rdml embed`'s clean embeddings of a split: `(bytes of [n, d], d, labels, ids, split codes)`.
+/// `rdml embed`: the embeddings of a split, clean or (with `attack`) of its attacked test items:
+/// `(bytes of [n, d], d, labels, ids, split codes)`.
 #[pyfunction]
-#[pyo3(signature = (dir, split, data, device))]
-#[allow(clippy::type_complexity)]
+#[pyo3(signature = (dir, split, attack, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, data, device, quiet))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn embed_split<'py>(
     py: Python<'py>,
     dir: &str,
     split: &str,
+    attack: Option<String>,
+    profile: String,
+    eps: Option<f32>,
+    step: Option<f32>,
+    steps: Option<usize>,
+    norm: Option<String>,
+    random_start: bool,
+    method: String,
+    queries: usize,
+    batch: usize,
+    seed: u64,
+    robrank_compat: bool,
     data: Option<String>,
     device: Option<String>,
+    quiet: bool,
 ) -> PyResult<(Bound<'py, PyBytes>, usize, Vec<u32>, Vec<u64>, Vec<u8>)> {
-    let p = run_dir(dir)?;
-    let split: rdml::embed::Split = split.parse().map_err(invalid)?;
-    let dev = self::device(device.as_deref())?;
+    let job = rdml::job::EmbedJob {
+        model: run_dir(dir)?,
+        data: data.map(PathBuf::from),
+        split: split.parse().map_err(invalid)?,
+        attack,
+        options: options(
+            profile,
+            (eps, step, steps),
+            norm,
+            random_start,
+            method,
+            (Some(queries), batch, seed),
+            robrank_compat,
+        ),
+        out: None,
+        overwrite: false,
+        progress: !quiet,
+    };
     let e = py
-        .allow_threads(|| -> Result<rdml::embed::Exported> {
-            let run = rdml::train::load_run(&p, data.as_deref().map(Path::new), &dev)?;
-            Ok(rdml::embed::embed_split(&run, split, &dev)?.0)
-        })
-        .map_err(raise)?;
+        .allow_threads(|| job.run(|| open_device(device.as_deref())))
+        .map_err(invalid_or_raise)?
+        .exported;
     Ok((to_bytes(py, &e.embeddings)?, e.dim, e.labels, e.ids, e.split))
 }
 

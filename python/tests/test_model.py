@@ -190,6 +190,11 @@ def test_the_keywords_defaults_are_the_librarys():
         inspect.signature(rdml.Run.robustness).parameters["queries"].default,
         inspect.signature(rdml.Run.attack).parameters["queries"].default,
     )
+    # A run folder's methods: the same defaults (embed_split's attack included).
+    for f in (rdml.Run.robustness, rdml.Run.attack, rdml.Run.embed_split):
+        p = inspect.signature(f).parameters
+        assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,
+                p["queries"].default) == (profile, method, batch, seed, attack_queries), f
 
 
 def test_out_writes_the_record_and_report_and_replaces_only_its_own(tmp_path):

@@ -49,6 +49,25 @@ def test_metrics_of_the_exported_embeddings_are_the_runs(run):
     assert rdml.metrics(emb, labels, nmi=False, distance="cosine")["recall@1"] == got["recall@1"]
 
 
+def test_attacked_embeddings_are_the_command_lines(run, tmp_path):
+    # One job, two front ends: Run.embed_split(attack=…) gives what `rdml embed --attack` writes.
+    clean, _, _ = run.embed_split("test")
+    adv, labels, ids = run.embed_split("test", attack="ES", steps=2, queries=16, batch=16)
+    out = tmp_path / "adv.npz"
+    subprocess.run(
+        [str(ROOT / "target/release/rdml"), "--quiet", "embed", "--model", run.path,
+         "--attack", "ES", "--steps", "2", "--queries", "16", "--batch", "16", "--out", str(out)],
+        check=True, capture_output=True,
+    )
+    cli = np.load(out)
+    assert np.array_equal(cli["embeddings"], adv) and np.array_equal(cli["labels"], labels)
+    # The first 16 test items, attacked: they moved from their clean embeddings.
+    assert adv.shape == (16, 512) and ids.tolist() == list(range(16))
+    assert not np.allclose(adv, clean[:16])
+    with pytest.raises(ValueError, match="attack= attacks test items: use it with split= test"):
+        run.embed_split("train", attack="ES")
+
+
 def test_metrics_by_hand():
     # Two classes on a line: every item's nearest neighbour shares its class but item 2's (0.7,
     # nearer 1.0 than 0.1).

@@ -36,59 +36,23 @@ pub struct EmbedArgs {
 }
 
 pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
-    let EmbedArgs {
-        model,
-        data,
-        split,
-        out,
-        overwrite,
-        attack,
-        profile,
-        budget,
-    } = args;
-    let split: rdml::embed::Split = split.parse()?;
-    anyhow::ensure!(
-        attack.is_none() || split == rdml::embed::Split::Test,
-        "--attack attacks test items: use it with --split test"
-    );
-    rdml::embed::check_out(&out, overwrite)?;
-    let device = open_device(flag, &[], quiet)?;
-    let target = rdml::target::Target::open(&model, data.as_deref(), 0, &device)?;
-    let run_ = &target.run;
-    let (exported, what) = match &attack {
-        Some(spec) => {
-            let (unit, spec_budget) = rdml::attack::registry::attack_with_budget(spec)?;
-            let pgd = budget.pgd(&profile, spec_budget)?;
-            let method = rdml::attack::registry::method(&budget.method)?;
-            let ctx = target.context(&device, budget.robrank_compat, budget.batch)?;
-            let setup = rdml::attack::suite::Setup {
-                target: &ctx,
-                attacker: &ctx,
-                method: method.as_ref(),
-                pgd,
-                queries: budget.queries,
-                batch: budget.batch,
-                seed: budget.seed,
-                progress: !quiet,
-            };
-            let mut sink = rdml::embed::AttackedEmbeddings::new(ctx.model.as_ref());
-            let r = rdml::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;
-            (sink.out, format!("{} test items attacked by {}", r.queries, r.attack))
-        }
-        None => rdml::embed::embed_split(run_, split, &device)?,
+    let out = args.out.clone();
+    let job = rdml::job::EmbedJob {
+        model: args.model,
+        data: args.data,
+        split: args.split.parse()?,
+        attack: args.attack,
+        options: args.budget.options(&args.profile),
+        out: Some(args.out),
+        overwrite: args.overwrite,
+        progress: !quiet,
     };
-    let meta = [
-        ("model", model.display().to_string()),
-        ("model_digest", target.digest.clone()),
-        ("split", what.clone()),
-        ("rdml", env!("CARGO_PKG_VERSION").to_string()),
-    ];
-    rdml::embed::check_out(&out, overwrite)?;
-    rdml::embed::write(&out, &exported, &meta)?;
+    let done = job.run(|| open_device(flag, &[], quiet))?;
     println!(
-        "Wrote {} embeddings of dimension {} ({what}) to {}.",
-        exported.len(),
-        exported.dim,
+        "Wrote {} embeddings of dimension {} ({}) to {}.",
+        done.exported.len(),
+        done.exported.dim,
+        done.what,
         out.display()
     );
     Ok(Outcome::Done)

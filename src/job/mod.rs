@@ -4,9 +4,11 @@
 //! checked, through the front end's own way of saying which device it opened.
 
 pub mod attack;
+pub mod embed;
 pub mod robustness;
 
 pub use attack::{AttackJob, Attacked};
+pub use embed::{EmbedJob, Embedded};
 pub use robustness::{Assessed, RobustnessJob};
 
 /// A warning for the user, its options in the words of the front end that asked.

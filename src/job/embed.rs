@@ -1,0 +1,93 @@
+//! A run's embeddings of a split, clean or attacked: `rdml embed` and Python's `Run.embed_split`.
+
+use crate::embed::{Exported, Split};
+use crate::scoring::options::ScoringOptions;
+use anyhow::Result;
+use burn::tensor::Device;
+use std::path::PathBuf;
+
+/// The embeddings asked for.
+#[derive(Debug, Clone)]
+pub struct EmbedJob {
+    /// A run folder written by `rdml train` or `rdml import`.
+    pub model: PathBuf,
+    /// The data, when not where the run's config says.
+    pub data: Option<PathBuf>,
+    pub split: Split,
+    /// Embed the adversarial images of this attack on the first `options.queries` test items
+    /// instead of the clean ones (items the attack leaves unmoved keep their clean image).
+    pub attack: Option<String>,
+    /// The attack's budget, method, queries and seed (with `attack`).
+    pub options: ScoringOptions,
+    /// A file to write them to: NAME.safetensors, NAME.npz, or a NAME.npy set.
+    pub out: Option<PathBuf>,
+    pub overwrite: bool,
+    pub progress: bool,
+}
+
+/// What was embedded: the arrays, a few words on which items, and the weights' digest.
+pub struct Embedded {
+    pub exported: Exported,
+    pub what: String,
+    pub model_digest: String,
+}
+
+impl EmbedJob {
+    /// Checks the request (and `out`, before any work), opens the device with `device`, embeds,
+    /// and writes `out`.
+    pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Embedded> {
+        crate::ensure_input!(
+            self.attack.is_none() || self.split == Split::Test,
+            "⟨attack⟩ attacks test items: use it with ⟨split⟩ test"
+        );
+        let attack = match &self.attack {
+            Some(spec) => {
+                let (unit, spec_budget) = crate::attack::registry::attack_with_budget(spec)
+                    .map_err(|e| crate::input_error(format!("⟨attack⟩: {e:#}")))?;
+                Some((unit, self.options.pgd(spec_budget)?))
+            }
+            None => None,
+        };
+        if let Some(o) = &self.out {
+            crate::embed::check_out(o, self.overwrite)?;
+        }
+        let device = device()?;
+        let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
+        let (exported, what) = match attack {
+            Some((unit, pgd)) => {
+                let o = &self.options;
+                let method = crate::attack::registry::method(&o.method)?;
+                let ctx = target.context(&device, o.robrank_compat, o.batch)?;
+                let setup = crate::attack::suite::Setup {
+                    target: &ctx,
+                    attacker: &ctx,
+                    method: method.as_ref(),
+                    pgd,
+                    queries: o.queries,
+                    batch: o.batch,
+                    seed: o.seed,
+                    progress: self.progress,
+                };
+                let mut sink = crate::embed::AttackedEmbeddings::new(ctx.model.as_ref());
+                let r = crate::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;
+                (sink.out, format!("{} test items attacked by {}", r.queries, r.attack))
+            }
+            None => crate::embed::embed_split(&target.run, self.split, &device)?,
+        };
+        if let Some(o) = &self.out {
+            let meta = [
+                ("model", self.model.display().to_string()),
+                ("model_digest", target.digest.clone()),
+                ("split", what.clone()),
+                ("rdml", env!("CARGO_PKG_VERSION").to_string()),
+            ];
+            crate::embed::check_out(o, self.overwrite)?;
+            crate::embed::write(o, &exported, &meta)?;
+        }
+        Ok(Embedded {
+            exported,
+            what,
+            model_digest: target.digest,
+        })
+    }
+}
