@@ -51,7 +51,6 @@ pub mod scored_dir;
 pub mod scoring;
 pub mod target;
 pub mod train;
-pub mod train_job;
 
 /// An error in what the caller passed (an image, a label, a keyword, a model's answer), as told
 /// apart from a failure of the machine or the disk: a front end shows it as its own kind of error

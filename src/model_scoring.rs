@@ -29,10 +29,6 @@ pub const OUTSIDE_SURROGATE: &str = "(a model outside rdml)";
 /// What `out` receives: the suite's record and its page.
 const OUT_FILES: [&str; 2] = [FILE, crate::html::FILE];
 
-/// Queries attacked by default: the suite's and one attack's (the same: [`crate::scoring::defaults`]).
-pub const ROBUSTNESS_QUERIES: usize = crate::scoring::defaults::QUERIES;
-pub const ATTACK_QUERIES: usize = crate::scoring::defaults::QUERIES;
-
 /// The model a request scores: one held outside rdml, or an rdml run folder's network (scored
 /// on the caller's images as the outside one is: the same selections, seeds and checks).
 pub enum Model {

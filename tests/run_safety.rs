@@ -799,7 +799,13 @@ fn the_command_lines_defaults_are_the_librarys() {
             assert_eq!(default_of(&help, "--repeats"), d::REPEATS.to_string(), "{cmd}");
         }
     }
-    assert_eq!(rdml::model_scoring::ROBUSTNESS_QUERIES, d::QUERIES);
+    let report = String::from_utf8_lossy(&rdml(&["report", "--help"]).stdout).into_owned();
+    assert_eq!(default_of(&report, "--grid"), rdml::html::GRID_QUERIES.to_string());
+    // The library's requests start from the same defaults.
+    let o = rdml::scoring::options::ScoringOptions::default();
+    assert_eq!((o.queries, o.batch, o.seed), (d::QUERIES, d::BATCH, d::SEED));
+    assert_eq!((o.method.as_str(), o.profile.as_str()), (d::METHOD, d::PROFILE));
+    assert_eq!(rdml::model_scoring::ModelScoring::default().options, o);
 }
 
 /// `rdml robustness --json` prints the record `Run.robustness` returns (the same library call

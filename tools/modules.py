@@ -10,7 +10,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 LAYERS = [
     "fault field host atomic output run_dir owned scored_dir progress device kernel data kinds",
     "model loss", "eval", "attack report", "defense", "config train",
-    "import target grid scoring quickstart compare embed html model_scoring train_job job",
+    "import target grid scoring quickstart compare embed html model_scoring job",
 ]
 
 

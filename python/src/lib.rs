@@ -183,7 +183,7 @@ fn train(
     data: Option<String>,
     quiet: bool,
 ) -> PyResult<()> {
-    let job = rdml::train_job::TrainJob {
+    let job = rdml::job::TrainJob {
         config: config.to_string(),
         set,
         epochs,
@@ -742,20 +742,19 @@ fn embed_model<'py>(
     Ok((to_bytes(py, &e.data)?, e.dim))
 }
 
-/// The library's defaults of the model-scoring keywords, for the package's test that its
-/// signatures say the same: (profile, method, batch, seed, repeats, robustness queries, attack
-/// queries).
+/// The library's defaults of the keywords, for the package's test that its signatures say the
+/// same: (profile, method, batch, seed, repeats, queries, report grid queries).
 #[pyfunction]
-fn model_scoring_defaults() -> (String, String, usize, u64, usize, usize, usize) {
-    let d = rdml::model_scoring::ModelScoring::default();
+fn defaults() -> (String, String, usize, u64, usize, usize, usize) {
+    let (o, d) = (ScoringOptions::default(), rdml::model_scoring::ModelScoring::default());
     (
-        d.options.profile,
-        d.options.method,
-        d.options.batch,
-        d.options.seed,
+        o.profile,
+        o.method,
+        o.batch,
+        o.seed,
         d.repeats,
-        rdml::model_scoring::ROBUSTNESS_QUERIES,
-        rdml::model_scoring::ATTACK_QUERIES,
+        o.queries,
+        rdml::html::GRID_QUERIES,
     )
 }
 
@@ -778,6 +777,6 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import_torch, m)?)?;
     m.add_function(wrap_pyfunction!(score_model, m)?)?;
     m.add_function(wrap_pyfunction!(embed_model, m)?)?;
-    m.add_function(wrap_pyfunction!(model_scoring_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
     Ok(())
 }

@@ -180,21 +180,18 @@ def test_a_dataset_of_pairs_and_torch_tensors_give_the_arrays_result():
 
 
 def test_the_keywords_defaults_are_the_librarys():
-    profile, method, batch, seed, repeats, suite_queries, attack_queries = _rdml.model_scoring_defaults()
+    profile, method, batch, seed, repeats, queries, grid = _rdml.defaults()
     for f in (rdml.robustness, rdml.attack):
         p = inspect.signature(f).parameters
         assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,
                 p["repeats"].default) == (profile, method, batch, seed, repeats)
-        assert p["queries"].default is None  # the library's: below
-    assert (suite_queries, attack_queries) == (
-        inspect.signature(rdml.Run.robustness).parameters["queries"].default,
-        inspect.signature(rdml.Run.attack).parameters["queries"].default,
-    )
+        assert p["queries"].default is None  # the library's
     # A run folder's methods: the same defaults (embed_split's attack included).
     for f in (rdml.Run.robustness, rdml.Run.attack, rdml.Run.embed_split):
         p = inspect.signature(f).parameters
         assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,
-                p["queries"].default) == (profile, method, batch, seed, attack_queries), f
+                p["queries"].default) == (profile, method, batch, seed, queries), f
+    assert inspect.signature(rdml.Run.report).parameters["grid"].default == grid
 
 
 def test_out_writes_the_record_and_report_and_replaces_only_its_own(tmp_path):

@@ -13,7 +13,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// Queries in the retrieval grid (0: none).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = rdml::html::GRID_QUERIES)]
     pub grid: usize,
 }
 

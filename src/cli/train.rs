@@ -109,7 +109,7 @@ pub fn train(args: TrainArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         set,
         defense,
     } = args;
-    let job = rdml::train_job::TrainJob {
+    let job = rdml::job::TrainJob {
         config,
         set,
         epochs,

@@ -25,6 +25,9 @@ use std::path::{Path, PathBuf};
 /// The file every report is written to, in the folder it describes.
 pub const FILE: &str = crate::run_dir::REPORT;
 
+/// Queries in the report's retrieval grid unless asked otherwise.
+pub const GRID_QUERIES: usize = 4;
+
 /// What the report computes besides reading the folder.
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
@@ -41,7 +44,7 @@ impl Default for ReportOptions {
     fn default() -> Self {
         Self {
             data: None,
-            grid_queries: 4,
+            grid_queries: GRID_QUERIES,
             // robrank's rob28, the suite's budget on 28×28 images.
             pgd: Pgd {
                 eps: 77.0 / 255.0,

@@ -1,15 +1,17 @@
 //! The jobs as both front ends ask for them: each a request with its defaults, its validation and
-//! its `run`, filled by the command line's options or the Python package's keywords (as
-//! [`crate::train_job::TrainJob`] for training). A job opens its device only once its request is
-//! checked, through the front end's own way of saying which device it opened.
+//! its `run`, filled by the command line's options or the Python package's keywords. A job opens
+//! its device only once its request is checked, through the front end's own way of saying which
+//! device it opened.
 
 pub mod attack;
 pub mod embed;
 pub mod robustness;
+pub mod train;
 
 pub use attack::{AttackJob, Attacked};
 pub use embed::{EmbedJob, Embedded};
 pub use robustness::{Assessed, RobustnessJob};
+pub use train::TrainJob;
 
 /// A warning for the user, its options in the words of the front end that asked.
 fn warn(text: &str, words: crate::field::Words) {
