@@ -293,11 +293,23 @@ def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -
     kw = dict(kw)
     args = _scoring_args(model, images, labels, differentiable, device, surrogate,
                          kw.pop("gallery"), kw.pop("gallery_labels"))
-    kw = dict(kw, queries=None if kw["queries"] is None else int(kw["queries"]), batch=int(kw["batch"]),
-              seed=int(kw["seed"]), repeats=int(kw["repeats"]),
-              out=None if kw["out"] is None else os.fspath(kw["out"]))
+    options = _options(**{k: kw.pop(k) for k in _OPTIONS})
+    kw = dict(kw, repeats=int(kw["repeats"]), out=None if kw["out"] is None else os.fspath(kw["out"]))
     with _frozen(args["model"]), _frozen(args["surrogate_model"]):
-        return json.loads(_rdml.score_model(spec=spec, **args, **kw))
+        return json.loads(_rdml.score_model(spec=spec, options=options, **args, **kw))
+
+
+# The scoring keywords every attack, suite and attacked embedding takes (the library's
+# `ScoringOptions`), passed to the extension as one dict.
+_OPTIONS = ("profile", "eps", "step", "steps", "norm", "random_start", "method", "queries", "batch", "seed",
+            "robrank_compat")
+
+
+def _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
+    """The scoring keywords as the extension reads them (integers made integers)."""
+    return dict(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=bool(random_start),
+                method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
+                robrank_compat=bool(robrank_compat))
 
 
 def robustness(
@@ -466,10 +478,9 @@ class Run:
         """``rdml embed``: the embeddings of ``"train"``, ``"test"`` or ``"all"``, with labels and item
         ids; with ``attack`` (``rdml embed --attack``), those of the test split with its first
         ``queries`` items replaced by their adversarial images under that attack."""
-        args = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                                 robrank_compat, None, 1)
-        del args["surrogate"], args["repeats"]
-        raw, dim, labels, ids, _ = _rdml.embed_split(dir=self.path, split=split, attack=attack, **args)
+        options = _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat)
+        raw, dim, labels, ids, _ = _rdml.embed_split(dir=self.path, split=split, attack=attack, options=options,
+                                                     data=self.data, device=self.device, quiet=self.quiet)
         n = len(labels)
         emb = np.frombuffer(raw, dtype="<f4").reshape(n, dim).copy()
         return emb, np.asarray(labels, dtype=np.int64), np.asarray(ids, dtype=np.int64)
@@ -534,9 +545,9 @@ class Run:
         """The keyword arguments ``attack`` and ``robustness`` share, by name (two of one type
         swapped by position would run a different attack silently)."""
         return dict(
-            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
-            method=method, queries=int(queries), batch=int(batch), seed=int(seed),
-            robrank_compat=robrank_compat, surrogate=None if surrogate is None else os.fspath(surrogate),
+            options=_options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                             robrank_compat),
+            surrogate=None if surrogate is None else os.fspath(surrogate),
             repeats=int(repeats), data=self.data, device=self.device, quiet=self.quiet,
         )
 

@@ -261,24 +261,14 @@ fn embed<'py>(
 /// `rdml embed`: the embeddings of a split, clean or (with `attack`) of its attacked test items:
 /// `(bytes of [n, d], d, labels, ids, split codes)`.
 #[pyfunction]
-#[pyo3(signature = (dir, split, attack, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, data, device, quiet))]
+#[pyo3(signature = (dir, split, attack, options, data, device, quiet))]
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn embed_split<'py>(
     py: Python<'py>,
     dir: &str,
     split: &str,
     attack: Option<String>,
-    profile: String,
-    eps: Option<f32>,
-    step: Option<f32>,
-    steps: Option<usize>,
-    norm: Option<String>,
-    random_start: bool,
-    method: String,
-    queries: usize,
-    batch: usize,
-    seed: u64,
-    robrank_compat: bool,
+    options: Options,
     data: Option<String>,
     device: Option<String>,
     quiet: bool,
@@ -288,15 +278,7 @@ fn embed_split<'py>(
         data: data.map(PathBuf::from),
         split: split.parse().map_err(invalid)?,
         attack,
-        options: options(
-            profile,
-            (eps, step, steps),
-            norm,
-            random_start,
-            method,
-            (Some(queries), batch, seed),
-            robrank_compat,
-        ),
+        options: options.into(),
         out: None,
         overwrite: false,
         progress: !quiet,
@@ -308,30 +290,40 @@ fn embed_split<'py>(
     Ok((to_bytes(py, &e.embeddings)?, e.dim, e.labels, e.ids, e.split))
 }
 
-/// The scoring keywords as the library's options (`queries=None`: the library's default).
-#[allow(clippy::too_many_arguments)]
-fn options(
+/// The scoring keywords, as `rdml/__init__.py` passes them: one dict, read into the library's
+/// options (`queries=None`: the library's default).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct Options {
     profile: String,
-    (eps, step, steps): (Option<f32>, Option<f32>, Option<usize>),
+    eps: Option<f32>,
+    step: Option<f32>,
+    steps: Option<usize>,
     norm: Option<String>,
     random_start: bool,
     method: String,
-    (queries, batch, seed): (Option<usize>, usize, u64),
+    queries: Option<usize>,
+    batch: usize,
+    seed: u64,
     robrank_compat: bool,
-) -> ScoringOptions {
-    let d = ScoringOptions::default();
-    ScoringOptions {
-        profile,
-        eps,
-        step,
-        steps,
-        norm,
-        random_start,
-        method,
-        queries: queries.unwrap_or(d.queries),
-        batch,
-        seed,
-        robrank_compat,
+}
+
+impl From<Options> for ScoringOptions {
+    fn from(o: Options) -> Self {
+        let d = ScoringOptions::default();
+        ScoringOptions {
+            profile: o.profile,
+            eps: o.eps,
+            step: o.step,
+            steps: o.steps,
+            norm: o.norm,
+            random_start: o.random_start,
+            method: o.method,
+            queries: o.queries.unwrap_or(d.queries),
+            batch: o.batch,
+            seed: o.seed,
+            robrank_compat: o.robrank_compat,
+        }
     }
 }
 
@@ -345,23 +337,13 @@ fn open_device(flag: Option<&str>) -> Result<burn::tensor::Device> {
 /// `rdml attack --json`: one attack's result (with `repeats > 1`, every run and each score's
 /// mean and sample std).
 #[pyfunction]
-#[pyo3(signature = (dir, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, surrogate, repeats, bn_set, data, device, quiet))]
+#[pyo3(signature = (dir, spec, options, surrogate, repeats, bn_set, data, device, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn attack(
     py: Python<'_>,
     dir: &str,
     spec: &str,
-    profile: String,
-    eps: Option<f32>,
-    step: Option<f32>,
-    steps: Option<usize>,
-    norm: Option<String>,
-    random_start: bool,
-    method: String,
-    queries: usize,
-    batch: usize,
-    seed: u64,
-    robrank_compat: bool,
+    options: Options,
     surrogate: Option<String>,
     repeats: usize,
     bn_set: usize,
@@ -372,15 +354,7 @@ fn attack(
     let job = rdml::job::AttackJob {
         model: run_dir(dir)?,
         attack: spec.to_string(),
-        options: options(
-            profile,
-            (eps, step, steps),
-            norm,
-            random_start,
-            method,
-            (Some(queries), batch, seed),
-            robrank_compat,
-        ),
+        options: options.into(),
         run: run_scoring(data, surrogate, repeats, bn_set, quiet),
         save_examples: None,
     };
@@ -410,22 +384,12 @@ fn run_scoring(
 /// `rdml robustness`: robrank's ERS suite on the run, its record stored in the run folder (and
 /// the report refreshed); the record as JSON.
 #[pyfunction]
-#[pyo3(signature = (dir, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, surrogate, repeats, data, device, quiet))]
+#[pyo3(signature = (dir, options, surrogate, repeats, data, device, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn robustness(
     py: Python<'_>,
     dir: &str,
-    profile: String,
-    eps: Option<f32>,
-    step: Option<f32>,
-    steps: Option<usize>,
-    norm: Option<String>,
-    random_start: bool,
-    method: String,
-    queries: usize,
-    batch: usize,
-    seed: u64,
-    robrank_compat: bool,
+    options: Options,
     surrogate: Option<String>,
     repeats: usize,
     data: Option<String>,
@@ -434,15 +398,7 @@ fn robustness(
 ) -> PyResult<String> {
     let job = rdml::job::RobustnessJob {
         model: run_dir(dir)?,
-        options: options(
-            profile,
-            (eps, step, steps),
-            norm,
-            random_start,
-            method,
-            (Some(queries), batch, seed),
-            robrank_compat,
-        ),
+        options: options.into(),
         run: run_scoring(data, surrogate, repeats, 0, quiet),
         out: None,
         overwrite: false,
@@ -660,7 +616,7 @@ fn model_scoring(
 /// `rdml.robustness(model, images, labels, …)` (`spec` `None`: the ERS suite, its record) and
 /// `rdml.attack(model, images, labels, spec, …)` (one attack's result), as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, gallery, spec, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat, repeats, out, quiet))]
+#[pyo3(signature = (model, run, surrogate_model, surrogate_run, device, differentiable, images, shape, labels, gallery, spec, options, repeats, out, quiet))]
 #[allow(clippy::too_many_arguments)]
 fn score_model(
     py: Python<'_>,
@@ -675,31 +631,12 @@ fn score_model(
     labels: Vec<i64>,
     gallery: Option<(Vec<u8>, [usize; 4], Vec<i64>)>,
     spec: Option<String>,
-    profile: String,
-    eps: Option<f32>,
-    step: Option<f32>,
-    steps: Option<usize>,
-    norm: Option<String>,
-    random_start: bool,
-    method: String,
-    queries: Option<usize>,
-    batch: usize,
-    seed: u64,
-    robrank_compat: bool,
+    options: Options,
     repeats: usize,
     out: Option<String>,
     quiet: bool,
 ) -> PyResult<String> {
-    let opts = options(
-        profile,
-        (eps, step, steps),
-        norm,
-        random_start,
-        method,
-        (queries, batch, seed),
-        robrank_compat,
-    );
-    let mut req = model_scoring(opts, repeats, out, quiet);
+    let mut req = model_scoring(options.into(), repeats, out, quiet);
     let images = rdml::model_scoring::Images {
         images: floats(images, "images")?,
         shape,
