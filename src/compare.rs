@@ -5,7 +5,7 @@
 //! per seed (`DIR/<name>-seed<S>`) and the table gives each column's mean ± sample std over the
 //! seeds, as the DML literature reports (Roth et al.).
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::score::MeanStd;
 use crate::attack::suite::{Setup, robustness};
 use crate::config::Experiment;

@@ -6,8 +6,8 @@
 //! The grid is computed on a run's model and stored in its folder ([`FILE`], with the model's
 //! digest), so that the report is drawn from the folder's records alone.
 
+use crate::attack::budget::Pgd;
 use crate::attack::context::{Context, embed_tensor};
-use crate::attack::engine::Pgd;
 use crate::attack::method::{Method, WhiteBox};
 use crate::data::loader;
 use crate::eval::batch_tensor;

@@ -5,7 +5,7 @@
 //! budgets, defaults and every check of the caller's input live here, with the fields named as
 //! the Python keywords.
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::oracle::{External, HostModel, Net, Oracle};
 use crate::attack::record::{FILE, RobustnessRecord};
 use crate::attack::registry;

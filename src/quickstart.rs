@@ -4,7 +4,7 @@
 
 use crate::attack::profile::{Overrides, profile};
 use crate::attack::suite::{AttackResult, Context, run};
-use crate::attack::{engine::Pgd, registry};
+use crate::attack::{budget::Pgd, registry};
 use crate::config::Experiment;
 use crate::eval::Metrics;
 use crate::run_dir::{Found, inspect};

@@ -5,7 +5,7 @@
 
 pub mod options;
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::examples::AdversarialSink;
 use crate::attack::record::{FILE, RobustnessRecord};
 use crate::attack::robustness::{Robustness, RobustnessSpread, robustness_spread};

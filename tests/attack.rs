@@ -5,8 +5,10 @@ mod common;
 use common::small;
 
 use burn::tensor::{Device, Tensor};
+use rdml::attack::budget::{Norm, Pgd};
 use rdml::attack::cw::{CwLinf, cw_linf};
-use rdml::attack::engine::{Norm, Objective, Pgd, Request};
+use rdml::attack::engine::Request;
+use rdml::attack::objective::Objective;
 use rdml::attack::objective::shift::EmbeddingShift;
 use rdml::attack::oracle::Net;
 use rdml::attack::registry::attack as named;

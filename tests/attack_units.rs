@@ -5,7 +5,7 @@ mod common;
 use common::small;
 
 use burn::tensor::Device;
-use rdml::attack::engine::{Norm, Pgd};
+use rdml::attack::budget::{Norm, Pgd};
 use rdml::attack::registry::{SpecBudget, attack, attack_with_budget, method};
 use rdml::attack::suite::{Context, Setup, run, run_with};
 

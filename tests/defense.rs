@@ -265,7 +265,7 @@ fn ca_tride_alternates_cap_and_anp_and_each_moves_only_its_items() {
 
 #[test]
 fn ca_tride_code_anp_moves_only_anchors_and_lowers_its_loss() {
-    use rdml::attack::engine::Objective;
+    use rdml::attack::objective::Objective;
     use rdml::defense::TripletLayout;
     use rdml::defense::ca_tride::{Adversary, TrideObjective};
     let b = setup();

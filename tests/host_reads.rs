@@ -10,7 +10,8 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rdml::attack::engine::{GPU_STOP_CHECK, Norm, Pgd, set_stop_check_every};
+use rdml::attack::budget::{Norm, Pgd};
+use rdml::attack::engine::{GPU_STOP_CHECK, set_stop_check_every};
 use rdml::attack::suite::{Context, Setup, robustness};
 use rdml::config::Experiment;
 use rdml::data::loader::load_batch;
@@ -267,12 +268,12 @@ fn a_rob28_attack_batch_reads_nothing_per_pgd_step() {
 /// An objective that pushes the embeddings' mean down, stopping below `bound` when given one.
 struct MeanDown(Option<f32>);
 
-impl rdml::attack::engine::Objective for MeanDown {
+impl rdml::attack::objective::Objective for MeanDown {
     fn loss(&self, emb: burn::tensor::Tensor<2>, _step: usize) -> burn::tensor::Tensor<1> {
         emb.mean()
     }
-    fn stop_rule(&self) -> Option<rdml::attack::engine::StopRule> {
-        self.0.map(rdml::attack::engine::StopRule::Below)
+    fn stop_rule(&self) -> Option<rdml::attack::objective::StopRule> {
+        self.0.map(rdml::attack::objective::StopRule::Below)
     }
 }
 

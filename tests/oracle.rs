@@ -9,7 +9,7 @@ use common::small;
 use anyhow::Result;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
-use rdml::attack::engine::{Norm, Pgd};
+use rdml::attack::budget::{Norm, Pgd};
 use rdml::attack::oracle::{Embedded, External, HostModel, Net, Oracle};
 use rdml::attack::registry::attack;
 use rdml::attack::suite::{Context, run};

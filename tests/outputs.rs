@@ -1,7 +1,7 @@
 //! What a user takes away: `report.html` of a run (curves, metrics, robustness, retrieval grid,
 //! health banners), the embeddings `rdml embed` writes, and the flat metric names in JSON.
 
-use rdml::attack::engine::{Norm, Pgd};
+use rdml::attack::budget::{Norm, Pgd};
 use rdml::config::Experiment;
 use rdml::html::{ReportOptions, refresh, write};
 use rdml::train::{TrainOptions, load_run, train};

@@ -15,7 +15,7 @@
 //! Rows are independent: each has its own τ, c, Adam moments and step count, so one forward pass
 //! per step serves the whole batch.
 
-use super::engine::Objective;
+use super::objective::Objective;
 use super::oracle::{Oracle, require_gradient};
 use anyhow::{Context as _, Result, ensure};
 use burn::tensor::activation::relu;

@@ -6,137 +6,13 @@
 //! gradients); only the input carries autodiff. Images live in [0, 1] and normalisation happens
 //! inside the model, so ε is in pixel units.
 
+use super::budget::{Norm, Pgd};
+use super::objective::Objective;
 use super::oracle::{Net, Oracle};
 use crate::model::EmbeddingNet;
 use anyhow::{Result, ensure};
 use burn::tensor::{Bool, Device, Distribution, Int, Tensor, TensorData};
-use serde::{Deserialize, Serialize};
 use std::cell::Cell;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Norm {
-    Linf,
-    L2,
-}
-
-impl std::str::FromStr for Norm {
-    type Err = anyhow::Error;
-    /// `linf` or `l2`, as `--norm` and the Python package spell them.
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "linf" => Ok(Norm::Linf),
-            "l2" => Ok(Norm::L2),
-            _ => anyhow::bail!("norm = {s:?}: expected \"linf\" or \"l2\""),
-        }
-    }
-}
-
-/// A projected-gradient plan: budget, step, iterations, norm, random start.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Pgd {
-    pub eps: f32,
-    pub step: f32,
-    pub steps: usize,
-    #[serde(default = "linf")]
-    pub norm: Norm,
-    #[serde(default)]
-    pub random_start: bool,
-}
-
-fn linf() -> Norm {
-    Norm::Linf
-}
-
-impl Pgd {
-    /// FGSM: one step of size ε.
-    pub fn fgsm(eps: f32) -> Self {
-        Self {
-            eps,
-            step: eps,
-            steps: 1,
-            norm: Norm::Linf,
-            random_start: false,
-        }
-    }
-    pub fn validate(&self) -> Result<()> {
-        self.validate_as("attack ")
-    }
-
-    /// Validates with the keys named as `prefix` + `eps`/`step`/`steps` (`defense.`, `attack `;
-    /// `⟨`: the options as each front end names them, [`crate::field`]).
-    pub fn validate_as(&self, prefix: &str) -> Result<()> {
-        let key = |k: &str| match prefix {
-            "⟨" => format!("⟨{k}⟩"),
-            p => format!("{p}{k}"),
-        };
-        let (eps, step) = (key("eps"), key("step"));
-        ensure!(self.eps.is_finite(), "{eps} must be a finite number, got {}", self.eps);
-        ensure!(self.eps >= 0.0, "{eps} must be ≥ 0, got {}", self.eps);
-        // Pixels live in [0, 1]: an L∞ radius above 1 allows every image, which is no budget
-        // (and usually a radius given in 0–255 units by mistake: 8/255 is written 0.0314).
-        // An option token takes its value as each front end writes it (`--eps 5`, `eps=5`); a
-        // config key reads `defense.eps = 5`.
-        let is = if prefix == "⟨" { " " } else { " = " };
-        ensure!(
-            self.norm != Norm::Linf || self.eps <= 1.0,
-            "{eps}{is}{} is an L∞ radius in pixel units, which live in [0, 1]; expected ≤ 1 (8/255 is 0.0314)",
-            self.eps
-        );
-        ensure!(
-            self.step.is_finite(),
-            "{step} must be a finite number, got {}",
-            self.step
-        );
-        ensure!(self.step >= 0.0, "{step} must be ≥ 0, got {}", self.step);
-        ensure!(self.steps >= 1, "{} must be ≥ 1", key("steps"));
-        Ok(())
-    }
-}
-
-/// What an attack optimises. `loss` receives the embeddings `[b, d]` of the current adversarial
-/// images (with autodiff) and returns a scalar to minimise; `step` is the iteration index.
-pub trait Objective {
-    fn loss(&self, emb: Tensor<2>, step: usize) -> Tensor<1>;
-    /// When to stop early, judged from the losses of the steps so far; `None`: run every step.
-    fn stop_rule(&self) -> Option<StopRule> {
-        None
-    }
-    /// Per-row margins `[b]`, zero once a row is adversarial: what C&W's attack
-    /// ([`super::cw::cw_linf`]) weighs with its constant. `None` for objectives without one.
-    fn per_row(&self, _emb: Tensor<2>) -> Option<Tensor<1>> {
-        None
-    }
-    /// Each row's own term of `loss` `[b]` (up to a positive factor common to all rows: `loss`
-    /// may average what this lists), for estimators that query the model row by row without its
-    /// gradient (NES); `None` for an objective whose rows do not separate.
-    fn row_losses(&self, _emb: Tensor<2>) -> Option<Tensor<1>> {
-        None
-    }
-}
-
-/// An early stop, decided on the device from the last losses, so that a step waits on nothing:
-/// once it holds, the images stop changing (the later steps leave them as they are), and the
-/// engine leaves the loop at its next look at the flag ([`Request::run_checking`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StopRule {
-    /// Stop before step k when |loss_{k−1} − loss_{k−2}| < `tol` (robrank's saturation test).
-    Saturated { tol: f32 },
-    /// Stop before step k when loss_{k−1} < the bound.
-    Below(f32),
-}
-
-impl StopRule {
-    /// Whether to stop, from the last loss and the one before it (detached, `[1]`).
-    fn holds(self, last: Option<&Tensor<1>>, before: Option<&Tensor<1>>) -> Option<Tensor<1, Bool>> {
-        match (self, last, before) {
-            (Self::Saturated { tol }, Some(a), Some(b)) => Some((a.clone() - b.clone()).abs().lower_elem(tol)),
-            (Self::Below(bound), Some(a), _) => Some(a.clone().lower_elem(bound)),
-            _ => None,
-        }
-    }
-}
 
 /// How many steps a GPU runs between two reads of the early-stop flag.
 pub const GPU_STOP_CHECK: usize = 8;

@@ -6,9 +6,10 @@
 pub mod nes;
 pub mod universal;
 
+use super::budget::Pgd;
 use super::context::Context;
 use super::cw::{CwLinf, cw_linf};
-use super::engine::{Model, Pgd, Request};
+use super::engine::{Model, Request};
 use super::unit::{Optimiser, Plan};
 use anyhow::Result;
 use burn::tensor::Tensor;

@@ -4,6 +4,7 @@
 //! [`method::Method`]; [`registry`] names them, [`suite`] runs them over a [`context`], and
 //! [`score`] aggregates ERS and ARS. [`profile`] holds the papers' budgets.
 
+pub mod budget;
 pub mod column;
 pub mod context;
 pub mod cw;

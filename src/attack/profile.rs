@@ -1,6 +1,6 @@
 //! Named attack budgets: robrank's two ERS profiles and the positive-perturbation paper's PGD-5.
 
-use super::engine::{Norm, Pgd};
+use super::budget::{Norm, Pgd};
 use super::spec::SpecBudget;
 use anyhow::{Context as _, Result};
 

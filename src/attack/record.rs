@@ -1,7 +1,7 @@
 //! The robustness suite's record: what `rdml robustness` and `rdml compare` write into a run
 //! folder (and to `--out`), and what the report reads back. One type, one file name.
 
-use super::engine::Pgd;
+use super::budget::Pgd;
 use super::robustness::Robustness;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

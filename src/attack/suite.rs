@@ -1,9 +1,9 @@
 //! Running an attack over the test set: the batch loop (select and build the objective, move the
 //! images, score the moved embeddings), robrank's ERS suite of nine attacks, and the aggregation.
 
+use super::budget::Pgd;
 use super::column::{Score, Tally};
 use super::context::embed_tensor;
-use super::engine::Pgd;
 pub use super::examples::AdversarialSink;
 use super::method::{Batch, Method, WhiteBox};
 use super::score::repeat_seed;

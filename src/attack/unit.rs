@@ -5,7 +5,7 @@
 
 use super::column::{Column, Score, Tally};
 use super::context::Context;
-use super::engine::Objective;
+use super::objective::Objective;
 use super::score::AttackResult;
 use crate::eval::knn::Embeddings;
 use anyhow::Result;

@@ -86,7 +86,7 @@ impl Budget {
     }
 
     /// The profile's budget changed by the options, and by a robrank spec's keys.
-    pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::engine::Pgd> {
+    pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::budget::Pgd> {
         self.options(profile).pgd(spec)
     }
 }

@@ -6,7 +6,8 @@
 
 use super::triplets::{self, TripletLayout, TripletPlan, perturb_triplets};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
-use crate::attack::engine::{Objective, Pgd, StopRule};
+use crate::attack::budget::Pgd;
+use crate::attack::objective::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Miner, Mining};

@@ -5,7 +5,8 @@
 
 use super::diagnostics;
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
-use crate::attack::engine::{Pgd, Request};
+use crate::attack::budget::Pgd;
+use crate::attack::engine::Request;
 use crate::attack::objective::shift::EmbeddingShift;
 use crate::loss;
 use crate::model::EmbeddingNet;

@@ -20,7 +20,9 @@
 
 use super::triplets::{self, TripletLayout, select_rows};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
-use crate::attack::engine::{Objective, Pgd, Request};
+use crate::attack::budget::Pgd;
+use crate::attack::engine::Request;
+use crate::attack::objective::Objective;
 use crate::loss::LossConfig;
 use crate::loss::miner::Triplets;
 use anyhow::Result;

@@ -2,7 +2,7 @@
 //! other classes (Eq. 3), unadversarial examples toward the item's own class in the training set
 //! (Eq. 8), and the training-set feature bank UX draws its targets from.
 
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::targets::{TowardSets, TowardTargets};
 use crate::model::EmbeddingNet;
 use anyhow::Result;

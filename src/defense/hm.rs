@@ -7,7 +7,7 @@
 
 use super::triplets::{self, TripletLayout, TripletPlan, hardness, perturb_triplets};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
-use crate::attack::engine::{Objective, StopRule};
+use crate::attack::objective::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::device_miner;
 use crate::loss::distance::Distance;

@@ -4,7 +4,7 @@
 
 use super::triplets::{TripletLayout, adversarial_outcome, hardness, perturb_mined};
 use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
 use burn::tensor::Tensor;

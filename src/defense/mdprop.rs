@@ -9,7 +9,9 @@
 use super::diagnostics;
 use super::generated::{Generated, UxTargets, pick_targets, ux_objective};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
-use crate::attack::engine::{Objective, Pgd, Request};
+use crate::attack::budget::Pgd;
+use crate::attack::engine::Request;
+use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardTargets;
 use crate::loss::{self, LossConfig};
 use crate::model::EmbeddingNet;

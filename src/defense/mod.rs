@@ -21,7 +21,7 @@ pub use hm::{Destination, HmObjective};
 pub use triplets::{TripletLayout, hardness};
 pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::loss::{LossConfig, LossParams};
 use crate::model::EmbeddingNet;
 use anyhow::{Result, bail};

@@ -7,7 +7,8 @@
 
 use super::triplets::{self, TripletLayout, triplet_params};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
-use crate::attack::engine::{Objective, Request};
+use crate::attack::engine::Request;
+use crate::attack::objective::Objective;
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Rows, Triplets};

@@ -3,7 +3,9 @@
 
 use super::diagnostics;
 use super::unit::{DefendedLoss, Perturbed, Step};
-use crate::attack::engine::{Objective, Pgd, Request};
+use crate::attack::budget::Pgd;
+use crate::attack::engine::Request;
+use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Rows, Triplets};
 use crate::loss::{self, LossConfig};

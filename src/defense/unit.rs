@@ -4,7 +4,7 @@
 
 use super::diagnostics::DeviceDiagnostics;
 use super::generated::{Generated, UxTargets};
-use crate::attack::engine::{Norm, Pgd};
+use crate::attack::budget::{Norm, Pgd};
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Mining, Triplets};
 use crate::loss::{self, LossConfig, LossParams};

@@ -13,7 +13,7 @@ pub mod plot;
 use page::Page;
 pub use page::esc;
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::robustness::Robustness;
 use crate::compare::Row as CompareRow;
 use crate::train::RunReport;
@@ -50,7 +50,7 @@ impl Default for ReportOptions {
                 eps: 77.0 / 255.0,
                 step: 3.0 / 255.0,
                 steps: 32,
-                norm: crate::attack::engine::Norm::Linf,
+                norm: crate::attack::budget::Norm::Linf,
                 random_start: false,
             },
             seed: 0,

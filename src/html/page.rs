@@ -2,7 +2,7 @@
 //! made of.
 
 use super::plot;
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::robustness::Robustness;
 use crate::eval::Metrics;
 use crate::grid;

@@ -1,6 +1,6 @@
 //! One attack on a run folder's model: `rdml attack` and Python's `Run.attack`.
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::examples::{AdversarialSink, ExampleWriter};
 use crate::attack::score::AttackResult;
 use crate::scoring::options::{RunScoring, ScoringOptions};

@@ -2,7 +2,7 @@
 //! The record is kept in the run folder (unless its model changed meanwhile) and the run's report
 //! refreshed; a report that cannot be written is a warning, since the record already is.
 
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::scoring::Scored;
 use crate::scoring::options::{RunScoring, ScoringOptions};
 use anyhow::{Context as _, Result};

@@ -4,7 +4,7 @@
 //! the option as a field token (`⟨queries⟩`), which each front end words as its own.
 
 use super::{Scoring, defaults};
-use crate::attack::engine::Pgd;
+use crate::attack::budget::Pgd;
 use crate::attack::profile::{Overrides, resolve};
 use crate::attack::spec::SpecBudget;
 use anyhow::Result;

@@ -5,9 +5,11 @@
 //! the attack's objective ([`Objective::row_losses`]), so rows are estimated independently. The
 //! forward passes spent per query are reported.
 
+use crate::attack::budget::Pgd;
 use crate::attack::context::Context;
-use crate::attack::engine::{Objective, Pgd, descend, random_start};
+use crate::attack::engine::{descend, random_start};
 use crate::attack::method::{Method, Perturbed, moving_rows};
+use crate::attack::objective::Objective;
 use crate::attack::oracle::Oracle;
 use crate::attack::spec::Params;
 use crate::attack::unit::{Optimiser, Plan};

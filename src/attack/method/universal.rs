@@ -6,8 +6,8 @@
 //! have no such perturbation in robrank or the seeds; it measures how far one input-agnostic
 //! pattern moves a retrieval model.
 
+use crate::attack::budget::{Norm, Pgd};
 use crate::attack::context::Context;
-use crate::attack::engine::{Norm, Pgd};
 use crate::attack::method::{Batch, Method, Perturbed, moving_rows};
 use crate::attack::spec::Params;
 use crate::attack::unit::{Optimiser, Plan};

@@ -3,7 +3,7 @@
 //! maximise d(f(z), f(x_j)) over the ε-ball (minimise its negative).
 
 use super::{dist_rows, dist_to_all};
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use burn::tensor::activation::relu;
 use burn::tensor::{Bool, Tensor};
 

@@ -7,7 +7,7 @@
 //! GTT is QA− with the query's current top-1 as c.
 
 use super::{dist_rows, dist_to_all};
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
 

@@ -3,7 +3,7 @@
 //! the gradient of the norm is defined (f(x̃) = f(x) there).
 
 use super::dist_rows;
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use burn::tensor::{Distribution, Tensor};
 
 pub struct EmbeddingShift {

@@ -3,7 +3,7 @@
 //! differently-labelled candidate closer than the nearest same-labelled one).
 
 use super::{dist_rows, dist_to_all};
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use burn::tensor::activation::relu;
 use burn::tensor::{Bool, Tensor};
 

@@ -7,7 +7,7 @@
 use super::attacked_recall;
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::shift::EmbeddingShift;
 use crate::attack::score::AttackResult;
 use crate::attack::unit::{Attack, Plan};

@@ -5,7 +5,7 @@
 
 use crate::attack::column::{Column, Score, Tally};
 use crate::attack::context::Context;
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardTargets;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::cluster;

@@ -7,7 +7,7 @@ use super::attacked_recall;
 use super::es::relative_recall;
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::rank::{Direction, QueryAttack};
 use crate::attack::objective::targets::{LabelMislead, TowardPoint};
 use crate::attack::score::AttackResult;

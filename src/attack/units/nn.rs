@@ -7,7 +7,7 @@
 use super::attacked_recall;
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::nn::{AwayFromNeighbour, CwMargin};
 use crate::attack::unit::{Attack, Optimiser, Plan};
 use crate::eval::knn::Embeddings;

@@ -6,7 +6,7 @@
 
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::{Context, euclid, from_top, random_other};
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::dist_to_all;
 use crate::attack::objective::rank::{CandidateAttack, Direction, QueryAttack};
 use crate::attack::score::{AttackResult, ars_rank_term};

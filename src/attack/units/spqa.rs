@@ -11,7 +11,7 @@
 use super::ranking::percentile_rank;
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::{Context, from_top, random_other};
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::{dist_rows, dist_to_all};
 use crate::attack::score::ars_rank_term;
 use crate::attack::spec::Params;

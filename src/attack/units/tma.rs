@@ -3,7 +3,7 @@
 
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
-use crate::attack::engine::Objective;
+use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardCosine;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
