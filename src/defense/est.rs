@@ -3,11 +3,11 @@
 //! attack, from the clean point), and the configured loss — with its own miner — is computed on
 //! the shifted embeddings only.
 
-use super::diagnostics;
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::Request;
 use crate::attack::objective::shift::EmbeddingShift;
+use crate::eval::diagnostics;
 use crate::loss;
 use crate::model::EmbeddingNet;
 use anyhow::Result;

@@ -6,13 +6,13 @@
 //! from set k (Sec. 3.1.1). `separate_bn = false` runs every distribution through set 0: the
 //! paper's shared-BN "AT" baseline (STAX alone) and its MTAX-without-separate-BNs ablation.
 
-use super::diagnostics;
 use super::generated::{Generated, UxTargets, pick_targets, ux_objective};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::Request;
 use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardTargets;
+use crate::eval::diagnostics;
 use crate::loss::{self, LossConfig};
 use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result};

@@ -5,7 +5,6 @@
 pub mod act;
 pub mod advprop;
 pub mod ca_tride;
-pub mod diagnostics;
 pub mod est;
 pub mod formulations;
 pub mod generated;

@@ -1,11 +1,11 @@
 //! What the triplet defenses share: mined triplets stacked as rows `[a, p, n]`, their hardness,
 //! the PGD over those rows, and the tuple loss and diagnostics of the outer step.
 
-use super::diagnostics;
 use super::unit::{DefendedLoss, Perturbed, Step};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::Request;
 use crate::attack::objective::Objective;
+use crate::eval::diagnostics;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Rows, Triplets};
 use crate::loss::{self, LossConfig};

@@ -2,9 +2,9 @@
 //! move, toward what, under which budget) and the outer loss the model is trained on; with the
 //! budget, the training step a defense sees and what it returns.
 
-use super::diagnostics::DeviceDiagnostics;
 use super::generated::{Generated, UxTargets};
 use crate::attack::budget::{Norm, Pgd};
+use crate::eval::diagnostics::DeviceDiagnostics;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Mining, Triplets};
 use crate::loss::{self, LossConfig, LossParams};

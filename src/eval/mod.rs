@@ -1,6 +1,7 @@
 //! Evaluation: embed the test split, then blocked nearest-neighbour metrics, NMI and π_ratio.
 
 pub mod cluster;
+pub mod diagnostics;
 pub mod flat;
 pub mod health;
 pub mod knn;

@@ -155,7 +155,7 @@ impl Page {
             .filter_map(|e| e.diagnostics.as_ref().map(|d| (e.epoch as f64, d)))
             .collect();
         if !diag.is_empty() {
-            let s = |f: &dyn Fn(&crate::defense::diagnostics::EpochDiagnostics) -> f64| -> Vec<(f64, f64)> {
+            let s = |f: &dyn Fn(&crate::eval::diagnostics::EpochDiagnostics) -> f64| -> Vec<(f64, f64)> {
                 diag.iter().map(|(e, d)| (*e, f(d))).collect()
             };
             self.figure(&plot::lines(

@@ -7,7 +7,7 @@ use super::trainer::Trainer;
 use crate::config::Experiment;
 use crate::data::loader;
 use crate::data::sampler::{self, epoch_rng};
-use crate::defense::diagnostics::{Accumulator, EpochDiagnostics};
+use crate::eval::diagnostics::{Accumulator, EpochDiagnostics};
 use crate::eval::{self, batch_tensor};
 use crate::run_dir::RunLog;
 use anyhow::Result;

@@ -3,8 +3,8 @@
 
 use crate::config::Experiment;
 use crate::defense::DefenseState;
-use crate::defense::diagnostics::EpochDiagnostics;
 use crate::eval::Metrics;
+use crate::eval::diagnostics::EpochDiagnostics;
 use crate::eval::health::Verdict;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

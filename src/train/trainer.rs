@@ -4,8 +4,8 @@
 use super::record::CheckpointState;
 use crate::atomic::write_json;
 use crate::config::Experiment;
-use crate::defense::diagnostics::{self, DeviceDiagnostics};
 use crate::defense::{self as defense_mod, DefenseState};
+use crate::eval::diagnostics::{self, DeviceDiagnostics};
 use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossConfig, LossParams};
 use crate::model::EmbeddingNet;
