@@ -56,6 +56,19 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
     Ok(split_half(root, "cars", paths, labels, 98, resize, crop))
 }
 
+/// Cars196 (`cars_annos.mat`): its first 98 classes train, the other 98 test.
+pub struct Cars;
+
+impl super::dataset::Dataset for Cars {
+    fn load(&self, r: &super::request::DataRequest) -> Result<Splits> {
+        load(&r.need_root("cars")?, r.resize, r.crop)
+    }
+
+    fn image_files(&self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,3 +69,16 @@ pub(crate) fn split_half(
         },
     }
 }
+
+/// CUB-200-2011: its first 100 classes train, the other 100 test.
+pub struct Cub;
+
+impl super::dataset::Dataset for Cub {
+    fn load(&self, r: &super::request::DataRequest) -> Result<Splits> {
+        load(&r.need_root("cub")?, r.resize, r.crop)
+    }
+
+    fn image_files(&self) -> bool {
+        true
+    }
+}

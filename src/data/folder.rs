@@ -51,3 +51,16 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         crop,
     ))
 }
+
+/// A folder of class folders of images: the first half of the classes train.
+pub struct Folder;
+
+impl super::dataset::Dataset for Folder {
+    fn load(&self, r: &super::request::DataRequest) -> Result<Splits> {
+        load(&r.need_root("folder")?, r.resize, r.crop)
+    }
+
+    fn image_files(&self) -> bool {
+        true
+    }
+}

@@ -78,3 +78,16 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         },
     })
 }
+
+/// In-Shop Clothes: its train split, and its queries ranked among its gallery.
+pub struct Inshop;
+
+impl super::dataset::Dataset for Inshop {
+    fn load(&self, r: &super::request::DataRequest) -> Result<Splits> {
+        load(&r.need_root("inshop")?, r.resize, r.crop)
+    }
+
+    fn image_files(&self) -> bool {
+        true
+    }
+}

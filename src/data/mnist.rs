@@ -1,7 +1,9 @@
 //! MNIST and Fashion-MNIST: 60,000 train and 10,000 test images of 10 classes, 28×28 gray.
 //! robrank trains on the train file and evaluates on the whole test file (same classes).
 
+use super::dataset::Dataset;
 use super::idx;
+use super::request::DataRequest;
 use super::set::{EvalSet, ImageSet, Source, Splits};
 use anyhow::{Context, Result, ensure};
 use rand::SeedableRng;
@@ -135,6 +137,56 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>> {
         .read_to_end(&mut out)
         .context("embedded data is corrupt")?;
     Ok(out)
+}
+
+/// The folder of MNIST-format files: `data.root`, else the default for `name`.
+fn idx_root(r: &DataRequest, name: &str) -> PathBuf {
+    r.root.clone().unwrap_or_else(|| default_root(name))
+}
+
+/// MNIST (`data.root`, else its default folder).
+pub struct Mnist;
+
+impl Dataset for Mnist {
+    fn load(&self, r: &DataRequest) -> Result<Splits> {
+        load(idx_root(r, "MNIST"), "mnist")
+    }
+
+    fn load_test(&self, r: &DataRequest) -> Option<Result<EvalSet>> {
+        Some(load_test(&idx_root(r, "MNIST"), "mnist"))
+    }
+}
+
+/// Fashion-MNIST (`data.root`, else its default folder).
+pub struct FashionMnist;
+
+impl Dataset for FashionMnist {
+    fn load(&self, r: &DataRequest) -> Result<Splits> {
+        load(idx_root(r, "FashionMNIST"), "fashion-mnist")
+    }
+
+    fn load_test(&self, r: &DataRequest) -> Option<Result<EvalSet>> {
+        Some(load_test(&idx_root(r, "FashionMNIST"), "fashion-mnist"))
+    }
+}
+
+/// MNIST's test file alone (`t10k-*`, e.g. `../shared/data/mnist-test`), split per class by
+/// `train_fraction` with the seeded rule of the embedded Fashion-MNIST split.
+pub struct MnistTestSplit;
+
+impl Dataset for MnistTestSplit {
+    fn load(&self, r: &DataRequest) -> Result<Splits> {
+        test_file_split(&idx_root(r, "MNIST"), "mnist-test-split", r.train_fraction, r.seed)
+    }
+}
+
+/// The Fashion-MNIST test split embedded in the binary, split into train and test parts.
+pub struct FashionMnistEmbedded;
+
+impl Dataset for FashionMnistEmbedded {
+    fn load(&self, r: &DataRequest) -> Result<Splits> {
+        embedded_fashion(r.train_fraction, r.seed)
+    }
 }
 
 #[cfg(test)]

@@ -5,42 +5,45 @@
 pub mod cars;
 pub mod check;
 pub mod cub;
+pub mod dataset;
+#[cfg(test)]
+mod example;
 pub mod folder;
 pub mod idx;
 pub mod inshop;
 pub mod loader;
 pub mod mat;
 pub mod mnist;
+pub mod request;
 pub mod sampler;
 pub mod set;
 pub mod sop;
 pub mod synthetic;
 pub mod transform;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use set::{EvalSet, ImageSet, Source, Splits};
 
-/// Which data set an experiment uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DatasetKind {
-    Mnist,
-    /// MNIST's test file alone (`t10k-*`, e.g. `../shared/data/mnist-test`), split per class by
-    /// `train_fraction` with the seeded rule of the embedded Fashion-MNIST split.
-    MnistTestSplit,
-    FashionMnist,
-    /// The Fashion-MNIST test split embedded in the binary, split into train and test parts.
-    FashionMnistEmbedded,
-    Cub,
-    Cars,
-    Sop,
-    Inshop,
-    Folder,
-    Synthetic,
+dataset::dataset_registry! {
+    /// Which data set an experiment uses (`data.dataset`).
+    pub enum DatasetKind {
+        "mnist" => Mnist(mnist::Mnist),
+        "mnist-test-split" => MnistTestSplit(mnist::MnistTestSplit),
+        "fashion-mnist" => FashionMnist(mnist::FashionMnist),
+        "fashion-mnist-embedded" => FashionMnistEmbedded(mnist::FashionMnistEmbedded),
+        "cub" => Cub(cub::Cub),
+        "cars" => Cars(cars::Cars),
+        "sop" => Sop(sop::Sop),
+        "inshop" => Inshop(inshop::Inshop),
+        "folder" => Folder(folder::Folder),
+        "synthetic" => Synthetic(synthetic::Synthetic),
+        #[cfg(test)]
+        "example-stripes" => ExampleStripes(example::Stripes),
+    }
 }
 
 /// The `[data]` table of an experiment config.
@@ -109,14 +112,16 @@ impl DataConfig {
             self.train_fraction
         );
         self.train_crop.validate()?;
-        let files = matches!(
-            self.dataset,
-            DatasetKind::Cub | DatasetKind::Cars | DatasetKind::Sop | DatasetKind::Inshop | DatasetKind::Folder
-        );
+        let files: Vec<&str> = DatasetKind::all()
+            .into_iter()
+            .filter(|k| k.unit().image_files())
+            .map(DatasetKind::name)
+            .collect();
         anyhow::ensure!(
-            files || self.train_crop == transform::TrainCrop::Random,
-            "data.train_crop applies to image-file data sets (cub, cars, sop, inshop, folder); data.dataset = {} holds images in memory, used as they are",
-            toml::Value::try_from(self.dataset).map_or_else(|_| format!("{:?}", self.dataset), |v| v.to_string())
+            self.dataset.unit().image_files() || self.train_crop == transform::TrainCrop::Random,
+            "data.train_crop applies to image-file data sets ({}); data.dataset = \"{}\" holds images in memory, used as they are",
+            files.join(", "),
+            self.dataset.name()
         );
         self.synthetic.validate()
     }
@@ -140,40 +145,28 @@ impl DataConfig {
 
     fn load_as_listed(&self, seed: u64) -> Result<Splits> {
         self.validate()?;
-        let root = self.root.clone();
-        match self.dataset {
-            DatasetKind::Mnist => mnist::load(self.idx_root("MNIST"), "mnist"),
-            DatasetKind::FashionMnist => mnist::load(self.idx_root("FashionMNIST"), "fashion-mnist"),
-            DatasetKind::MnistTestSplit => {
-                mnist::test_file_split(&self.idx_root("MNIST"), "mnist-test-split", self.train_fraction, seed)
-            }
-            DatasetKind::FashionMnistEmbedded => mnist::embedded_fashion(self.train_fraction, seed),
-            DatasetKind::Cub => cub::load(&need_root(root, "cub")?, self.resize, self.crop),
-            DatasetKind::Cars => cars::load(&need_root(root, "cars")?, self.resize, self.crop),
-            DatasetKind::Sop => sop::load(&need_root(root, "sop")?, self.resize, self.crop),
-            DatasetKind::Inshop => inshop::load(&need_root(root, "inshop")?, self.resize, self.crop),
-            DatasetKind::Folder => folder::load(&need_root(root, "folder")?, self.resize, self.crop),
-            DatasetKind::Synthetic => synthetic::load(&self.synthetic, seed),
-        }
+        self.dataset.unit().load(&self.request(seed))
     }
 
-    /// The folder of MNIST-format files: `data.root`, else the default for `name`.
-    fn idx_root(&self, name: &str) -> PathBuf {
-        self.root.clone().unwrap_or_else(|| mnist::default_root(name))
+    /// What the data set's loader reads of this table.
+    fn request(&self, seed: u64) -> request::DataRequest<'_> {
+        request::DataRequest {
+            root: self.root.clone(),
+            resize: self.resize,
+            crop: self.crop,
+            train_fraction: self.train_fraction,
+            seed,
+            synthetic: &self.synthetic,
+        }
     }
 
     /// Loads the test side alone: MNIST-format data sets read only their `t10k-*` files; the
     /// others (whose test split is a rule over one listing or file) load as [`load`](Self::load).
     pub fn load_test(&self, seed: u64) -> Result<EvalSet> {
         self.validate()?;
-        match self.dataset {
-            DatasetKind::Mnist => mnist::load_test(&self.idx_root("MNIST"), "mnist"),
-            DatasetKind::FashionMnist => mnist::load_test(&self.idx_root("FashionMNIST"), "fashion-mnist"),
-            _ => Ok(self.load(seed)?.test),
+        match self.dataset.unit().load_test(&self.request(seed)) {
+            Some(test) => test,
+            None => Ok(self.load(seed)?.test),
         }
     }
-}
-
-fn need_root(root: Option<PathBuf>, kind: &str) -> Result<PathBuf> {
-    root.with_context(|| format!("data.root must name the folder of the {kind} data set"))
 }

@@ -66,3 +66,16 @@ pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
         },
     })
 }
+
+/// Stanford Online Products: its listed train and test splits.
+pub struct Sop;
+
+impl super::dataset::Dataset for Sop {
+    fn load(&self, r: &super::request::DataRequest) -> Result<Splits> {
+        load(&r.need_root("sop")?, r.resize, r.crop)
+    }
+
+    fn image_files(&self) -> bool {
+        true
+    }
+}
