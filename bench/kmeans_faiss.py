@@ -1,0 +1,36 @@
+"""NMI's k-means: rdml.metrics(nmi=True) against faiss.Kmeans (as PML's AccuracyCalculator runs it),
+on the embeddings of bench/metrics_pml.py, in one run, 2 threads each (issue 40).
+
+Needs, in one venv: the rdml package, faiss-cpu and scikit-learn (PyPI). Usage:
+    python bench/kmeans_faiss.py [N C D]    # default 12000 2400 512
+Prints faiss's time and NMI for two seeds (25 iterations at most; faiss stops once its objective
+no longer changes) and rdml's time for the metrics with and without NMI, the difference being
+its k-means (k-means++ seeding, Lloyd iterations until no assignment changes) and NMI.
+"""
+import sys, time
+import numpy as np
+import faiss
+import rdml
+from sklearn.metrics import normalized_mutual_info_score as nmi
+
+n, c, d = (int(v) for v in sys.argv[1:4]) if len(sys.argv) >= 4 else (12000, 2400, 512)
+rng = np.random.default_rng(0)
+centres = rng.standard_normal((c, d)).astype(np.float32)
+centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+labels = np.repeat(np.arange(c), n // c)
+x = centres[labels] + rng.standard_normal((len(labels), d)).astype(np.float32) * (2.4 / d ** 0.5)
+x /= np.linalg.norm(x, axis=1, keepdims=True)
+faiss.omp_set_num_threads(2)
+for seed in (1234, 1):
+    t = time.perf_counter()
+    km = faiss.Kmeans(d, c, niter=25, seed=seed)
+    km.train(x)
+    _, idx = km.index.search(x, 1)
+    print(f"faiss k-means, seed {seed}: {time.perf_counter() - t:.2f} s, NMI {nmi(labels, idx[:, 0]):.4f}", flush=True)
+t = time.perf_counter()
+rdml.metrics(x, labels, recall_ks=(1,), nmi=False, pi_ratio=False)
+t0 = time.perf_counter() - t
+t = time.perf_counter()
+m = rdml.metrics(x, labels, recall_ks=(1,), nmi=True, pi_ratio=False)
+t1 = time.perf_counter() - t
+print(f"rdml: metrics {t0:.2f} s, with NMI {t1:.2f} s: k-means and NMI {t1 - t0:.2f} s, NMI {m['nmi']:.4f}")
