@@ -11,15 +11,11 @@ import sys, time
 import numpy as np
 import faiss
 import rdml
+from sphere_embeddings import sphere_embeddings
 from sklearn.metrics import normalized_mutual_info_score as nmi
 
 n, c, d = (int(v) for v in sys.argv[1:4]) if len(sys.argv) >= 4 else (12000, 2400, 512)
-rng = np.random.default_rng(0)
-centres = rng.standard_normal((c, d)).astype(np.float32)
-centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-labels = np.repeat(np.arange(c), n // c)
-x = centres[labels] + rng.standard_normal((len(labels), d)).astype(np.float32) * (2.4 / d ** 0.5)
-x /= np.linalg.norm(x, axis=1, keepdims=True)
+x, labels = sphere_embeddings(n, c, d)
 faiss.omp_set_num_threads(2)
 for seed in (1234, 1):
     t = time.perf_counter()

@@ -16,16 +16,12 @@ import numpy as np
 import torch
 import faiss
 import rdml
+from sphere_embeddings import sphere_embeddings
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 args = [a for a in sys.argv[1:] if a != "--nmi"]
 n, c, d = (int(v) for v in args[:3]) if len(args) >= 3 else (60000, 12000, 512)
-rng = np.random.default_rng(0)
-centres = rng.standard_normal((c, d)).astype(np.float32)
-centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-labels = np.repeat(np.arange(c), n // c)
-x = centres[labels] + rng.standard_normal((len(labels), d)).astype(np.float32) * (2.4 / d ** 0.5)
-x /= np.linalg.norm(x, axis=1, keepdims=True)
+x, labels = sphere_embeddings(n, c, d)
 threads = torch.get_num_threads()
 print(f"{len(x)} embeddings × {d}, {c} classes; torch {torch.__version__}, faiss {faiss.__version__}, "
       f"{threads} threads", flush=True)

@@ -128,9 +128,14 @@ pub fn check_writable(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `value` as the bytes of every JSON file rdml writes: pretty, with a final newline.
+pub fn json_bytes<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
+    let mut b = serde_json::to_vec_pretty(value)?;
+    b.push(b'\n');
+    Ok(b)
+}
+
 /// `value` as pretty JSON with a final newline, written atomically.
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut s = serde_json::to_string_pretty(value)?;
-    s.push('\n');
-    write_atomic(path, s.as_bytes())
+    write_atomic(path, &json_bytes(value)?)
 }

@@ -216,8 +216,7 @@ impl ModelScoring {
         };
         let written = match &out {
             Some(dir) => {
-                let mut json = serde_json::to_vec_pretty(&record)?;
-                json.push(b'\n');
+                let json = crate::atomic::json_bytes(&record)?;
                 let page = crate::html::scored_page(&record, ctx.n())?.into_bytes();
                 scored_dir::write(dir, &[(OUT_FILES[0], json), (OUT_FILES[1], page)])?;
                 Some(dir.join(crate::html::FILE))

@@ -164,9 +164,7 @@ pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
 
 /// [`write()`] of pretty JSON.
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T, overwrite: bool) -> Result<()> {
-    let mut s = serde_json::to_string_pretty(value)?;
-    s.push('\n');
-    write(path, s.as_bytes(), overwrite)
+    write(path, &crate::atomic::json_bytes(value)?, overwrite)
 }
 
 #[cfg(test)]

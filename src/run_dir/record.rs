@@ -71,9 +71,7 @@ pub fn put(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
 
 /// [`put`] of `value` as pretty JSON with a final newline.
 pub fn put_json<T: serde::Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
-    let mut s = serde_json::to_string_pretty(value)?;
-    s.push('\n');
-    put(dir, name, s.as_bytes())
+    put(dir, name, &crate::atomic::json_bytes(value)?)
 }
 
 /// Records, before the first append, that rdml is about to append to the run's log.
