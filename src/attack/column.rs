@@ -1,73 +1,46 @@
 //! What an attack reports: typed columns, each named as robrank and the papers print it, and the
 //! running sums a suite run accumulates them in.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// One reported quantity. Percentages unless said otherwise.
+/// One reported quantity, known by its name as robrank and the papers print it. A column is
+/// declared by what reports it: an attack unit declares its own (`es::ES_D`, `ranking::CA_PLUS`,
+/// each in the unit's file); the columns every attack's scoring shares are below. Percentages
+/// unless its declaration says otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Column {
-    /// Percentile rank of the attacked candidate in its query's list (CA+, CA−, QA+, QA−).
-    CaPlus,
-    CaMinus,
-    QaPlus,
-    QaMinus,
-    /// SPQA's candidate rank, and the mean rank of its semantics-preserving items.
-    SpqaPlus,
-    SpqaMinus,
-    SemanticRank,
-    /// Cosine similarity of the attacked embedding to its target (not a percentage).
-    Tma,
-    /// Embedding shift: the distance moved (not a percentage), and Recall@1 after it.
-    EsD,
-    EsR,
-    /// Recall@1 of the attacked queries under LTM, GTM; GTT's top-4 hit rate.
-    Ltm,
-    Gtm,
-    Gtt,
-    /// Recall@k of the attacked queries.
-    Recall(usize),
-    /// Recall@1 of the same queries unattacked.
-    RecallClean,
-    MapAtR,
-    /// The mean ARS rank term of the ranking attacks (CA-TRIDE, Eq. 27/29/30).
-    Ars,
-    /// NMI and π_ratio of all attacked embeddings (fractions).
-    Nmi,
-    PiRatio,
-    /// Forward passes of the attacked model an attack spent per query (black-box attacks).
-    ModelQueries,
-}
+pub struct Column(&'static str);
 
 impl Column {
-    pub fn name(self) -> String {
-        match self {
-            Self::CaPlus => "CA+".into(),
-            Self::CaMinus => "CA-".into(),
-            Self::QaPlus => "QA+".into(),
-            Self::QaMinus => "QA-".into(),
-            Self::SpqaPlus => "SPQA+".into(),
-            Self::SpqaMinus => "SPQA-".into(),
-            Self::SemanticRank => "SP:GT".into(),
-            Self::Tma => "TMA".into(),
-            Self::EsD => "ES:D".into(),
-            Self::EsR => "ES:R".into(),
-            Self::Ltm => "LTM".into(),
-            Self::Gtm => "GTM".into(),
-            Self::Gtt => "GTT".into(),
-            Self::Recall(k) => format!("recall@{k}"),
-            Self::RecallClean => "recall@1:clean".into(),
-            Self::MapAtR => "map@r".into(),
-            Self::Ars => "ARS".into(),
-            Self::Nmi => "nmi".into(),
-            Self::PiRatio => "pi_ratio".into(),
-            Self::ModelQueries => "model_queries".into(),
-        }
+    /// Recall@1 of the attacked queries unattacked.
+    pub const RECALL_CLEAN: Column = Column("recall@1:clean");
+    pub const MAP_AT_R: Column = Column("map@r");
+    /// The mean ARS rank term of the ranking attacks (CA-TRIDE, Eq. 27/29/30).
+    pub const ARS: Column = Column("ARS");
+    /// NMI and π_ratio of all attacked embeddings (fractions).
+    pub const NMI: Column = Column("nmi");
+    pub const PI_RATIO: Column = Column("pi_ratio");
+    /// Forward passes of the attacked model an attack spent per query (black-box attacks).
+    pub const MODEL_QUERIES: Column = Column("model_queries");
+
+    /// A column an attack unit declares, by the name it is printed and written with.
+    pub const fn named(name: &'static str) -> Self {
+        Self(name)
     }
 
-    /// The column named `s`: its name, or the name rdml ≤ 0.3 wrote (`R@1`, `R@1:clean`,
-    /// `MAP@R`, `NMI`), so that older JSON reads.
+    /// Recall@k of the attacked queries.
+    pub fn recall(k: usize) -> Self {
+        Self(intern(&format!("recall@{k}")))
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0
+    }
+
+    /// The column named `s`, as rdml writes it or as rdml ≤ 0.3 wrote it (`R@1`, `R@1:clean`,
+    /// `MAP@R`, `NMI`), so that older JSON reads. A name no attack of this build declares still
+    /// reads (a file from a newer rdml keeps its columns through `compare` and `report`).
     pub fn parse(s: &str) -> Result<Self> {
         let s = match s {
             "R@1:clean" => "recall@1:clean",
@@ -75,44 +48,35 @@ impl Column {
             "NMI" => "nmi",
             s => s,
         };
-        const FIXED: [Column; 19] = [
-            Column::CaPlus,
-            Column::CaMinus,
-            Column::QaPlus,
-            Column::QaMinus,
-            Column::SpqaPlus,
-            Column::SpqaMinus,
-            Column::SemanticRank,
-            Column::Tma,
-            Column::EsD,
-            Column::EsR,
-            Column::Ltm,
-            Column::Gtm,
-            Column::Gtt,
-            Column::RecallClean,
-            Column::MapAtR,
-            Column::Ars,
-            Column::Nmi,
-            Column::PiRatio,
-            Column::ModelQueries,
-        ];
-        if let Some(c) = FIXED.iter().find(|c| c.name() == s) {
-            return Ok(*c);
+        if let Some(k) = s.strip_prefix("R@").and_then(|k| k.parse::<usize>().ok()) {
+            ensure!(k >= 1, "score column '{s}': Recall@k needs k ≥ 1");
+            return Ok(Self::recall(k));
         }
-        match s
-            .strip_prefix("recall@")
-            .or_else(|| s.strip_prefix("R@"))
-            .and_then(|k| k.parse::<usize>().ok())
-        {
-            Some(k) if k >= 1 => Ok(Self::Recall(k)),
-            _ => bail!("unknown score column '{s}'"),
-        }
+        ensure!(
+            !s.is_empty() && s.len() <= 64 && !s.chars().any(char::is_control),
+            "score column '{}': expected a name of 1 to 64 printable characters",
+            s.escape_debug()
+        );
+        Ok(Self(intern(s)))
     }
+}
+
+/// The one `'static` copy of a column name read from a file or built at run time: columns stay
+/// `Copy` and compare by name, and each distinct name is kept once for the process.
+fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(n);
+    n
 }
 
 impl fmt::Display for Column {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name())
+        f.write_str(self.name())
     }
 }
 
@@ -212,5 +176,25 @@ impl Tally {
                 value: v / n as f64,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Column;
+
+    #[test]
+    fn a_column_reads_by_its_name_its_old_name_or_a_name_this_build_does_not_declare() {
+        assert_eq!(Column::parse("R@1:clean").unwrap(), Column::RECALL_CLEAN);
+        assert_eq!(Column::parse("MAP@R").unwrap(), Column::MAP_AT_R);
+        assert_eq!(Column::parse("R@4").unwrap(), Column::recall(4));
+        assert_eq!(Column::parse("recall@4").unwrap(), Column::recall(4));
+        assert_eq!(Column::parse("ES:D").unwrap(), crate::attack::units::es::ES_D);
+        let newer = Column::parse("XY:Z").unwrap();
+        assert_eq!((newer.name(), newer), ("XY:Z", Column::parse("XY:Z").unwrap()));
+        for bad in ["", "R@0", "a\nb"] {
+            assert!(Column::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(Column::parse(&"x".repeat(65)).is_err());
     }
 }

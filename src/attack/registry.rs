@@ -31,6 +31,8 @@ pub const ATTACKS: &[Entry<dyn Attack>] = &[
     Entry { names: &["NN-CW"], about: "NN by Carlini and Wagner's L∞ algorithm on their margin loss, NN-CW[:κ] (⟨eps⟩ the first τ, ⟨step⟩ Adam's rate, ⟨steps⟩ per round, 10 rounds)", make: nn::cw_from_spec },
     Entry { names: &["NN-CW-PGD"], about: "C&W's margin loss by PGD, NN-CW-PGD[:κ]", make: nn::cw_from_spec },
     Entry { names: &["STAX", "MTAX", "UX"], about: "MDProp's feature-space examples: STAX, MTAX[:T], UX[:T] (T targets, default 5)", make: feature::from_spec },
+    #[cfg(test)]
+    Entry { names: &["EX-RAISE"], about: "the worked example of an attack with its own column (units/example.rs)", make: |_| Ok(Box::new(super::units::example::Raise)) },
 ];
 
 /// How the images are moved, one line each.

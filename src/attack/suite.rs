@@ -152,7 +152,7 @@ pub fn run_saving(
     }
     if let Some(m) = model_queries {
         scores.push(Score {
-            name: Column::ModelQueries,
+            name: Column::MODEL_QUERIES,
             value: m as f64 / q.max(1) as f64,
         });
     }
@@ -214,7 +214,7 @@ pub fn robustness(setup: &Setup) -> Result<Robustness> {
                 r.attack,
                 r.scores
                     .iter()
-                    .filter(|s| s.name != Column::Ars && s.name != Column::RecallClean)
+                    .filter(|s| s.name != Column::ARS && s.name != Column::RECALL_CLEAN)
                     .map(|s| format!("{} {:.3}", s.name, s.value))
                     .collect::<Vec<_>>()
                     .join("  "),

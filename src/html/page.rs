@@ -205,14 +205,14 @@ impl Page {
             let _ = write!(
                 self.body,
                 "<tr><td>{}</td><td>{:.3}</td><td>{:.1}</td><td>{}</td></tr>",
-                esc(&row.column.name()),
+                esc(row.column.name()),
                 row.raw,
                 row.ers_term,
                 row.ars_term.map_or("-".into(), |v| format!("{v:.1}"))
             );
         }
         self.body.push_str("</table>");
-        let cats: Vec<String> = r.rows.iter().map(|x| x.column.name()).collect();
+        let cats: Vec<String> = r.rows.iter().map(|x| x.column.name().to_string()).collect();
         self.figure(&plot::bars(
             "ERS and ARS terms per attack (higher is more robust)",
             "term",

@@ -18,6 +18,10 @@ use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
 
+/// The distance moved (not a percentage), and Recall@1 after it.
+pub const ES_D: Column = Column::named("ES:D");
+pub const ES_R: Column = Column::named("ES:R");
+
 pub struct Es;
 
 impl Attack for Es {
@@ -37,31 +41,29 @@ impl Attack for Es {
     }
 
     fn ers_columns(&self) -> Vec<Column> {
-        vec![Column::EsD, Column::EsR]
+        vec![ES_D, ES_R]
     }
 
     /// robrank's `pjswipe.py`: ES:D over the maximal chord 2 of the unit sphere, inverted; ES:R
     /// as it is.
     fn ers_term(&self, column: Column, raw: f64) -> Option<f64> {
         match column {
-            Column::EsD => Some(100.0 * (2.0 - raw) / 2.0),
-            Column::EsR => Some(raw),
+            ES_D => Some(100.0 * (2.0 - raw) / 2.0),
+            ES_R => Some(raw),
             _ => None,
         }
     }
 
     /// CA-TRIDE, Appendix B: ES:R relative to the clean Recall@1; ES:D has no ARS term.
     fn ars_term(&self, column: Column, result: &AttackResult) -> Option<f64> {
-        (column == Column::EsR)
-            .then(|| relative_recall(result, Column::EsR))
-            .flatten()
+        (column == ES_R).then(|| relative_recall(result, ES_R)).flatten()
     }
 }
 
 /// `100 · attacked / clean` Recall@1 of a result (0 when the clean recall is 0).
 pub(crate) fn relative_recall(result: &AttackResult, column: Column) -> Option<f64> {
     let raw = result.get(column)?;
-    let clean = result.get(Column::RecallClean)?;
+    let clean = result.get(Column::RECALL_CLEAN)?;
     Some(if clean > 0.0 { 100.0 * raw / clean } else { 0.0 })
 }
 
@@ -106,8 +108,8 @@ impl Plan for EsPlan {
         let shift: f64 = (0..n)
             .map(|r| target.distance.host(target.clean.row(self.items[r]), moved.row(r)) as f64)
             .sum();
-        tally.add_sum(Column::EsD, shift, self.items.len());
-        tally.add_sum(Column::EsR, r1, scored);
+        tally.add_sum(ES_D, shift, self.items.len());
+        tally.add_sum(ES_R, r1, scored);
         Ok(())
     }
 }

@@ -77,12 +77,12 @@ impl Attack for FeatureSpace {
         };
         let a = cluster::kmeans(attacked, k, 100, seed, &target.device)?;
         let mut scores = vec![Score {
-            name: Column::Nmi,
+            name: Column::NMI,
             value: cluster::nmi(&a, &ql),
         }];
         if let Ok(p) = cluster::pi_ratio(attacked, &ql, &target.device) {
             scores.push(Score {
-                name: Column::PiRatio,
+                name: Column::PI_RATIO,
                 value: p,
             });
         }
@@ -104,7 +104,7 @@ impl Plan for FeaturePlan {
         let m = target.retrieval(&self.items, adv, &[1, 2, 4, 8])?;
         let scored = m.queries - m.lone_queries;
         for (k, v) in &m.recall {
-            tally.add_sum(Column::Recall(*k), 100.0 * v * scored as f64, scored);
+            tally.add_sum(Column::recall(*k), 100.0 * v * scored as f64, scored);
         }
         super::clean_recall(target, &self.items, tally)?;
         Ok(())

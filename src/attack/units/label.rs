@@ -17,6 +17,11 @@ use anyhow::Result;
 use burn::tensor::{Bool, Tensor, TensorData};
 use rand_chacha::ChaCha8Rng;
 
+/// Recall@1 of the attacked queries under LTM and GTM; GTT's top-4 hit rate.
+pub const LTM: Column = Column::named("LTM");
+pub const GTM: Column = Column::named("GTM");
+pub const GTT: Column = Column::named("GTT");
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Label {
     Ltm,
@@ -27,16 +32,16 @@ pub enum Label {
 impl Label {
     fn column(self) -> Column {
         match self {
-            Self::Ltm => Column::Ltm,
-            Self::Gtm => Column::Gtm,
-            Self::Gtt => Column::Gtt,
+            Self::Ltm => LTM,
+            Self::Gtm => GTM,
+            Self::Gtt => GTT,
         }
     }
 }
 
 impl Attack for Label {
     fn spec(&self) -> String {
-        self.column().name()
+        self.column().name().into()
     }
 
     fn plan(&self, ctx: &Context, items: &[usize], _rng: &mut ChaCha8Rng) -> Result<Box<dyn Plan>> {
@@ -162,7 +167,7 @@ impl Plan for GttPlan {
         for (r, (&qi, &ci)) in self.items.iter().zip(&self.top1).enumerate() {
             let top4 = top_k(&target.host_dists(adv.row(r)), 4, target.own(qi));
             tally.add(
-                Column::Gtt,
+                GTT,
                 100.0 * f64::from(u8::from(top4.iter().any(|t| t.1 as usize == ci))),
             );
         }
@@ -173,40 +178,7 @@ impl Plan for GttPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attack::oracle::{Gradient, Oracle};
-    use crate::data::{ImageSet, Source};
-    use burn::tensor::Tensor;
-    use std::sync::Arc;
-
-    /// A model whose embedding is the image's pixels: the test places every item by hand.
-    struct Pixels;
-
-    impl Oracle for Pixels {
-        fn embed(&self, x: Tensor<4>) -> Result<Tensor<2>> {
-            let [b, c, h, w] = x.dims();
-            Ok(x.reshape([b, c * h * w]))
-        }
-
-        fn gradient(&self, x: Tensor<4>, loss: &dyn Fn(Tensor<2>) -> Tensor<1>) -> Result<Gradient> {
-            Ok(Gradient {
-                loss: loss(self.embed(x)?),
-                input: None,
-            })
-        }
-    }
-
-    fn context(points: &[f32], labels: &[u32], robrank_compat: bool) -> Context {
-        let n = points.len();
-        let source = Source::Floats {
-            data: points.to_vec(),
-            channels: 1,
-            height: 1,
-            width: 1,
-        };
-        let set = ImageSet::new("line", Arc::new(source), (0..n).collect(), labels.to_vec());
-        let device = crate::default_device();
-        Context::of(Arc::new(Pixels), &set, 8, &device, robrank_compat).unwrap()
-    }
+    use crate::attack::units::pixels::context;
 
     #[test]
     fn gtm_targets_the_nearest_other_class_and_robrank_its_shifted_position() {

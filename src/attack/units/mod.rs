@@ -1,9 +1,13 @@
 //! The attacks, one file per family; [`crate::attack::registry`] maps their names to them.
 
 pub mod es;
+#[cfg(test)]
+pub mod example;
 pub mod feature;
 pub mod label;
 pub mod nn;
+#[cfg(test)]
+pub mod pixels;
 pub mod ranking;
 pub mod spqa;
 pub mod tma;
@@ -36,7 +40,7 @@ pub(crate) fn clean_recall(target: &Context, items: &[usize], tally: &mut Tally)
     let c = target.retrieval(items, &target.clean_of(items)?, &[1])?;
     let scored = c.queries - c.lone_queries;
     tally.add_sum(
-        Column::RecallClean,
+        Column::RECALL_CLEAN,
         100.0 * c.recall_at(1).unwrap_or(0.0) * scored as f64,
         scored,
     );

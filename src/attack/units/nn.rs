@@ -104,8 +104,8 @@ impl Plan for NnPlan {
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
         let (m, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
-        tally.add_sum(Column::Recall(1), r1, scored);
-        tally.add_sum(Column::MapAtR, 100.0 * m.map_at_r * scored as f64, scored);
+        tally.add_sum(Column::recall(1), r1, scored);
+        tally.add_sum(Column::MAP_AT_R, 100.0 * m.map_at_r * scored as f64, scored);
         Ok(())
     }
 }

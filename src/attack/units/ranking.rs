@@ -16,6 +16,12 @@ use crate::host::read;
 use anyhow::Result;
 use rand_chacha::ChaCha8Rng;
 
+/// The candidate's percentile rank after CA+, CA−, QA+, QA−.
+pub const CA_PLUS: Column = Column::named("CA+");
+pub const CA_MINUS: Column = Column::named("CA-");
+pub const QA_PLUS: Column = Column::named("QA+");
+pub const QA_MINUS: Column = Column::named("QA-");
+
 /// CA± (`candidate`) or QA± (not), raising (+) or lowering (−) the candidate.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ranking {
@@ -26,10 +32,10 @@ pub struct Ranking {
 impl Ranking {
     fn column(self) -> Column {
         match (self.candidate, self.raise) {
-            (true, true) => Column::CaPlus,
-            (true, false) => Column::CaMinus,
-            (false, true) => Column::QaPlus,
-            (false, false) => Column::QaMinus,
+            (true, true) => CA_PLUS,
+            (true, false) => CA_MINUS,
+            (false, true) => QA_PLUS,
+            (false, false) => QA_MINUS,
         }
     }
 
@@ -70,7 +76,7 @@ impl Ranking {
 
 impl Attack for Ranking {
     fn spec(&self) -> String {
-        self.column().name()
+        self.column().name().into()
     }
 
     fn moves_ranked(&self) -> bool {
@@ -117,7 +123,7 @@ impl Attack for Ranking {
     }
 
     fn ars_term(&self, column: Column, result: &AttackResult) -> Option<f64> {
-        (column == self.column()).then(|| result.get(Column::Ars)).flatten()
+        (column == self.column()).then(|| result.get(Column::ARS)).flatten()
     }
 }
 
@@ -144,7 +150,7 @@ impl Plan for CandidatePlan {
             };
             let (adv, init) = (prank(adv.row(r)), prank(ranked.row(c)));
             tally.add(self.attack.column(), adv);
-            tally.add(Column::Ars, ars_rank_term(self.attack.raise, init, adv));
+            tally.add(Column::ARS, ars_rank_term(self.attack.raise, init, adv));
         }
         Ok(())
     }
@@ -170,7 +176,7 @@ impl Plan for QueryPlan {
                 percentile_rank(&target.host_dists(target.clean.row(qi)), ci),
             );
             tally.add(self.attack.column(), rank);
-            tally.add(Column::Ars, ars_rank_term(self.attack.raise, init, rank));
+            tally.add(Column::ARS, ars_rank_term(self.attack.raise, init, rank));
         }
         Ok(())
     }

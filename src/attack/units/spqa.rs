@@ -22,6 +22,11 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
 use rand_chacha::ChaCha8Rng;
 
+/// SPQA's candidate rank, and the mean rank of its semantics-preserving items (SP:GT).
+pub const SPQA_PLUS: Column = Column::named("SPQA+");
+pub const SPQA_MINUS: Column = Column::named("SPQA-");
+pub const SEMANTIC_RANK: Column = Column::named("SP:GT");
+
 /// robrank's `M_GT`: the items whose ranks are kept.
 pub const KEPT: usize = 5;
 const XI_SCALE: f32 = 1e4;
@@ -48,18 +53,14 @@ impl Spqa {
     }
 
     fn column(self) -> Column {
-        if self.raise {
-            Column::SpqaPlus
-        } else {
-            Column::SpqaMinus
-        }
+        if self.raise { SPQA_PLUS } else { SPQA_MINUS }
     }
 }
 
 impl Attack for Spqa {
     fn spec(&self) -> String {
         if self.semantic {
-            self.column().name()
+            self.column().name().into()
         } else {
             format!("{}:sp=0", self.column().name())
         }
@@ -192,9 +193,9 @@ impl Plan for SpqaPlan {
             let rank = percentile_rank(&d, ci);
             let init = percentile_rank(&target.host_dists(target.clean.row(qi)), ci);
             tally.add(self.attack.column(), rank);
-            tally.add(Column::Ars, ars_rank_term(self.attack.raise, init, rank));
+            tally.add(Column::ARS, ars_rank_term(self.attack.raise, init, rank));
             let kept_rank = kept.iter().map(|&g| percentile_rank(&d, g)).sum::<f64>() / kept.len().max(1) as f64;
-            tally.add(Column::SemanticRank, kept_rank);
+            tally.add(SEMANTIC_RANK, kept_rank);
         }
         Ok(())
     }

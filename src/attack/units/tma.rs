@@ -11,6 +11,9 @@ use anyhow::Result;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+/// Cosine similarity of the attacked embedding to its target (not a percentage).
+pub const TMA: Column = Column::named("TMA");
+
 pub struct Tma;
 
 impl Attack for Tma {
@@ -29,12 +32,12 @@ impl Attack for Tma {
     }
 
     fn ers_columns(&self) -> Vec<Column> {
-        vec![Column::Tma]
+        vec![TMA]
     }
 
     /// robrank's `pjswipe.py`: `100 · (1 − cos)`. ARS has no TMA term (CA-TRIDE, Appendix B).
     fn ers_term(&self, column: Column, raw: f64) -> Option<f64> {
-        (column == Column::Tma).then_some(100.0 * (1.0 - raw))
+        (column == TMA).then_some(100.0 * (1.0 - raw))
     }
 }
 
@@ -54,7 +57,7 @@ impl Plan for TmaPlan {
             let dot: f32 = e.iter().zip(tv).map(|(a, b)| a * b).sum();
             let ne = e.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             let nt = tv.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-            tally.add(Column::Tma, (dot / (ne * nt)) as f64);
+            tally.add(TMA, (dot / (ne * nt)) as f64);
         }
         Ok(())
     }
