@@ -4,36 +4,37 @@
 
 /// Declares `pub enum $Enum` (serde: internally tagged by `kind`, one newtype variant per unit)
 /// with `KINDS` (the names, in registry order), `name()` and `unit()` (the variant as its trait
-/// object), so that adding a unit is its file plus one line here.
+/// object), so that adding a unit is its file plus one line here (`#[cfg(test)]` before the
+/// name: a unit only tests see).
 macro_rules! kind_registry {
     (
         $(#[$enum_doc:meta])*
         pub enum $Enum:ident: dyn $Trait:ident {
-            $( $(#[$doc:meta])* $name:literal => $Variant:ident($Ty:ty), )+
+            $( $(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $name:literal => $Variant:ident($Ty:ty), )+
         }
     ) => {
         $(#[$enum_doc])*
         #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
         #[serde(tag = "kind")]
         pub enum $Enum {
-            $( $(#[$doc])* #[serde(rename = $name)] $Variant($Ty), )+
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])? #[serde(rename = $name)] $Variant($Ty), )+
         }
 
         impl $Enum {
             /// The values of `kind`, in registry order.
-            pub const KINDS: &'static [&'static str] = &[$($name),+];
+            pub const KINDS: &'static [&'static str] = &[$($(#[cfg($cfg)])? $name),+];
 
             /// The value of `kind`.
             pub fn name(&self) -> &'static str {
                 match self {
-                    $(Self::$Variant(_) => $name,)+
+                    $($(#[cfg($cfg)])? Self::$Variant(_) => $name,)+
                 }
             }
 
             /// The unit behind the table.
             pub fn unit(&self) -> &dyn $Trait {
                 match self {
-                    $(Self::$Variant(u) => u,)+
+                    $($(#[cfg($cfg)])? Self::$Variant(u) => u,)+
                 }
             }
         }

@@ -163,10 +163,7 @@ fn hm_stops_at_the_destination_hardness() {
     let b = setup();
     let Batch { net, .. } = &b;
     // LGA with ℓ̄_{t−1} = 0.1 and γ = 0.2: H_D = −0.1 for every triplet.
-    let state = DefenseState {
-        prev_loss: 0.1,
-        ..DefenseState::default()
-    };
+    let state = DefenseState::default().remembering("prev_loss", 0.1);
     let p = b.run(&hm(Destination::Lga, Miner::Random), &state);
     let d = Distance::NormalizedEuclidean;
     let (a0, p0, n0) = embed3(net, &p.original);
@@ -220,10 +217,10 @@ fn ca_tride(mode: &str) -> DefenseConfig {
 fn at(steps_done: u64) -> DefenseState {
     // Second epoch of two: the progressive step is half the configured one.
     DefenseState {
-        prev_loss: 2.0,
         steps_done,
         epoch: 1,
         epochs: 2,
+        ..DefenseState::default()
     }
 }
 
@@ -452,9 +449,9 @@ fn defended(b: &Batch, cfg: &DefenseConfig) -> f32 {
         &net,
         &params,
         x,
-        &b.labels,
+        (&b.labels, &(0..b.labels.len()).collect::<Vec<_>>()),
         &DefenseState::default(),
-        None,
+        cfg.unit().memory().as_ref(),
         rng,
     )
     .unwrap();
@@ -610,7 +607,7 @@ fn mdprop_step(bn_sets: usize, defense: &str, bank: bool) -> anyhow::Result<(Exp
     let dev = Device::default().autodiff();
     let mut trainer = Trainer::new(&exp, [3, 32, 32], &dev)?;
     if bank {
-        trainer.refresh_ux_bank(&exp, &splits.train, &dev)?;
+        trainer.start_epoch(&exp, &splits.train, &dev)?;
     }
     let b = load_batch(&splits.train, &(0..16).collect::<Vec<_>>(), None)?;
     let x = batch_tensor(&b, &dev);

@@ -36,7 +36,7 @@ fn setup(sets: &[&str]) -> (Experiment, Trainer, Tensor<4>, Tensor<4>, rdml::dat
     let dev = Device::default().autodiff();
     let mut trainer = Trainer::new(&exp, [1, 28, 28], &dev).unwrap();
     // MDProp's UX targets (a no-op for every other setting).
-    trainer.refresh_ux_bank(&exp, &splits.train, &dev).unwrap();
+    trainer.start_epoch(&exp, &splits.train, &dev).unwrap();
     // Two items of each of the first 8 classes.
     let mut items = vec![];
     for c in 0..8u32 {
@@ -91,7 +91,11 @@ fn hm_reads_the_previous_adversarial_loss_with_its_own() {
             reads.push(r);
         }
         set_mine_on_device(None);
-        let prev = trainer.defense_state.prev_loss;
+        let prev = trainer
+            .defense_memory
+            .get::<rdml::defense::hm::Lga>()
+            .unwrap()
+            .prev_loss;
         (
             reads,
             prev,

@@ -99,3 +99,42 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
     assert!(format!("{err:#}").contains("different configuration"), "{err:#}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// HM's linear gradual adversary reads the previous step's adversarial loss: the defense's
+/// memory keeps it in the checkpoint, and a resumed run goes on from it as if uninterrupted.
+#[test]
+fn an_hm_lga_run_resumes_with_its_previous_adversarial_loss() {
+    let dev = rdml::default_device();
+    let tmp = std::env::temp_dir().join(format!("rdml-test-resume-hm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let hm = |epochs: usize| {
+        Experiment::load(
+            "quickstart",
+            &[
+                format!("train.epochs={epochs}"),
+                "train.max_batches=3".into(),
+                "train.sampler.pairs=32".into(),
+                "eval.nmi=false".into(),
+                "defense={kind=\"hm\",eps=0.1,step=0.02,steps=2,source=\"random\",destination=\"lga\"}".into(),
+            ],
+        )
+        .unwrap()
+    };
+    let opts = |out: &Path, resume: bool| TrainOptions {
+        out: out.to_path_buf(),
+        resume,
+        progress: false,
+        ..Default::default()
+    };
+    let (a, b) = (tmp.join("a"), tmp.join("b"));
+    let ra = train(&hm(2), &opts(&a, false), &dev).unwrap();
+    train(&hm(1), &opts(&b, false), &dev).unwrap();
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("checkpoint").join("state.json")).unwrap()).unwrap();
+    let prev = state["defense_state"]["prev_loss"].as_f64().unwrap();
+    assert!(prev.is_finite() && prev != 2.0, "prev_loss {prev}");
+    let rb = train(&hm(2), &opts(&b, true), &dev).unwrap();
+    assert_eq!(ra.epochs[1].mean_loss, rb.epochs[1].mean_loss);
+    assert_eq!(embeddings(&a), embeddings(&b));
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -79,6 +79,23 @@ impl UxBank {
     }
 }
 
+/// MDProp's memory when it generates UX: the bank, rebuilt at every epoch's start.
+#[derive(Default)]
+pub struct UxMemory {
+    pub bank: Option<UxBank>,
+}
+
+impl super::memory::Memory for UxMemory {
+    fn start_epoch(&mut self, at: &super::memory::EpochStart) -> Result<()> {
+        self.bank = Some(UxBank::build(at.net, at.train, at.batch, at.device)?);
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// The bank and the batch items' training-set positions, for UX targets.
 #[derive(Clone, Copy)]
 pub struct UxTargets<'a> {

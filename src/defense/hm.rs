@@ -5,8 +5,9 @@
 //! `‖max(0, H_D − H̃_S)‖²` (ET), then trained with `L_T(ã, p̃, ñ)` plus the intra-class structure
 //! term `L_ICS = λ·L_T(a, ã, p; 0)`.
 
+use super::memory::{Memory, Nothing, saved_number};
 use super::triplets::{self, TripletLayout, TripletPlan, hardness, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::objective::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::device_miner;
@@ -82,14 +83,18 @@ impl Defense for HmConfig {
         true
     }
 
-    fn reads_previous_loss(&self) -> bool {
-        true
+    fn memory(&self) -> Box<dyn Memory> {
+        match self.destination {
+            Destination::Lga => Box::new(Lga::default()),
+            _ => Box::new(Nothing),
+        }
     }
 
     fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
         let clean = Clean::of(step.net, &step.x);
         let device = step.x.device().without_autodiff();
-        let (triplets, objective) = plan(self, step.loss, &clean, step.labels, step.state, &device, step.rng)?;
+        let prev_loss = step.memory.get::<Lga>().map_or(Lga::START, |m| m.prev_loss);
+        let (triplets, objective) = plan(self, step.loss, &clean, step.labels, prev_loss, &device, step.rng)?;
         // Source and destination the same miner: nothing to manipulate, no row moves.
         let moves = !skips_attack(self);
         let movable = TripletLayout { t: triplets.len() }.movable(moves, moves, moves);
@@ -113,6 +118,59 @@ impl Defense for HmConfig {
 /// LGA's destination hardness from the previous step's adversarial loss, `γ` = the triplet margin.
 pub fn lga_destination(prev_loss: f32, gamma: f32) -> f32 {
     -gamma * prev_loss.clamp(0.0, gamma) / gamma
+}
+
+/// LGA's memory: the previous step's adversarial loss ℓ̄_{t−1}, read back with each step's loss
+/// and kept in the checkpoint as `prev_loss`.
+#[derive(Debug)]
+pub struct Lga {
+    pub prev_loss: f32,
+    pending: Option<Tensor<1>>,
+}
+
+impl Lga {
+    /// robrank's ℓ̄ before the first step.
+    pub const START: f32 = 2.0;
+}
+
+impl Default for Lga {
+    fn default() -> Self {
+        Self {
+            prev_loss: Self::START,
+            pending: None,
+        }
+    }
+}
+
+impl Memory for Lga {
+    fn after_step(&mut self, adv_loss: &Tensor<1>) {
+        self.pending = Some(adv_loss.clone());
+    }
+
+    fn to_read(&mut self) -> Option<Tensor<1>> {
+        self.pending.take()
+    }
+
+    fn read(&mut self, value: f32) {
+        self.prev_loss = value;
+    }
+
+    fn save(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("prev_loss".into(), serde_json::json!(self.prev_loss));
+        m
+    }
+
+    fn restore(&mut self, saved: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
+        if let Some(v) = saved_number(saved, "prev_loss")? {
+            self.prev_loss = v;
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// The HM objective: `H̃_S` of the stacked rows against the constant `H_D` (one per triplet).
@@ -254,7 +312,7 @@ pub fn plan(
     loss_cfg: &LossConfig,
     clean: &Clean,
     labels: &[u32],
-    state: &DefenseState,
+    prev_loss: f32,
     device: &Device,
     rng: &mut ChaCha8Rng,
 ) -> Result<(Triplets, Box<dyn Objective>)> {
@@ -267,9 +325,9 @@ pub fn plan(
     let (distance, margin) = triplets::triplet_params(loss_cfg);
     let miners = (source, destination);
     let (tr, dest) = if device_miner::mines_on_device(device) {
-        source_and_destination_on_device(&clean.emb, labels, miners, (distance, margin), state.prev_loss, rng)
+        source_and_destination_on_device(&clean.emb, labels, miners, (distance, margin), prev_loss, rng)
     } else {
-        let (dim, prev) = (clean.dim(), state.prev_loss);
+        let (dim, prev) = (clean.dim(), prev_loss);
         let (tr, hd) = source_and_destination(clean.host()?, dim, labels, miners, (distance, margin), prev, rng)?;
         let dest = Tensor::<1>::from_data(TensorData::new(hd, [tr.len()]), device);
         (tr, dest)

@@ -6,7 +6,8 @@
 //! from set k (Sec. 3.1.1). `separate_bn = false` runs every distribution through set 0: the
 //! paper's shared-BN "AT" baseline (STAX alone) and its MTAX-without-separate-BNs ablation.
 
-use super::generated::{Generated, UxTargets, pick_targets, ux_objective};
+use super::generated::{Generated, UxMemory, UxTargets, pick_targets, ux_objective};
+use super::memory::{Memory, Nothing};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::Request;
@@ -70,6 +71,13 @@ impl Defense for MdpropConfig {
             1 + self.distributions.len()
         } else {
             1
+        }
+    }
+
+    fn memory(&self) -> Box<dyn Memory> {
+        match self.distributions.iter().any(|g| matches!(g, Generated::Ux { .. })) {
+            true => Box::new(UxMemory::default()),
+            false => Box::new(Nothing),
         }
     }
 
@@ -149,7 +157,7 @@ impl Propagation {
     pub fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
         let clean = Clean::of(step.net, &step.x);
         let x = step.x.clone().without_autodiff();
-        let generated = self.generate(step.net, &x, &clean, step.labels, None, step.rng)?;
+        let generated = self.generate(step.net, &x, &clean, step.labels, ux_targets(step), step.rng)?;
         let adversarial = generated.into_iter().next().unwrap_or_else(|| x.clone());
         Ok(Perturbed {
             triplets: None,
@@ -166,7 +174,7 @@ impl Propagation {
         let (net, labels) = (step.net, step.labels);
         let x = step.x.clone();
         let clean = Clean::of(net, &x);
-        let generated = self.generate(net, &x, &clean, labels, step.ux, step.rng)?;
+        let generated = self.generate(net, &x, &clean, labels, ux_targets(step), step.rng)?;
         let n = labels.len();
         let embeddings: Vec<Tensor<2>> = if !self.separate_bn {
             let all = std::iter::once(x)
@@ -202,4 +210,13 @@ impl Propagation {
             diag,
         })
     }
+}
+
+/// The UX targets of a step: the bank its memory holds, and the batch items' positions.
+fn ux_targets<'a>(step: &Step<'a>) -> Option<UxTargets<'a>> {
+    let bank = step.memory.get::<UxMemory>()?.bank.as_ref()?;
+    Some(UxTargets {
+        bank,
+        items: step.items,
+    })
 }

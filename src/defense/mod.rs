@@ -6,17 +6,21 @@ pub mod act;
 pub mod advprop;
 pub mod ca_tride;
 pub mod est;
+#[cfg(test)]
+pub mod example;
 pub mod formulations;
 pub mod generated;
 pub mod hm;
 pub mod madry;
 pub mod mdprop;
+pub mod memory;
 pub mod positive_perturbation;
 pub mod triplets;
 pub mod unit;
 
 pub use generated::{Generated, UxBank, UxTargets};
 pub use hm::{Destination, HmObjective};
+pub use memory::{EpochStart, Memory};
 pub use triplets::{TripletLayout, hardness};
 pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 
@@ -41,6 +45,8 @@ crate::kinds::kind_registry! {
         "formulation-3" => Formulation3(formulations::RegularizedConfig),
         "mdprop" => Mdprop(mdprop::MdpropConfig),
         "advprop" => Advprop(advprop::Advprop),
+        #[cfg(test)]
+        "example-curriculum" => ExampleCurriculum(example::Curriculum),
     }
 }
 
@@ -77,7 +83,8 @@ impl DefenseConfig {
     }
 }
 
-/// Runs only the defense's inner maximisation (on a plain device).
+/// Runs only the defense's inner maximisation (on a plain device), with a fresh memory that
+/// holds what `state` saved of it.
 pub fn perturb(
     cfg: &DefenseConfig,
     loss_cfg: &LossConfig,
@@ -88,22 +95,26 @@ pub fn perturb(
     rng: &mut ChaCha8Rng,
 ) -> Result<Perturbed> {
     let params = LossParams::new(loss_cfg, &x.device());
+    let mut memory = cfg.unit().memory();
+    memory.restore(&state.memory)?;
+    let items: Vec<usize> = (0..labels.len()).collect();
     let mut step = Step {
         loss: loss_cfg,
         params: &params,
         net,
         x: x.clone(),
         labels,
+        items: &items,
         state,
-        ux: None,
+        memory: memory.as_ref(),
         rng,
     };
     cfg.unit().perturb(&mut step)
 }
 
-/// Runs the defense's inner maximisation on the batch `x` (autodiff device) and returns the
-/// outer loss on the training-mode forward of the perturbed batch. `ux` supplies MDProp's UX
-/// targets (the training-set features and the batch items' positions).
+/// Runs the defense's inner maximisation on the batch `x` (autodiff device; `items`: its
+/// training-set positions) and returns the outer loss on the training-mode forward of the
+/// perturbed batch.
 #[allow(clippy::too_many_arguments)]
 pub fn defended_loss(
     cfg: &DefenseConfig,
@@ -111,9 +122,9 @@ pub fn defended_loss(
     net: &EmbeddingNet,
     params: &LossParams,
     x: Tensor<4>,
-    labels: &[u32],
+    (labels, items): (&[u32], &[usize]),
     state: &DefenseState,
-    ux: Option<UxTargets>,
+    memory: &dyn Memory,
     rng: &mut ChaCha8Rng,
 ) -> Result<DefendedLoss> {
     let mut step = Step {
@@ -122,8 +133,9 @@ pub fn defended_loss(
         net,
         x,
         labels,
+        items,
         state,
-        ux,
+        memory,
         rng,
     };
     cfg.unit().loss(&mut step)

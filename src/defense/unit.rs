@@ -2,7 +2,8 @@
 //! move, toward what, under which budget) and the outer loss the model is trained on; with the
 //! budget, the training step a defense sees and what it returns.
 
-use super::generated::{Generated, UxTargets};
+use super::generated::Generated;
+use super::memory::{Memory, Nothing};
 use crate::attack::budget::{Norm, Pgd};
 use crate::eval::diagnostics::DeviceDiagnostics;
 use crate::loss::distance::Distance;
@@ -44,9 +45,10 @@ pub trait Defense {
         1 + self.distributions().len()
     }
 
-    /// Whether a step reads the previous step's adversarial loss (HM's LGA).
-    fn reads_previous_loss(&self) -> bool {
-        false
+    /// What it keeps between steps and epochs, fresh (HM's LGA: the previous adversarial loss;
+    /// MDProp's UX: the training set's features).
+    fn memory(&self) -> Box<dyn Memory> {
+        Box::new(Nothing)
     }
 
     /// The inner maximisation alone (evaluation-mode model, plain device).
@@ -80,27 +82,38 @@ impl Budget {
     }
 }
 
-/// State a defense carries from one training step to the next (checkpointed).
+/// Where training stands, for a defense's schedules, and what its memory keeps (checkpointed).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DefenseState {
-    /// The previous step's adversarial triplet loss (LGA's ℓ̄_{t−1}); robrank starts at 2.0.
-    pub prev_loss: f32,
     pub steps_done: u64,
     /// The current epoch (0-based) and the run's epoch count, for schedules.
     #[serde(default)]
     pub epoch: usize,
     #[serde(default)]
     pub epochs: usize,
+    /// The defense's [`Memory::save`] as of the checkpoint (HM's `prev_loss`, where checkpoints
+    /// of earlier rdml kept it as a field of its own).
+    #[serde(flatten)]
+    pub memory: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for DefenseState {
     fn default() -> Self {
         Self {
-            prev_loss: 2.0,
             steps_done: 0,
             epoch: 0,
             epochs: 1,
+            memory: serde_json::Map::new(),
         }
+    }
+}
+
+impl DefenseState {
+    /// The same state with `key` of the memory saved as `value` (tests and tools set HM's
+    /// `prev_loss` so).
+    pub fn remembering(mut self, key: &str, value: f32) -> Self {
+        self.memory.insert(key.into(), serde_json::json!(value));
+        self
     }
 }
 
@@ -113,9 +126,11 @@ pub struct Step<'a> {
     /// The batch, on the autodiff device.
     pub x: Tensor<4>,
     pub labels: &'a [u32],
+    /// The batch items' positions in the training set.
+    pub items: &'a [usize],
     pub state: &'a DefenseState,
-    /// MDProp's UX targets (the training-set features and the batch items' positions).
-    pub ux: Option<UxTargets<'a>>,
+    /// The defense's own memory ([`Defense::memory`]), as the trainer keeps it.
+    pub memory: &'a dyn Memory,
     pub rng: &'a mut ChaCha8Rng,
 }
 

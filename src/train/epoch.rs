@@ -34,7 +34,7 @@ pub(super) fn run(
     let mut rng = epoch_rng(exp.seed, epoch, 2);
     let mut sum = 0.0;
     let mut acc = Accumulator::new();
-    trainer.refresh_ux_bank(exp, &splits.train, device)?;
+    trainer.start_epoch(exp, &splits.train, device)?;
     let mut bar =
         crate::progress::Progress::new(format!("[epoch {}/{}]", epoch + 1, exp.train.epochs), nb, opts.progress);
     for (i, b) in loader::prefetch(splits.train.clone(), batches, augment, 3).enumerate() {

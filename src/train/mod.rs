@@ -186,7 +186,7 @@ fn resume(
         state.epochs_done,
         exp.train.epochs
     );
-    trainer.defense_state = state.defense_state.clone();
+    trainer.restore_defense_state(&state.defense_state)?;
     let done = Done {
         history: state.history,
         train_seconds: state.train_seconds,
@@ -259,7 +259,7 @@ pub fn time_steps(
     };
     let mut trainer = Trainer::new(exp, shape, &device)?;
     if let Some(set) = &bank_set {
-        trainer.refresh_ux_bank(exp, set, &device)?;
+        trainer.start_epoch(exp, set, &device)?;
     }
     let mut rng = epoch_rng(exp.seed, 0, 2);
     let mut total = 0.0;

@@ -4,7 +4,7 @@
 use super::record::CheckpointState;
 use crate::atomic::write_json;
 use crate::config::Experiment;
-use crate::defense::{self as defense_mod, DefenseState};
+use crate::defense::{self as defense_mod, DefenseState, EpochStart, Memory};
 use crate::eval::diagnostics::{self, DeviceDiagnostics};
 use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossConfig, LossParams};
@@ -26,11 +26,9 @@ pub struct Trainer {
     pub net: EmbeddingNet,
     pub loss_params: LossParams,
     pub defense_state: DefenseState,
-    /// MDProp's UX target features (Eq. 8), rebuilt at every epoch start by [`Trainer::refresh_ux_bank`].
-    pub ux_bank: Option<crate::defense::UxBank>,
-    /// The last step's adversarial loss, on the device until [`Trainer::settle_defense_state`]
-    /// reads it into `defense_state.prev_loss` (HM's steps, the epoch's checkpoint).
-    pending_adv_loss: Option<burn::tensor::Tensor<1>>,
+    /// The defense's memory ([`crate::defense::Defense::memory`]): the trainer tells it of
+    /// epochs and steps, reads what it asks with each step's loss, and checkpoints it.
+    pub defense_memory: Box<dyn Memory>,
     optim: ModuleOptimizer,
     optim_loss: ModuleOptimizer,
 }
@@ -43,56 +41,58 @@ impl Trainer {
             net,
             loss_params,
             defense_state: DefenseState::default(),
-            ux_bank: None,
-            pending_adv_loss: None,
+            defense_memory: exp.defense.as_ref().map_or_else(
+                || Box::new(defense_mod::memory::Nothing) as Box<dyn Memory>,
+                |d| d.unit().memory(),
+            ),
             optim: adam(&exp.train.optimizer),
             optim_loss: adam(&exp.train.optimizer),
         })
     }
 
-    /// The step's loss, read back; a defense that reads the previous step's adversarial loss
-    /// (HM's LGA) gets it in the same read, so that its next step need not wait for it.
-    fn read_loss(&mut self, exp: &Experiment, loss: &burn::tensor::Tensor<1>) -> Result<f32> {
-        let reads_previous = exp.defense.as_ref().is_some_and(|d| d.unit().reads_previous_loss());
-        match self.pending_adv_loss.take() {
-            Some(adv) if reads_previous => {
-                let both = burn::tensor::Tensor::cat(vec![loss.clone().detach().without_autodiff(), adv], 0);
-                match crate::host::read1(&both)?.as_slice() {
-                    &[value, adv] => {
-                        self.defense_state.prev_loss = adv;
-                        Ok(value)
-                    }
-                    v => anyhow::bail!("expected two values from the device, got {}", v.len()),
-                }
+    /// The step's loss, read back; what the defense's memory asks to read (HM's LGA: this
+    /// step's adversarial loss, for its next step) comes back in the same read.
+    fn read_loss(&mut self, loss: &burn::tensor::Tensor<1>) -> Result<f32> {
+        let Some(wanted) = self.defense_memory.to_read() else {
+            return crate::host::scalar(loss);
+        };
+        let both = burn::tensor::Tensor::cat(vec![loss.clone().detach().without_autodiff(), wanted], 0);
+        match crate::host::read1(&both)?.as_slice() {
+            &[value, wanted] => {
+                self.defense_memory.read(wanted);
+                Ok(value)
             }
-            pending => {
-                self.pending_adv_loss = pending;
-                crate::host::scalar(loss)
-            }
+            v => anyhow::bail!("expected two values from the device, got {}", v.len()),
         }
     }
 
-    /// Reads the last step's adversarial loss into `defense_state.prev_loss` (LGA's ℓ̄_{t−1}).
+    /// Reads what the defense's memory still asks, and copies what it keeps into
+    /// `defense_state` (before a checkpoint).
     pub fn settle_defense_state(&mut self) -> Result<()> {
-        if let Some(l) = self.pending_adv_loss.take() {
-            self.defense_state.prev_loss = crate::host::scalar(&l)?;
+        if let Some(t) = self.defense_memory.to_read() {
+            let v = crate::host::scalar(&t)?;
+            self.defense_memory.read(v);
         }
+        self.defense_state.memory = self.defense_memory.save();
         Ok(())
     }
 
-    /// Embeds the training set for MDProp's UX targets when the defense generates UX (a no-op
-    /// otherwise).
-    pub fn refresh_ux_bank(&mut self, exp: &Experiment, train: &crate::data::ImageSet, device: &Device) -> Result<()> {
-        let ux = exp.defense.as_ref().is_some_and(|d| {
-            d.distributions()
-                .iter()
-                .any(|g| matches!(g, crate::defense::Generated::Ux { .. }))
-        });
-        if ux {
-            let bank = crate::defense::UxBank::build(&self.net, train, exp.eval.batch_size, device)?;
-            self.ux_bank = Some(bank);
-        }
+    /// Restores `state`, the defense's memory included (a resumed run).
+    pub fn restore_defense_state(&mut self, state: &DefenseState) -> Result<()> {
+        self.defense_memory.restore(&state.memory)?;
+        self.defense_state = state.clone();
         Ok(())
+    }
+
+    /// Tells the defense's memory an epoch starts (MDProp's UX embeds the training set).
+    pub fn start_epoch(&mut self, exp: &Experiment, train: &crate::data::ImageSet, device: &Device) -> Result<()> {
+        let at = EpochStart {
+            net: &self.net,
+            train,
+            batch: exp.eval.batch_size,
+            device,
+        };
+        self.defense_memory.start_epoch(&at)
     }
 
     /// One optimisation step on a batch (`items`: the training-set positions of its images);
@@ -107,24 +107,18 @@ impl Trainer {
     ) -> Result<(Self, f64, DeviceDiagnostics)> {
         let (loss_t, diag) = match &exp.defense {
             Some(d) => {
-                // HM's linear gradual adversary has the last step's adversarial loss in
-                // `defense_state` already: `read_loss` read it with that step's loss.
-                let ux = self
-                    .ux_bank
-                    .as_ref()
-                    .map(|bank| crate::defense::UxTargets { bank, items });
                 let out = defense_mod::defended_loss(
                     d,
                     &exp.loss,
                     &self.net,
                     &self.loss_params,
                     images,
-                    labels,
+                    (labels, items),
                     &self.defense_state,
-                    ux,
+                    self.defense_memory.as_ref(),
                     rng,
                 )?;
-                self.pending_adv_loss = Some(out.adv_loss);
+                self.defense_memory.after_step(&out.adv_loss);
                 self.defense_state.steps_done += 1;
                 (out.loss, out.diag)
             }
@@ -143,7 +137,7 @@ impl Trainer {
             loss: loss_t,
             triplets: None,
         };
-        let value = f64::from(self.read_loss(exp, &out.loss)?);
+        let value = f64::from(self.read_loss(&out.loss)?);
         ensure!(
             value.is_finite(),
             "the loss became {value} (diverged); lower train.optimizer.lr"
