@@ -171,14 +171,7 @@ impl Experiment {
             input >> 30,
             MAX_BATCH_INPUT >> 30
         );
-        if let LossConfig::Dro(crate::loss::dro_config::DroConfig { k: Some(k), .. }) = self.loss {
-            let b = t.sampler.batch_size();
-            ensure!(
-                k <= b * (b - 1),
-                "loss.k = {k} exceeds the {} ordered pairs of a batch of {b}",
-                b * (b - 1)
-            );
-        }
+        self.loss.unit().validate_batch(t.sampler.batch_size())?;
         ensure!(t.max_batches != Some(0), "train.max_batches must be ≥ 1 when given");
         let o = &t.optimizer;
         ensure!(

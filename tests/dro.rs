@@ -353,3 +353,21 @@ fn config_rejects_options_the_variant_does_not_use() {
     let ok = parse("variant = \"kl-g\"\ngamma = 0.01");
     assert!(ok.is_ok(), "{:?}", ok.err());
 }
+
+/// DRO-TopK's k is checked against the ordered pairs of the training batch when the config loads.
+#[test]
+fn topk_beyond_the_batch_pairs_is_refused_naming_the_field() {
+    let load = |k: usize| {
+        rdml::config::Experiment::load(
+            "fashion-c2f2-dro-topk",
+            &[format!("loss.k={k}"), "train.sampler.pairs=4".into()],
+        )
+    };
+    // 8 items: 56 ordered pairs.
+    assert!(load(56).is_ok());
+    let e = load(57).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(
+        e.contains("loss.k = 57 exceeds the 56 ordered pairs of a batch of 8"),
+        "{e}"
+    );
+}

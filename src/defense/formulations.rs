@@ -115,7 +115,7 @@ impl Defense for RegularizedConfig {
 /// The formulations need a tuple loss: `l̂` is defined on pairs and triplets (Eq. 7–8).
 pub(crate) fn tuple_loss_only(kind: &str, loss: &LossConfig) -> Result<()> {
     anyhow::ensure!(
-        matches!(loss, LossConfig::Triplet(_) | LossConfig::Contrastive(_)),
+        loss.unit().tuple().is_some(),
         "defense {kind} is defined for loss.kind = \"triplet\" or \"contrastive\" (got \"{}\")",
         loss.name()
     );

@@ -25,7 +25,7 @@ pub use triplets::{TripletLayout, hardness};
 pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 
 use crate::attack::budget::Pgd;
-use crate::loss::{LossConfig, LossParams};
+use crate::loss::{LossConfig, LossParams, TupleLoss};
 use crate::model::EmbeddingNet;
 use anyhow::{Result, bail};
 use burn::tensor::Tensor;
@@ -72,7 +72,7 @@ impl DefenseConfig {
         unit.validate(loss)?;
         // The defenses that perturb mined triplets train on the triplet loss; EST, MDProp and
         // AdvProp-D train on the configured loss, the tuple defenses check their own.
-        if unit.triplet_based() && !matches!(loss, LossConfig::Triplet(_)) {
+        if unit.triplet_based() && !matches!(loss.unit().tuple(), Some(TupleLoss::Triplet { .. })) {
             bail!(
                 "defense {} trains on triplets: it needs loss.kind = \"triplet\" (got \"{}\")",
                 self.name(),

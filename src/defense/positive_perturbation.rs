@@ -9,9 +9,9 @@ use super::triplets::{self, TripletLayout, triplet_params};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
 use crate::attack::engine::Request;
 use crate::attack::objective::Objective;
-use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Rows, Triplets};
+use crate::loss::{LossConfig, TupleLoss};
 use anyhow::Result;
 use burn::tensor::Tensor;
 use rand::Rng;
@@ -134,7 +134,7 @@ impl Objective for Rho {
 
 /// Appendix F's per-pair anchor perturbation: the anchor target under the contrastive loss.
 pub fn per_pair(c: &PositivePerturbationConfig, loss: &LossConfig) -> bool {
-    c.target == PerturbTarget::Anchor && matches!(loss, LossConfig::Contrastive(_))
+    c.target == PerturbTarget::Anchor && matches!(loss.unit().tuple(), Some(TupleLoss::Contrastive { .. }))
 }
 
 /// The rows to perturb (indices into the batch), the objective and which rows may move: the
@@ -188,8 +188,8 @@ fn outer(c: &PositivePerturbationConfig, step: &Step, pert: Perturbed) -> Result
         }
         None => (step.net.forward(pert.adversarial.clone().autodiff()), None),
     };
-    let (pos_margin, neg_margin) = match loss_cfg {
-        LossConfig::Contrastive(l) if per_pair(c, loss_cfg) => (l.pos_margin, l.neg_margin),
+    let (pos_margin, neg_margin) = match loss_cfg.unit().tuple() {
+        Some(TupleLoss::Contrastive { pos_margin, neg_margin }) if per_pair(c, loss_cfg) => (pos_margin, neg_margin),
         _ => return triplets::triplet_outcome(loss_cfg, &pert, emb, reg),
     };
     let t = pert.triplets.as_ref().map_or(0, Triplets::len);

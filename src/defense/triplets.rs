@@ -117,9 +117,9 @@ pub(crate) fn perturb_triplets(
 /// 000's formulations), the triplet loss otherwise — over `triplets` (row indices of `emb`).
 pub(crate) fn tuple_loss(loss_cfg: &LossConfig, emb: &Tensor<2>, triplets: &Triplets) -> Tensor<1> {
     let (distance, margin) = triplet_params(loss_cfg);
-    match loss_cfg {
-        LossConfig::Contrastive(l) => {
-            loss::contrastive::contrastive_loss(emb, triplets, distance, l.pos_margin, l.neg_margin)
+    match loss_cfg.unit().tuple() {
+        Some(loss::TupleLoss::Contrastive { pos_margin, neg_margin }) => {
+            loss::contrastive::contrastive_loss(emb, triplets, distance, pos_margin, neg_margin)
         }
         _ => loss::triplet::triplet_loss(emb, triplets, distance, margin),
     }

@@ -52,6 +52,13 @@ impl Loss for Contrastive {
         })
     }
 
+    fn tuple(&self) -> Option<super::unit::TupleLoss> {
+        Some(super::unit::TupleLoss::Contrastive {
+            pos_margin: self.pos_margin,
+            neg_margin: self.neg_margin,
+        })
+    }
+
     fn validate(&self) -> Result<()> {
         super::unit::non_negative(self.pos_margin, "pos_margin")?;
         super::unit::non_negative(self.neg_margin, "neg_margin")

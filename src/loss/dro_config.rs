@@ -64,6 +64,17 @@ impl Loss for DroConfig {
         self.resolve().map(|_| ())
     }
 
+    fn validate_batch(&self, b: usize) -> Result<()> {
+        if let Some(k) = self.k {
+            anyhow::ensure!(
+                k <= b * (b - 1),
+                "loss.k = {k} exceeds the {} ordered pairs of a batch of {b}",
+                b * (b - 1)
+            );
+        }
+        Ok(())
+    }
+
     fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {
         let emb = batch.emb.clone();
         let loss = self

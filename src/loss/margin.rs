@@ -77,6 +77,10 @@ impl Loss for Margin {
         Ok(())
     }
 
+    fn beta_lr(&self) -> f64 {
+        self.beta_lr
+    }
+
     fn trainable_beta(&self) -> Option<f32> {
         Some(self.beta)
     }

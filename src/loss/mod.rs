@@ -8,6 +8,8 @@ pub mod device_miner;
 pub mod distance;
 pub mod dro;
 pub mod dro_config;
+#[cfg(test)]
+pub mod example;
 pub mod lifted;
 pub mod margin;
 pub mod miner;
@@ -23,7 +25,7 @@ use burn::tensor::{Device, Tensor};
 use distance::Distance;
 use miner::{Miner, Mining};
 use rand_chacha::ChaCha8Rng;
-pub use unit::{Batch, Loss, LossOutput, LossParams, mine, mine_where};
+pub use unit::{Batch, Loss, LossOutput, LossParams, TupleLoss, mine, mine_where};
 
 crate::kinds::kind_registry! {
     /// The `[loss]` table of an experiment config: `kind` and that loss's own parameters.
@@ -37,14 +39,16 @@ crate::kinds::kind_registry! {
         /// The DRO pair-weighting framework (seed 002) over a pairwise base loss on cosine
         /// similarity.
         "dro" => Dro(dro_config::DroConfig),
+        #[cfg(test)]
+        "example-centroid" => ExampleCentroid(example::Centroid),
     }
 }
 
 impl LossConfig {
     /// The triplet loss's margin (`None` for the other losses).
     pub fn triplet_margin(&self) -> Option<f32> {
-        match self {
-            LossConfig::Triplet(t) => Some(t.margin),
+        match self.unit().tuple() {
+            Some(TupleLoss::Triplet { margin }) => Some(margin),
             _ => None,
         }
     }

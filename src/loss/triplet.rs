@@ -49,6 +49,10 @@ impl Loss for Triplet {
         })
     }
 
+    fn tuple(&self) -> Option<super::unit::TupleLoss> {
+        Some(super::unit::TupleLoss::Triplet { margin: self.margin })
+    }
+
     fn validate(&self) -> Result<()> {
         super::unit::non_negative(self.margin, "margin")?;
         super::unit::non_negative(self.cutoff, "cutoff")

@@ -32,8 +32,33 @@ pub trait Loss {
         None
     }
 
+    /// The learning rate of what [`Loss::trainable_beta`] makes (the margin loss's `beta_lr`).
+    fn beta_lr(&self) -> f64 {
+        0.0
+    }
+
+    /// The tuple loss it is, for the defenses that evaluate a loss on perturbed tuples (the
+    /// positive-perturbation paper's `l̂` of Eq. 7–8); `None` for the other losses.
+    fn tuple(&self) -> Option<TupleLoss> {
+        None
+    }
+
+    /// Checks it against the training batch of `batch` items (DRO's top-k within its pairs).
+    fn validate_batch(&self, _batch: usize) -> Result<()> {
+        Ok(())
+    }
+
     /// The loss on one batch.
     fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput>;
+}
+
+/// A tuple loss's kind and margins, which the tuple defenses evaluate themselves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TupleLoss {
+    /// `[d(a,p) − d(a,n) + margin]_+` (Eq. 4).
+    Triplet { margin: f32 },
+    /// `[d(a,p) − m⁺]_+ + [m⁻ − d(a,n)]_+` (Eq. 3).
+    Contrastive { pos_margin: f32, neg_margin: f32 },
 }
 
 /// `v` as a finite number ≥ 0, or an error naming `loss.{what}`.

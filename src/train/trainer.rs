@@ -7,7 +7,7 @@ use crate::config::Experiment;
 use crate::defense::{self as defense_mod, DefenseState, EpochStart, Memory};
 use crate::eval::diagnostics::{self, DeviceDiagnostics};
 use crate::kernel::adam::FusedAdam;
-use crate::loss::{self, LossConfig, LossParams};
+use crate::loss::{self, LossParams};
 use crate::model::EmbeddingNet;
 use crate::run_dir::{self, RunDir};
 use anyhow::{Context, Result, ensure};
@@ -146,10 +146,10 @@ impl Trainer {
         let g_net = GradientsParams::from_module(&mut grads, &self.net);
         let g_loss = GradientsParams::from_module(&mut grads, &self.loss_params);
         self.net = self.optim.step(exp.train.optimizer.lr, self.net, g_net);
-        if let LossConfig::Margin(crate::loss::margin::Margin { beta_lr, .. }) = exp.loss
-            && self.loss_params.beta.is_some()
-        {
-            self.loss_params = self.optim_loss.step(beta_lr, self.loss_params, g_loss);
+        if self.loss_params.beta.is_some() {
+            self.loss_params = self
+                .optim_loss
+                .step(exp.loss.unit().beta_lr(), self.loss_params, g_loss);
         }
         Ok((self, value, diag))
     }
