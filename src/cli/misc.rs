@@ -36,7 +36,8 @@ pub struct PresetsArgs {
     pub name: Option<String>,
 }
 
-pub fn presets(args: PresetsArgs) -> Result<Outcome> {
+pub fn presets(args: PresetsArgs, flag: Option<&str>, _quiet: bool) -> Result<Outcome> {
+    super::no_device(flag, "presets")?;
     let PresetsArgs { name } = args;
     match name {
         None => {
@@ -56,7 +57,11 @@ pub fn presets(args: PresetsArgs) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-pub fn devices() -> Result<Outcome> {
+#[derive(clap::Args)]
+pub struct DevicesArgs {}
+
+pub fn devices(_args: DevicesArgs, flag: Option<&str>, _quiet: bool) -> Result<Outcome> {
+    super::no_device(flag, "devices")?;
     rdml::device::list()?.iter().for_each(|l| println!("{l}"));
     Ok(Outcome::Done)
 }

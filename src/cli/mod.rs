@@ -7,6 +7,8 @@ mod budget;
 mod compare;
 mod embed;
 mod eval;
+#[cfg(test)]
+mod example;
 mod import;
 mod misc;
 mod train;
@@ -35,40 +37,61 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
-#[derive(Subcommand)]
-pub enum Cmd {
+/// Declares the commands, one line each (its help, its variant and arguments, and the function
+/// that runs it with the global `--device` and `--quiet`): `Cmd` for clap and the dispatch, so
+/// that a command is its file plus one line here (`#[cfg(test)]` before it: a command only tests
+/// see).
+macro_rules! commands {
+    ($( $(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $Variant:ident($Args:ty) => $run:path, )+) => {
+        #[derive(Subcommand)]
+        pub enum Cmd {
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])? $Variant($Args), )+
+        }
+
+        fn dispatch(cmd: Cmd, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
+            match cmd {
+                $( $(#[cfg($cfg)])? Cmd::$Variant(a) => $run(a, flag, quiet), )+
+            }
+        }
+    };
+}
+
+commands! {
     /// Train the small CNN on Fashion-MNIST (shipped inside rdml) and print its retrieval metrics.
-    Quickstart(train::QuickstartArgs),
+    Quickstart(train::QuickstartArgs) => train::quickstart,
     /// Train a model from an experiment config (a TOML file or a preset name); writes the run
     /// folder and its report.html.
-    Train(train::TrainArgs),
+    Train(train::TrainArgs) => train::train,
     /// Train (or load) each config under --out/<name>, run the robustness suite on each, and write
     /// one table: clean R@1, MAP@R, NMI, ERS, ARS, training time (compare.md, compare.json,
     /// report.html).
-    Compare(compare::CompareArgs),
+    Compare(compare::CompareArgs) => compare::compare,
     /// Embed a trained model's test split and print its metrics.
-    Eval(eval::EvalArgs),
+    Eval(eval::EvalArgs) => eval::eval,
     /// Run one attack on the test split of a trained model and print its score(s).
-    Attack(attack::AttackArgs),
+    Attack(attack::AttackArgs) => attack::attack,
     /// Run robrank's ERS suite (nine attacks, ten columns), print ERS and ARS, and add them to
     /// the run folder (robustness.json, report.html).
-    Robustness(attack::RobustnessArgs),
+    Robustness(attack::RobustnessArgs) => attack::robustness,
     /// Write a trained model's embeddings, labels and item ids to a file (safetensors, NumPy
     /// .npz, or .npy), ready for faiss or a vector database.
-    Embed(embed::EmbedArgs),
+    Embed(embed::EmbedArgs) => embed::embed,
     /// Make a run folder from a model trained in PyTorch (robrank, pytorch-metric-learning,
     /// torchvision or timm ResNets, a plain state_dict), for every command that reads a run.
-    Import(import::ImportArgs),
+    Import(import::ImportArgs) => import::import,
     /// Write report.html of a run folder or a `compare` folder: one self-contained page with the
     /// training curves, the metrics, the robustness terms and a retrieval grid.
-    Report(misc::ReportArgs),
+    Report(misc::ReportArgs) => misc::report,
     /// List the presets, or print one.
-    Presets(misc::PresetsArgs),
+    Presets(misc::PresetsArgs) => misc::presets,
     /// List the devices this build and this machine offer for --device.
-    Devices,
+    Devices(misc::DevicesArgs) => misc::devices,
     /// Time training steps of a config (its defense included) on --device: the mean wall time
     /// of --steps steps after one warm-up step, on the config's first batch.
-    BenchStep(misc::BenchStepArgs),
+    BenchStep(misc::BenchStepArgs) => misc::bench_step,
+    /// The worked example of a command (a test-only one): count a data set's items and classes.
+    #[cfg(test)]
+    ExampleCount(example::CountArgs) => example::count,
 }
 
 /// How a command ended when it did not fail.
@@ -130,25 +153,16 @@ fn refresh_report(dir: &std::path::Path, data: Option<&std::path::Path>, device:
 
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<Outcome> {
-    let flag = cli.device.as_deref();
-    let quiet = cli.quiet;
-    if flag.is_some() && matches!(cli.cmd, Cmd::Presets { .. } | Cmd::Devices) {
-        anyhow::bail!("--device applies to the commands that compute, not to `presets` or `devices`");
-    }
-    match cli.cmd {
-        Cmd::Quickstart(a) => train::quickstart(a, flag, quiet),
-        Cmd::Train(a) => train::train(a, flag, quiet),
-        Cmd::Compare(a) => compare::compare(a, flag, quiet),
-        Cmd::Eval(a) => eval::eval(a, flag, quiet),
-        Cmd::Attack(a) => attack::attack(a, flag, quiet),
-        Cmd::Robustness(a) => attack::robustness(a, flag, quiet),
-        Cmd::Embed(a) => embed::embed(a, flag, quiet),
-        Cmd::Import(a) => import::import(a, flag, quiet),
-        Cmd::Report(a) => misc::report(a, flag, quiet),
-        Cmd::Presets(a) => misc::presets(a),
-        Cmd::Devices => misc::devices(),
-        Cmd::BenchStep(a) => misc::bench_step(a, flag, quiet),
-    }
+    dispatch(cli.cmd, cli.device.as_deref(), cli.quiet)
+}
+
+/// The refusal of `--device` by a command that computes nothing.
+fn no_device(flag: Option<&str>, command: &str) -> Result<()> {
+    anyhow::ensure!(
+        flag.is_none(),
+        "--device applies to the commands that compute, not to `{command}`"
+    );
+    Ok(())
 }
 
 #[cfg(test)]
