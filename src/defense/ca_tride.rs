@@ -8,6 +8,7 @@ use super::triplets::{self, TripletLayout, TripletPlan, perturb_triplets};
 use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
 use crate::attack::budget::Pgd;
 use crate::attack::objective::{Objective, StopRule};
+pub use crate::eval::diagnostics::{collapseness, weighted_mean};
 use crate::loss::LossConfig;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Miner, Mining};
@@ -221,21 +222,6 @@ pub fn margin_schedule(schedule: MarginSchedule, base: f32, epoch: usize, epochs
 /// The progressive PGD step `α·e/E` (zero in the first epoch, as the reference code does).
 pub fn progressive_step(step: f32, epoch: usize, epochs: usize) -> f32 {
     step * epoch as f32 / epochs.max(1) as f32
-}
-
-/// `d_ω` of Eq. 6: the attention-weighted mean `Σ w d / Σ w`, `w = exp(−λ(d − min d))` (closer
-/// pairs weigh more). `lambda < 0` gives the reference code's `exp(|λ|(d − max d))`. The weights
-/// carry gradient, as in Eq. 6–7 and the reference code; only the shift by the extreme (which
-/// cancels in the ratio) is held constant, for numerical range.
-pub fn weighted_mean(d: Tensor<1>, lambda: f32) -> Tensor<1> {
-    let w = d.clone().mul_scalar(-lambda);
-    let w = (w.clone() - w.detach().max()).exp();
-    (w.clone() * d).sum() / w.sum()
-}
-
-/// Collapseness `C = d_ω(A, P) − d_ω(A, N)` (Eq. 5) of per-triplet distances.
-pub fn collapseness(dap: Tensor<1>, dan: Tensor<1>, lambda: f32) -> Tensor<1> {
-    weighted_mean(dap, lambda) - weighted_mean(dan, lambda)
 }
 
 /// Mean of the smaller half of `d` (the "top-ranked" half).

@@ -10,7 +10,7 @@ use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 /// CA-TRIDE's attention temperature for collapseness (its CUB value).
-pub const COLLAPSENESS_LAMBDA: f64 = 10.0;
+pub const COLLAPSENESS_LAMBDA: f32 = 10.0;
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct BatchDiagnostics {
@@ -24,17 +24,20 @@ pub struct BatchDiagnostics {
     pub adversarial_hardness: Option<f64>,
 }
 
-/// Attention-weighted mean `Σ w d / Σ w`, `w = exp(−λ(d − min d))` (CA-TRIDE's Eq. 6: closer
-/// pairs weigh more).
-pub fn attention_mean(d: &[f64], lambda: f64) -> f64 {
-    let mn = d.iter().copied().fold(f64::MAX, f64::min);
-    let (mut num, mut den) = (0.0, 0.0);
-    for &x in d {
-        let w = (-lambda * (x - mn)).exp();
-        num += w * x;
-        den += w;
-    }
-    if den > 0.0 { num / den } else { 0.0 }
+/// `d_ω` of CA-TRIDE's Eq. 6: the attention-weighted mean `Σ w d / Σ w`, `w = exp(−λ(d − min d))`
+/// (closer pairs weigh more). `lambda < 0` gives the reference code's `exp(|λ|(d − max d))`. The
+/// weights carry gradient, as in Eq. 6–7 and the reference code (CA-TRIDE's adversary
+/// differentiates it); only the shift by the extreme (which cancels in the ratio) is held
+/// constant, for numerical range.
+pub fn weighted_mean(d: Tensor<1>, lambda: f32) -> Tensor<1> {
+    let w = d.clone().mul_scalar(-lambda);
+    let w = (w.clone() - w.detach().max()).exp();
+    (w.clone() * d).sum() / w.sum()
+}
+
+/// Collapseness `C = d_ω(A, P) − d_ω(A, N)` (CA-TRIDE's Eq. 5) of per-triplet distances.
+pub fn collapseness(dap: Tensor<1>, dan: Tensor<1>, lambda: f32) -> Tensor<1> {
+    weighted_mean(dap, lambda) - weighted_mean(dan, lambda)
 }
 
 /// Triplets for the diagnostics of losses that mine none: each anchor pair of the batch (SPC-2
@@ -95,12 +98,6 @@ fn pair_distances(e: &Tensor<2>, t: &Triplets, d: Distance) -> (Tensor<1>, Tenso
     (d.rows(a.clone(), p), d.rows(a, n))
 }
 
-/// [`attention_mean`] on the device.
-fn attention_mean_on_device(x: Tensor<1>, lambda: f64) -> Tensor<1> {
-    let w = (x.clone() - x.clone().min()).mul_scalar(-lambda).exp();
-    (w.clone() * x).sum() / w.sum()
-}
-
 /// The diagnostics of clean embeddings `e` `[n, dim]` (detached) on triplets `t`, on the device;
 /// `adv` are the perturbed embeddings with the triplets that index them and the loss margin.
 pub fn batch_on_device(
@@ -119,8 +116,7 @@ pub fn batch_on_device(
         (zero(), zero(), None)
     } else {
         let (ap, an) = pair_distances(&e, t, d);
-        let c = attention_mean_on_device(ap.clone(), COLLAPSENESS_LAMBDA)
-            - attention_mean_on_device(an.clone(), COLLAPSENESS_LAMBDA);
+        let c = collapseness(ap.clone(), an.clone(), COLLAPSENESS_LAMBDA);
         let gap = ap - an;
         (gap.clone().mean(), c, Some(gap))
     };
