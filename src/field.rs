@@ -4,9 +4,10 @@
 //! message changes.
 
 /// How a front end names an option.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Words {
     /// `--name`.
+    #[default]
     CommandLine,
     /// `name=` (`name=True` for a switch).
     Python,

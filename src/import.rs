@@ -135,6 +135,11 @@ fn check_out(out: &Path, overwrite: bool) -> Result<Start> {
 
 /// Imports `req.from` into the run folder `req.out`; returns what was read and where it went.
 pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
+    for f in std::iter::once(&req.from).chain(&req.embedder) {
+        if !f.is_file() {
+            return Err(crate::not_found(format!("{}: no such checkpoint file", f.display())));
+        }
+    }
     let start = check_out(&req.out, req.overwrite)?;
     let rules: Vec<KeyRule> = req.key_map.iter().map(|r| r.parse()).collect::<Result<_>>()?;
     let mut sources: Vec<Checkpoint> = vec![checkpoint::read(&req.from)?];

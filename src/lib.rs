@@ -71,6 +71,12 @@ pub fn input_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(InputError(msg.into()))
 }
 
+/// A file or folder the caller named that is not there: an `io::Error` of kind `NotFound` (a
+/// front end tells it apart: the Python package's `FileNotFoundError`), with rdml's message.
+pub fn not_found(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(std::io::Error::new(std::io::ErrorKind::NotFound, msg.into()))
+}
+
 /// `Err(input_error(...))` unless `cond`.
 #[macro_export]
 macro_rules! ensure_input {

@@ -15,7 +15,7 @@ use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated};
 use crate::eval::knn::Embeddings;
 use crate::scored_dir;
 use crate::scoring::options::ScoringOptions;
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,11 +57,16 @@ impl Model {
         Ok(match self {
             Model::Outside(m) => Arc::new(External::new(m, device)),
             Model::Run(dir) => {
-                let (_, net) = crate::train::load_model(&dir, item, device).with_context(|| {
-                    format!(
-                        "model: the run {} loaded for images of shape {item:?} (C × H × W)",
+                crate::run_dir::check_finished(&dir)?;
+                // The run is finished: weights that do not fit a model built for these images
+                // mean images of another shape than the run's data.
+                let (_, net) = crate::train::load_model(&dir, item, device).map_err(|e| {
+                    let [c, h, w] = item;
+                    crate::input_error(format!(
+                        "images of shape {c}×{h}×{w} (C×H×W) do not fit the model of {}, trained on images of its \
+                         data set ({e:#})",
                         dir.display()
-                    )
+                    ))
                 })?;
                 Arc::new(Net::new(&net, 0))
             }
@@ -268,9 +273,14 @@ pub fn attack_json(runs: &[AttackResult]) -> Result<serde_json::Value> {
 /// The embeddings of the caller's images by the caller's model, `batch` at a time.
 pub fn embed(model: Model, images: &[f32], shape: [usize; 4], batch: usize, device: &Device) -> Result<Embeddings> {
     crate::ensure_input!(batch >= 1, "batch must be ≥ 1");
-    crate::ensure_input!(shape[0] >= 1, "images: no image to embed");
-    check_images(images, shape)?;
     let [n, c, h, w] = shape;
+    if let (0, Model::Run(dir)) = (n, &model) {
+        // A run says its width without a forward pass: no images, no rows.
+        let (exp, _) = crate::train::load_model(dir, [c, h, w], device)?;
+        return Embeddings::new(vec![], 0, exp.model.embedding_dim);
+    }
+    crate::ensure_input!(n >= 1, "images: no image to embed");
+    check_images(images, shape)?;
     let oracle = model.oracle([c, h, w], device)?;
     let per = c * h * w;
     let mut data = Vec::with_capacity(n);

@@ -16,7 +16,7 @@ pub use files::*;
 pub use log::RunLog;
 pub use record::{put, put_json};
 pub use replace::settle_interrupted;
-pub use status::{RunStatus, check_finished, check_unchanged, model_digest, status};
+pub use status::{RunStatus, check_finished, check_unchanged, finished_run_json, model_digest, status};
 
 use anyhow::{Context, Result, bail, ensure};
 use std::fs::{File, OpenOptions};

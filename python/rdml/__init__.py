@@ -451,12 +451,7 @@ class Run:
 
     def embed(self, images: Any, *, batch: int = 128) -> np.ndarray:
         """Embeddings (N × D float32) of images N × C × H × W in [0, 1], by the run's model."""
-        x = np.asarray(images)
-        if x.ndim != 4:
-            raise ValueError(f"images: expected N × C × H × W, got shape {x.shape}")
-        x = np.ascontiguousarray(x, dtype="<f4")
-        raw, dim = _rdml.embed(self.path, x.tobytes(), tuple(int(s) for s in x.shape), int(batch), self.device)
-        return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], dim).copy()
+        return embed(self, images, batch=batch)
 
     def embed_split(
         self,

@@ -120,10 +120,9 @@ pub fn train(args: TrainArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         resume,
         overwrite,
         progress: !quiet,
+        words: rdml::field::Words::CommandLine,
     };
-    let exp = job.experiment()?;
-    let device = open_device(flag, &[&exp], quiet)?;
-    let rep = job.run(&exp, &device)?;
+    let (exp, rep) = job.run_on(|exp| open_device(flag, &[exp], quiet))?;
     let mut healthy = true;
     if let Some(m) = &rep.final_metrics {
         println!("Test metrics ({}):", exp.name);

@@ -64,7 +64,9 @@ pub const ROBUSTNESS_FILE: &str = crate::attack::record::FILE;
 /// Writes `dir/report.html` for a run folder or a `compare` folder from the folder's records
 /// alone (no model is loaded); returns its path.
 pub fn write(dir: &Path) -> Result<PathBuf> {
-    ensure!(dir.is_dir(), "{}: no such folder", dir.display());
+    if !dir.is_dir() {
+        return Err(crate::not_found(format!("{}: no such folder", dir.display())));
+    }
     if dir.join("compare.json").is_file() {
         write_compare(dir)
     } else {
@@ -75,7 +77,9 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
 /// Computes what a run's report shows and the folder lacks (its retrieval grid, on `device`,
 /// when `opts.grid_queries > 0`), then writes `dir/report.html` as [`write()`] does.
 pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<PathBuf> {
-    ensure!(dir.is_dir(), "{}: no such folder", dir.display());
+    if !dir.is_dir() {
+        return Err(crate::not_found(format!("{}: no such folder", dir.display())));
+    }
     if dir.join("compare.json").is_file() {
         return write_compare(dir);
     }

@@ -54,6 +54,8 @@ impl AttackJob {
             .as_deref()
             .map(|d| ExampleWriter::new(d, &unit.spec()))
             .transpose()?;
+        // The run folder before the device: a wrong folder is said at once.
+        crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
         let scoring = self.options.scoring(pgd, self.run.clone());
         let sink = writer.as_mut().map(|w| w as &mut dyn AdversarialSink);

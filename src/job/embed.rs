@@ -51,6 +51,8 @@ impl EmbedJob {
         if let Some(o) = &self.out {
             crate::embed::check_out(o, self.overwrite)?;
         }
+        // The run folder before the device: a wrong folder is said at once.
+        crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
         let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
         let (exported, what) = match attack {

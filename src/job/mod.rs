@@ -5,11 +5,13 @@
 
 pub mod attack;
 pub mod embed;
+pub mod metrics;
 pub mod robustness;
 pub mod train;
 
 pub use attack::{AttackJob, Attacked};
 pub use embed::{EmbedJob, Embedded};
+pub use metrics::{Labelled, MetricsJob};
 pub use robustness::{Assessed, RobustnessJob};
 pub use train::TrainJob;
 

@@ -40,6 +40,8 @@ impl RobustnessJob {
         if let Some(o) = &self.out {
             crate::output::check(o, self.overwrite).context("⟨out⟩")?;
         }
+        // The run folder before the device: a wrong folder is said at once.
+        crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
         let scoring = self.options.scoring(pgd, self.run.clone());
         let scored = crate::scoring::robustness(&self.model, &scoring, &device)?;

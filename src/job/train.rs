@@ -25,6 +25,8 @@ pub struct TrainJob {
     pub resume: bool,
     pub overwrite: bool,
     pub progress: bool,
+    /// How warnings name the options: the front end's words.
+    pub words: crate::field::Words,
 }
 
 impl TrainJob {
@@ -38,6 +40,15 @@ impl TrainJob {
         Ok(exp)
     }
 
+    /// Loads the experiment (a failure is the caller's input), opens the device it names with
+    /// `device` (only then), and trains.
+    pub fn run_on(&self, device: impl FnOnce(&Experiment) -> Result<Device>) -> Result<(Experiment, RunReport)> {
+        let exp = self.experiment().map_err(|e| crate::input_error(format!("{e:#}")))?;
+        let device = device(&exp)?;
+        let report = self.run(&exp, &device)?;
+        Ok((exp, report))
+    }
+
     /// Trains `exp` into the job's folder and writes its report.
     pub fn run(&self, exp: &Experiment, device: &Device) -> Result<RunReport> {
         let opts = TrainOptions {
@@ -48,7 +59,10 @@ impl TrainJob {
         };
         let report = crate::train::train(exp, &opts, device)?;
         if let Err(e) = crate::html::refresh(&self.out, &Default::default(), device) {
-            eprintln!("warning: {}/report.html not written: {e:#}", self.out.display());
+            super::warn(
+                &format!("{}/report.html not written: {e:#}", self.out.display()),
+                self.words,
+            );
         }
         Ok(report)
     }

@@ -3,7 +3,7 @@
 
 use super::Found;
 use super::files::{MODEL, RUN, is_link};
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use std::path::Path;
 
 /// What a run's `run.json` says of it (the fields every version of rdml wrote).
@@ -28,26 +28,42 @@ pub fn status(dir: &Path) -> Option<RunStatus> {
 pub fn check_finished(dir: &Path) -> Result<RunStatus> {
     super::settle_interrupted(dir)?;
     let d = dir.display();
+    // What the caller named is not a finished run: an input error (missing: not found).
+    let not_run = |msg: String| Err(crate::input_error(msg));
     match super::inspect(dir)? {
-        Found::Nothing if dir.exists() => bail!("{d}: not an rdml run folder (it is empty)"),
-        Found::Nothing => bail!("{d}: no such folder"),
-        Found::Foreign => bail!(
-            "{d}: not an rdml run folder (no run.json; a run folder is what training writes into its ⟨out⟩, a compare folder holds compare.json)"
-        ),
-        Found::Started => bail!(
-            "{d}: an rdml run that stopped before its first epoch ended: it has no checkpoint and no model yet; \
+        Found::Nothing if dir.exists() => return not_run(format!("{d}: not an rdml run folder (it is empty)")),
+        Found::Nothing => return Err(crate::not_found(format!("{d}: no such folder"))),
+        Found::Foreign => {
+            return not_run(format!(
+                "{d}: not an rdml run folder (no run.json; a run folder is what training writes into its ⟨out⟩, a compare folder holds compare.json)"
+            ));
+        }
+        Found::Started => {
+            return not_run(format!(
+                "{d}: an rdml run that stopped before its first epoch ended: it has no checkpoint and no model yet; \
              train it again into the same folder (it starts anew)"
-        ),
-        Found::Resumable { epochs_done } => bail!(
-            "{d}: an interrupted run, not finished ({epochs_done} epoch(s) done, kept in its checkpoint; no final model yet): \
+            ));
+        }
+        Found::Resumable { epochs_done } => {
+            return not_run(format!(
+                "{d}: an interrupted run, not finished ({epochs_done} epoch(s) done, kept in its checkpoint; no final model yet): \
              resume it (train with ⟨resume!⟩)"
-        ),
+            ));
+        }
         Found::Finished { .. } => {}
     }
     let p = dir.join(RUN);
     let run = status(dir).with_context(|| format!("{}: not a run.json written by rdml", p.display()))?;
     ensure!(dir.join(MODEL).is_file(), "{d}: the run has no model.safetensors",);
     Ok(run)
+}
+
+/// A finished run's `run.json` as rdml wrote it (its resolved config, epochs and final
+/// metrics), after [`check_finished`].
+pub fn finished_run_json(dir: &Path) -> Result<String> {
+    check_finished(dir)?;
+    let p = dir.join(RUN);
+    std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))
 }
 
 /// The digest that names a run's weights in every record derived from them (robustness,

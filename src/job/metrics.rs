@@ -1,0 +1,85 @@
+//! Metrics of embeddings the caller holds (Python's `rdml.metrics`): `eval --json`'s metrics of
+//! query embeddings with their labels, each query against the others or against a gallery.
+
+use crate::eval::knn::Embeddings;
+use crate::eval::{EvalConfig, Metrics};
+use anyhow::Result;
+use burn::tensor::Device;
+use std::collections::HashMap;
+
+/// Embeddings `[n, dim]` (row-major) with a label each, of any integers.
+#[derive(Debug, Clone, Default)]
+pub struct Labelled {
+    pub values: Vec<f32>,
+    pub n: usize,
+    pub labels: Vec<i64>,
+}
+
+/// The metrics asked for.
+#[derive(Debug, Clone)]
+pub struct MetricsJob {
+    pub query: Labelled,
+    pub dim: usize,
+    /// The items the queries are ranked among; `None`: the queries among themselves.
+    pub gallery: Option<Labelled>,
+    /// Rank by cosine similarity (rows scaled to unit length) rather than Euclidean distance.
+    pub cosine: bool,
+    pub eval: EvalConfig,
+    /// NMI's k-means seed.
+    pub seed: u64,
+}
+
+impl MetricsJob {
+    pub fn run(mut self, device: &Device) -> Result<Metrics> {
+        self.eval.validate().map_err(|e| crate::input_error(format!("{e:#}")))?;
+        crate::ensure_input!(
+            self.query.labels.len() == self.query.n,
+            "labels: {} labels for {} embeddings",
+            self.query.labels.len(),
+            self.query.n
+        );
+        if self.cosine {
+            unit_rows(&mut self.query.values, self.dim);
+            if let Some(g) = self.gallery.as_mut() {
+                unit_rows(&mut g.values, self.dim);
+            }
+        }
+        // Labels of any integers: dense ids, equal where the given labels are equal.
+        let mut ids = HashMap::new();
+        let mut dense = |v: &[i64]| -> Vec<u32> {
+            v.iter()
+                .map(|l| {
+                    let next = ids.len() as u32;
+                    *ids.entry(*l).or_insert(next)
+                })
+                .collect()
+        };
+        let ql = dense(&self.query.labels);
+        let q = Embeddings::new(self.query.values, self.query.n, self.dim)?;
+        let gallery = match self.gallery {
+            Some(g) => {
+                crate::ensure_input!(
+                    g.labels.len() == g.n,
+                    "gallery_labels: {} labels for {} gallery embeddings",
+                    g.labels.len(),
+                    g.n
+                );
+                let gl = dense(&g.labels);
+                Some((Embeddings::new(g.values, g.n, self.dim)?, gl))
+            }
+            None => None,
+        };
+        let gallery = gallery.as_ref().map(|(e, l)| (e, l.as_slice()));
+        crate::eval::score_given(&q, &ql, gallery, &self.eval, self.seed, device)
+    }
+}
+
+/// Rows scaled to unit length (cosine ranking = Euclidean ranking on the unit sphere).
+fn unit_rows(v: &mut [f32], dim: usize) {
+    for row in v.chunks_exact_mut(dim.max(1)) {
+        let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if n > 0.0 {
+            row.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+}
