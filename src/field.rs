@@ -3,6 +3,19 @@
 //! `--name`, Python `name=` and `name=True` (its keyword, `-` read as `_`). Nothing else in a
 //! message changes.
 
+/// Reads a request's field from the text the command line writes it as (`--split test`,
+/// `--arch resnet18`), with that parser's message (for `#[serde(deserialize_with)]`).
+pub fn from_text<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    s.parse()
+        .map_err(|e: T::Err| serde::de::Error::custom(format!("{e:#}")))
+}
+
 /// How a front end names an option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Words {

@@ -16,31 +16,43 @@ use crate::run_dir::{self, RunDir, Start};
 use anyhow::{Context, Result, bail, ensure};
 use std::path::{Path, PathBuf};
 
-/// What to import, and how the model is to be read.
-#[derive(Debug, Clone)]
+/// What to import, and how the model is to be read (read from JSON by the Python package, by
+/// these names).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ImportRequest {
     /// The checkpoint: `.pth`/`.pt` (`torch.save`), a Lightning `.ckpt`, or `.safetensors`.
     pub from: PathBuf,
     /// pytorch-metric-learning's embedder file, when `from` is its trunk.
+    #[serde(default)]
     pub embedder: Option<PathBuf>,
+    #[serde(deserialize_with = "crate::field::from_text")]
     pub arch: Arch,
     /// Checked against the checkpoint's embedding layer; read from it when `None`.
+    #[serde(default)]
     pub embedding_dim: Option<usize>,
     /// `OLD=NEW` key-prefix rules.
+    #[serde(default)]
     pub key_map: Vec<String>,
+    #[serde(default)]
     pub allow: Allow,
     /// L2-normalise the embedding (robrank's `N`/`C` losses, PML's cosine setups); default on.
     /// Off, the run's `loss.distance` becomes `euclidean` unless `set` names one.
+    #[serde(default)]
     pub l2_normalize: Option<bool>,
     /// `imagenet`, `none`, or `M1,M2,M3/S1,S2,S3`; default ImageNet's for ResNets (torchvision,
     /// timm, robrank), none for C2F2 (robrank feeds it raw pixels).
+    #[serde(default)]
     pub input_norm: Option<String>,
     /// The experiment config whose data, loss and evaluation settings the run takes (its model
     /// table is replaced); default `quickstart` for C2F2, `cub-resnet18-triplet` for ResNets.
+    #[serde(default)]
     pub config: Option<String>,
+    #[serde(default)]
     pub set: Vec<String>,
     pub out: PathBuf,
     /// Replace an rdml run already in `out`.
+    #[serde(default)]
     pub overwrite: bool,
 }
 

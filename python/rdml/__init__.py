@@ -177,19 +177,18 @@ def train(
     ``defense`` is an inline TOML table (``'{kind="act",eps=0.302,step=0.0118,steps=32}'``) or
     ``"none"``. Returns the finished run.
     """
-    _rdml.train(
+    _rdml.train(_request(
         config=os.fspath(config),
         out=os.fspath(out),
         set=_overrides(set),
-        epochs=epochs,
-        max_batches=max_batches,
+        epochs=None if epochs is None else int(epochs),
+        max_batches=None if max_batches is None else int(max_batches),
         defense=defense,
-        resume=resume,
-        overwrite=overwrite,
-        device=device,
+        resume=bool(resume),
+        overwrite=bool(overwrite),
         data=None if data is None else os.fspath(data),
-        quiet=quiet,
-    )
+        progress=not quiet,
+    ), device)
     return Run(out, data=data, device=device, quiet=quiet)
 
 
@@ -229,21 +228,20 @@ def import_torch(
     else:
         rules = list(key_map or [])
     # By name: two flags of one type swapped by position would import silently wrong.
-    _rdml.import_torch(
-        path=os.fspath(path),
+    _rdml.import_torch(_request(
+        **{"from": os.fspath(path)},
         out=os.fspath(out),
         arch=arch,
         embedder=None if embedder is None else os.fspath(embedder),
-        embedding_dim=embedding_dim,
+        embedding_dim=None if embedding_dim is None else int(embedding_dim),
         key_map=rules,
-        allow_unused=allow_unused,
-        allow_missing=allow_missing,
-        l2_normalize=l2_normalize,
+        allow=dict(unused=bool(allow_unused), missing=bool(allow_missing)),
+        l2_normalize=bool(l2_normalize),
         input_norm=input_norm,
         config=None if config is None else os.fspath(config),
         set=_overrides(set),
-        overwrite=overwrite,
-    )
+        overwrite=bool(overwrite),
+    ))
     return Run(out, device=device, quiet=quiet)
 
 
@@ -293,7 +291,7 @@ def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -
     kw = dict(kw)
     args = _scoring_args(model, images, labels, differentiable, device, surrogate,
                          kw.pop("gallery"), kw.pop("gallery_labels"))
-    options = _options(**{k: kw.pop(k) for k in _OPTIONS})
+    options = _request(**_options(**{k: kw.pop(k) for k in _OPTIONS}))
     kw = dict(kw, repeats=int(kw["repeats"]), out=None if kw["out"] is None else os.fspath(kw["out"]))
     with _frozen(args["model"]), _frozen(args["surrogate_model"]):
         return json.loads(_rdml.score_model(spec=spec, options=options, **args, **kw))
@@ -305,11 +303,23 @@ _OPTIONS = ("profile", "eps", "step", "steps", "norm", "random_start", "method",
             "robrank_compat")
 
 
+def _request(**fields) -> str:
+    """A library request as the extension reads it: JSON with the request's own field names,
+    those left as ``None`` taking the library's defaults."""
+    return json.dumps({k: v for k, v in fields.items() if v is not None})
+
+
+def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
 def _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
-    """The scoring keywords as the extension reads them (integers made integers)."""
-    return dict(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=bool(random_start),
-                method=method, queries=None if queries is None else int(queries), batch=int(batch), seed=int(seed),
-                robrank_compat=bool(robrank_compat))
+    """The scoring keywords as the extension reads them: one JSON object (a keyword left as
+    ``None`` takes the library's default)."""
+    num = lambda v, t: None if v is None else t(v)
+    return dict(profile=profile, eps=num(eps, float), step=num(step, float), steps=num(steps, int), norm=norm,
+                random_start=bool(random_start), method=method, queries=num(queries, int), batch=int(batch),
+                seed=int(seed), robrank_compat=bool(robrank_compat))
 
 
 def robustness(
@@ -474,8 +484,9 @@ class Run:
         ids; with ``attack`` (``rdml embed --attack``), those of the test split with its first
         ``queries`` items replaced by their adversarial images under that attack."""
         options = _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat)
-        raw, dim, labels, ids, _ = _rdml.embed_split(dir=self.path, split=split, attack=attack, options=options,
-                                                     data=self.data, device=self.device, quiet=self.quiet)
+        request = _request(model=self.path, split=split, attack=attack, options=_drop_none(options), data=self.data,
+                           progress=not self.quiet)
+        raw, dim, labels, ids, _ = _rdml.embed_split(request, self.device)
         n = len(labels)
         emb = np.frombuffer(raw, dtype="<f4").reshape(n, dim).copy()
         return emb, np.asarray(labels, dtype=np.int64), np.asarray(ids, dtype=np.int64)
@@ -500,13 +511,10 @@ class Run:
         bn_set: int = 0,
     ) -> Dict[str, Any]:
         """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
-        out = _rdml.attack(
-            dir=self.path,
-            spec=spec,
-            bn_set=int(bn_set),
-            **self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                                robrank_compat, surrogate, repeats),
-        )
+        options, run = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                                         robrank_compat, surrogate, repeats)
+        out = _rdml.attack(_request(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set))),
+                           self.device)
         return json.loads(out)
 
     def robustness(
@@ -528,23 +536,19 @@ class Run:
     ) -> Dict[str, Any]:
         """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
         ``rows``) is also written to the run folder's robustness.json and its report."""
-        out = _rdml.robustness(
-            dir=self.path,
-            **self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                                robrank_compat, surrogate, repeats),
-        )
+        options, run = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+                                         robrank_compat, surrogate, repeats)
+        out = _rdml.robustness(_request(model=self.path, options=options, run=run), self.device)
         return json.loads(out)
 
     def _attack_args(self, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                     robrank_compat, surrogate, repeats) -> Dict[str, Any]:
-        """The keyword arguments ``attack`` and ``robustness`` share, by name (two of one type
-        swapped by position would run a different attack silently)."""
-        return dict(
-            options=_options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                             robrank_compat),
-            surrogate=None if surrogate is None else os.fspath(surrogate),
-            repeats=int(repeats), data=self.data, device=self.device, quiet=self.quiet,
-        )
+                     robrank_compat, surrogate, repeats) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """The options and the run-folder fields ``attack`` and ``robustness`` share, by name (two
+        of one type swapped by position would run a different attack silently)."""
+        options = _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat)
+        run = dict(surrogate=None if surrogate is None else os.fspath(surrogate), repeats=int(repeats), data=self.data,
+                   progress=not self.quiet)
+        return _drop_none(options), _drop_none(run)
 
     def report(self, *, grid: int = 4) -> str:
         """``rdml report``: writes the run's report.html; returns its path."""

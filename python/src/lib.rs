@@ -10,7 +10,7 @@ use model::{Caller, surrogate, with_model};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rdml::field::Words;
-use rdml::scoring::options::{RunScoring, ScoringOptions};
+use rdml::scoring::options::ScoringOptions;
 use std::path::PathBuf;
 use words::{floats, invalid, invalid_or_raise, open_device, raise, to_bytes};
 
@@ -78,38 +78,13 @@ fn devices(py: Python<'_>) -> PyResult<Vec<String>> {
     py.allow_threads(rdml::device::list).map_err(raise)
 }
 
-/// `rdml train`: trains `config` (a preset name or a TOML file) into `out` and writes its
-/// report.
+/// `rdml train`: the library's `TrainJob` (JSON, its field names) trained into its `out`, and
+/// its report written.
 #[pyfunction]
-#[pyo3(signature = (config, out, set, epochs, max_batches, defense, resume, overwrite, device, data, quiet))]
-#[allow(clippy::too_many_arguments)]
-fn train(
-    py: Python<'_>,
-    config: &str,
-    out: &str,
-    set: Vec<String>,
-    epochs: Option<usize>,
-    max_batches: Option<usize>,
-    defense: Option<String>,
-    resume: bool,
-    overwrite: bool,
-    device: Option<String>,
-    data: Option<String>,
-    quiet: bool,
-) -> PyResult<()> {
-    let job = rdml::job::TrainJob {
-        config: config.to_string(),
-        set,
-        epochs,
-        max_batches,
-        defense,
-        data: data.map(PathBuf::from),
-        out: out.into(),
-        resume,
-        overwrite,
-        progress: !quiet,
-        words: Words::Python,
-    };
+#[pyo3(signature = (request, device))]
+fn train(py: Python<'_>, request: &str, device: Option<String>) -> PyResult<()> {
+    let mut job: rdml::job::TrainJob = read(request)?;
+    job.words = Words::Python;
     let open = |exp: &rdml::config::Experiment| {
         rdml::device::open(device.as_deref(), &[exp.train.device])
             .map(|s| s.device)
@@ -125,31 +100,17 @@ fn run_info(dir: &str) -> PyResult<String> {
     rdml::run_dir::finished_run_json(dir.as_ref()).map_err(invalid_or_raise)
 }
 
-/// `rdml embed`: the embeddings of a split, clean or (with `attack`) of its attacked test items:
-/// `(bytes of [n, d], d, labels, ids, split codes)`.
+/// `rdml embed`: the library's `EmbedJob` (JSON): the embeddings of a split, clean or (with
+/// `attack`) of its attacked test items: `(bytes of [n, d], d, labels, ids, split codes)`.
 #[pyfunction]
-#[pyo3(signature = (dir, split, attack, options, data, device, quiet))]
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+#[pyo3(signature = (request, device))]
+#[allow(clippy::type_complexity)]
 fn embed_split<'py>(
     py: Python<'py>,
-    dir: &str,
-    split: &str,
-    attack: Option<String>,
-    options: Options,
-    data: Option<String>,
+    request: &str,
     device: Option<String>,
-    quiet: bool,
 ) -> PyResult<(Bound<'py, PyBytes>, usize, Vec<u32>, Vec<u64>, Vec<u8>)> {
-    let job = rdml::job::EmbedJob {
-        model: dir.into(),
-        data: data.map(PathBuf::from),
-        split: split.parse().map_err(invalid)?,
-        attack,
-        options: options.into(),
-        out: None,
-        overwrite: false,
-        progress: !quiet,
-    };
+    let job: rdml::job::EmbedJob = read(request)?;
     let e = py
         .allow_threads(|| job.run(|| open_device(device.as_deref())))
         .map_err(invalid_or_raise)?
@@ -157,156 +118,47 @@ fn embed_split<'py>(
     Ok((to_bytes(py, &e.embeddings)?, e.dim, e.labels, e.ids, e.split))
 }
 
-/// The scoring keywords, as `rdml/__init__.py` passes them: one dict, read into the library's
-/// options (`queries=None`: the library's default).
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-struct Options {
-    profile: String,
-    eps: Option<f32>,
-    step: Option<f32>,
-    steps: Option<usize>,
-    norm: Option<String>,
-    random_start: bool,
-    method: String,
-    queries: Option<usize>,
-    batch: usize,
-    seed: u64,
-    robrank_compat: bool,
+/// A library request from the JSON the package wrote with its field names; what does not read
+/// is the caller's (`ValueError`, serde's position left out).
+fn read<T: serde::de::DeserializeOwned>(json: &str) -> PyResult<T> {
+    serde_json::from_str(json).map_err(|e| {
+        let msg = e.to_string();
+        let said = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m);
+        pyo3::exceptions::PyValueError::new_err(said.to_string())
+    })
 }
 
-impl From<Options> for ScoringOptions {
-    fn from(o: Options) -> Self {
-        let d = ScoringOptions::default();
-        ScoringOptions {
-            profile: o.profile,
-            eps: o.eps,
-            step: o.step,
-            steps: o.steps,
-            norm: o.norm,
-            random_start: o.random_start,
-            method: o.method,
-            queries: o.queries.unwrap_or(d.queries),
-            batch: o.batch,
-            seed: o.seed,
-            robrank_compat: o.robrank_compat,
-        }
-    }
-}
-
-/// How a run-folder job runs, from the keywords.
-fn run_scoring(
-    data: Option<String>,
-    surrogate: Option<String>,
-    repeats: usize,
-    bn_set: usize,
-    quiet: bool,
-) -> RunScoring {
-    RunScoring {
-        data: data.map(PathBuf::from),
-        surrogate: surrogate.map(PathBuf::from),
-        repeats,
-        bn_set,
-        progress: !quiet,
-        words: Words::Python,
-    }
-}
-
-/// `rdml attack --json`: one attack's result (with `repeats > 1`, every run and each score's
-/// mean and sample std).
+/// `rdml attack --json`: the library's `AttackJob` (JSON): one attack's result (with
+/// `repeats > 1`, every run and each score's mean and sample std).
 #[pyfunction]
-#[pyo3(signature = (dir, spec, options, surrogate, repeats, bn_set, data, device, quiet))]
-#[allow(clippy::too_many_arguments)]
-fn attack(
-    py: Python<'_>,
-    dir: &str,
-    spec: &str,
-    options: Options,
-    surrogate: Option<String>,
-    repeats: usize,
-    bn_set: usize,
-    data: Option<String>,
-    device: Option<String>,
-    quiet: bool,
-) -> PyResult<String> {
-    let job = rdml::job::AttackJob {
-        model: dir.into(),
-        attack: spec.to_string(),
-        options: options.into(),
-        run: run_scoring(data, surrogate, repeats, bn_set, quiet),
-        save_examples: None,
-    };
+#[pyo3(signature = (request, device))]
+fn attack(py: Python<'_>, request: &str, device: Option<String>) -> PyResult<String> {
+    let mut job: rdml::job::AttackJob = read(request)?;
+    job.run.words = Words::Python;
     let done = py
         .allow_threads(|| job.run(|| open_device(device.as_deref())))
         .map_err(invalid_or_raise)?;
     Ok(done.json().map_err(raise)?.to_string())
 }
 
-/// `rdml robustness`: robrank's ERS suite on the run, its record stored in the run folder (and
-/// the report refreshed); the record as JSON.
+/// `rdml robustness`: the library's `RobustnessJob` (JSON): robrank's ERS suite on the run, its
+/// record stored in the run folder (and the report refreshed); the record as JSON.
 #[pyfunction]
-#[pyo3(signature = (dir, options, surrogate, repeats, data, device, quiet))]
-#[allow(clippy::too_many_arguments)]
-fn robustness(
-    py: Python<'_>,
-    dir: &str,
-    options: Options,
-    surrogate: Option<String>,
-    repeats: usize,
-    data: Option<String>,
-    device: Option<String>,
-    quiet: bool,
-) -> PyResult<String> {
-    let job = rdml::job::RobustnessJob {
-        model: dir.into(),
-        options: options.into(),
-        run: run_scoring(data, surrogate, repeats, 0, quiet),
-        out: None,
-        overwrite: false,
-    };
+#[pyo3(signature = (request, device))]
+fn robustness(py: Python<'_>, request: &str, device: Option<String>) -> PyResult<String> {
+    let mut job: rdml::job::RobustnessJob = read(request)?;
+    job.run.words = Words::Python;
     let done = py
         .allow_threads(|| job.run(|| open_device(device.as_deref())))
         .map_err(invalid_or_raise)?;
     serde_json::to_string(&done.scored.record).map_err(|e| raise(e.into()))
 }
 
-/// `rdml import` (see `rdml.import_torch`): returns `import.json`'s record as JSON.
+/// `rdml import`: the library's `ImportRequest` (JSON); returns `import.json`'s record as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, out, arch, embedder, embedding_dim, key_map, allow_unused, allow_missing, l2_normalize, input_norm, config, set, overwrite))]
-#[allow(clippy::too_many_arguments)]
-fn import_torch(
-    py: Python<'_>,
-    path: &str,
-    out: &str,
-    arch: &str,
-    embedder: Option<String>,
-    embedding_dim: Option<usize>,
-    key_map: Vec<String>,
-    allow_unused: bool,
-    allow_missing: bool,
-    l2_normalize: bool,
-    input_norm: Option<String>,
-    config: Option<String>,
-    set: Vec<String>,
-    overwrite: bool,
-) -> PyResult<String> {
-    let req = rdml::import::ImportRequest {
-        from: path.into(),
-        embedder: embedder.map(PathBuf::from),
-        arch: arch.parse().map_err(invalid)?,
-        embedding_dim,
-        key_map,
-        allow: rdml::model::import::Allow {
-            unused: allow_unused,
-            missing: allow_missing,
-        },
-        l2_normalize: Some(l2_normalize),
-        input_norm,
-        config,
-        set,
-        out: out.into(),
-        overwrite,
-    };
+#[pyo3(signature = (request))]
+fn import_torch(py: Python<'_>, request: &str) -> PyResult<String> {
+    let req: rdml::import::ImportRequest = read(request)?;
     let record = py.allow_threads(|| rdml::import::import(&req)).map_err(invalid)?;
     serde_json::to_string(&record).map_err(|e| raise(e.into()))
 }
@@ -346,7 +198,7 @@ fn score_model(
     labels: Vec<i64>,
     gallery: Option<(Vec<u8>, [usize; 4], Vec<i64>)>,
     spec: Option<String>,
-    options: Options,
+    options: &str,
     repeats: usize,
     out: Option<String>,
     quiet: bool,
@@ -360,7 +212,7 @@ fn score_model(
         None => None,
     };
     let req = rdml::model_scoring::ModelScoring {
-        options: options.into(),
+        options: read(options)?,
         repeats,
         gallery,
         out: out.map(PathBuf::from),

@@ -8,17 +8,21 @@ use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
 
-/// An attack asked for.
-#[derive(Debug, Clone)]
+/// An attack asked for (read from JSON by the Python package, by these names).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AttackJob {
     /// A run folder written by `rdml train` or `rdml import`.
     pub model: PathBuf,
     /// The attack, as `rdml attack` names it (robrank's spec strings read, their budget keys
     /// included).
     pub attack: String,
+    #[serde(default)]
     pub options: ScoringOptions,
+    #[serde(default)]
     pub run: RunScoring,
     /// A folder for the first run's adversarial images (PNG) and their index.
+    #[serde(default)]
     pub save_examples: Option<PathBuf>,
 }
 

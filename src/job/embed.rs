@@ -6,22 +6,30 @@ use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
 
-/// The embeddings asked for.
-#[derive(Debug, Clone)]
+/// The embeddings asked for (read from JSON by the Python package, by these names).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EmbedJob {
     /// A run folder written by `rdml train` or `rdml import`.
     pub model: PathBuf,
     /// The data, when not where the run's config says.
+    #[serde(default)]
     pub data: Option<PathBuf>,
+    #[serde(deserialize_with = "crate::field::from_text")]
     pub split: Split,
     /// Embed the adversarial images of this attack on the first `options.queries` test items
     /// instead of the clean ones (items the attack leaves unmoved keep their clean image).
+    #[serde(default)]
     pub attack: Option<String>,
     /// The attack's budget, method, queries and seed (with `attack`).
+    #[serde(default)]
     pub options: ScoringOptions,
     /// A file to write them to: NAME.safetensors, NAME.npz, or a NAME.npy set.
+    #[serde(default)]
     pub out: Option<PathBuf>,
+    #[serde(default)]
     pub overwrite: bool,
+    #[serde(default)]
     pub progress: bool,
 }
 

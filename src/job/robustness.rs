@@ -9,16 +9,21 @@ use anyhow::{Context as _, Result};
 use burn::tensor::Device;
 use std::path::PathBuf;
 
-/// The suite asked for.
-#[derive(Debug, Clone)]
+/// The suite asked for (read from JSON by the Python package, by these names).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RobustnessJob {
     /// A run folder written by `rdml train` or `rdml import`.
     pub model: PathBuf,
+    #[serde(default)]
     pub options: ScoringOptions,
+    #[serde(default)]
     pub run: RunScoring,
     /// Also write the record here as JSON (checked before any work).
+    #[serde(default)]
     pub out: Option<PathBuf>,
     /// Replace `out` when it exists (never a run's own file).
+    #[serde(default)]
     pub overwrite: bool,
 }
 

@@ -8,8 +8,10 @@ use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
 
-/// What a training run is asked for, as each front end's options give it.
-#[derive(Debug, Clone, Default)]
+/// What a training run is asked for, as each front end's options give it (read from JSON by
+/// the Python package, by these names).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainJob {
     /// A preset name or a TOML file.
     pub config: String,
@@ -26,6 +28,7 @@ pub struct TrainJob {
     pub overwrite: bool,
     pub progress: bool,
     /// How warnings name the options: the front end's words.
+    #[serde(skip)]
     pub words: crate::field::Words,
 }
 

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// What the user allows besides an exact fit.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Allow {
     /// Tensors of the file that fill no parameter (a classifier head, an auxiliary branch).
     pub unused: bool,

@@ -11,8 +11,10 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 /// The budget (a profile changed by `eps`, `step`, `steps`, `norm`, `random_start`), how the
-/// images are moved, and which queries are attacked with which seed.
-#[derive(Debug, Clone, PartialEq)]
+/// images are moved, and which queries are attacked with which seed. Read from JSON (the Python
+/// package's keywords), a key left out or `null` takes its default here.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ScoringOptions {
     pub profile: String,
     pub eps: Option<f32>,
@@ -97,7 +99,8 @@ impl ScoringOptions {
 }
 
 /// What scoring a run folder takes besides the options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RunScoring {
     /// The test data, when not where the run's config says.
     pub data: Option<PathBuf>,
@@ -108,6 +111,7 @@ pub struct RunScoring {
     pub bn_set: usize,
     pub progress: bool,
     /// The front end that asked: how notes name options.
+    #[serde(skip)]
     pub words: crate::field::Words,
 }
 
