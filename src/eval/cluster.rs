@@ -1,17 +1,27 @@
-//! Clustering quality: k-means (k-means++ seeding, Lloyd iterations, seeded) and the normalised
-//! mutual information between cluster ids and labels, with sklearn's default arithmetic-mean
-//! normalisation `NMI = I(U;V) / ((H(U) + H(V)) / 2)`.
+//! Clustering quality: k-means (faiss's random initialisation, Lloyd iterations, seeded) and the
+//! normalised mutual information between cluster ids and labels, with sklearn's default
+//! arithmetic-mean normalisation `NMI = I(U;V) / ((H(U) + H(V)) / 2)`.
 
 use super::knn::{Embeddings, scan_rows};
 use anyhow::Result;
 use burn::tensor::Device;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
-/// Assigns each point to the nearest of `k` centroids found by k-means++ and at most `iters` Lloyd
-/// iterations (stops early when no assignment changes).
+/// faiss's `max_points_per_centroid`: beyond `k` times this many points, the centroids are fitted
+/// on a uniform sample of that size.
+const MAX_POINTS_PER_CENTROID: usize = 256;
+
+/// Assigns each point to the nearest of `k` centroids, fitted as faiss's `Kmeans` fits them: the
+/// k-means behind the NMI of robrank (`faiss.Kmeans(seed=123)`), pytorch-metric-learning
+/// (`FaissKMeans`) and Roth et al.'s code that MDProp reports from. The centroids start at `k`
+/// distinct points drawn at random and move by at most `iters` Lloyd iterations (stopping early
+/// when no assignment changes), on a uniform sample of `k · 256` points when there are more
+/// (faiss's `max_points_per_centroid`). All draws come from `seed`. (k-means++ seeding, which
+/// rdml used before, costs `k` passes over the data and moved NMI off the references' by the
+/// choice of seeding alone.)
 pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device) -> Result<Vec<u32>> {
     let (n, d) = (x.n, x.dim);
     let k = k.clamp(1, n.max(1));
@@ -19,69 +29,75 @@ pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device
         return Ok(vec![]);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // k-means++: each next centre drawn with probability ∝ squared distance to the nearest centre.
+    // Draws in the order of the data: the sample and the centres do not depend on the
+    // sampler's internal order.
+    let mut draw = |of: usize, count: usize| {
+        let mut v = rand::seq::index::sample(&mut rng, of, count).into_vec();
+        v.sort_unstable();
+        v
+    };
+    let sample = (n > k * MAX_POINTS_PER_CENTROID)
+        .then(|| {
+            let rows = draw(n, k * MAX_POINTS_PER_CENTROID);
+            let data = rows.iter().flat_map(|&i| x.row(i).iter().copied()).collect();
+            Embeddings::new(data, rows.len(), d)
+        })
+        .transpose()?;
+    let train = sample.as_ref().unwrap_or(x);
     let mut centres = Vec::with_capacity(k * d);
-    let first = rng.random_range(0..n);
-    centres.extend_from_slice(x.row(first));
-    let sq = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(u, v)| (u - v) * (u - v)).sum::<f32>();
-    let mut best: Vec<f32> = (0..n).into_par_iter().map(|i| sq(x.row(i), x.row(first))).collect();
-    for _ in 1..k {
-        let total: f64 = best.iter().map(|&v| v as f64).sum();
-        let next = if total <= 0.0 {
-            rng.random_range(0..n)
-        } else {
-            let mut t = rng.random::<f64>() * total;
-            let mut pick = n - 1;
-            for (i, &v) in best.iter().enumerate() {
-                t -= v as f64;
-                if t <= 0.0 {
-                    pick = i;
-                    break;
-                }
-            }
-            pick
-        };
-        let c = x.row(next).to_vec();
-        best.par_iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = b.min(sq(x.row(i), &c)));
-        centres.extend_from_slice(&c);
+    for i in draw(train.n, k) {
+        centres.extend_from_slice(train.row(i));
     }
-    let mut assign = vec![u32::MAX; n];
+    let mut assign = vec![u32::MAX; train.n];
     for _ in 0..iters.max(1) {
-        let cent = Embeddings::new(centres.clone(), k, d)?;
-        let new: Vec<u32> = scan_rows(x, &cent, device, |_, row| {
-            let mut bi = 0;
-            for (j, &v) in row.iter().enumerate() {
-                if v < row[bi] {
-                    bi = j;
-                }
-            }
-            bi as u32
-        })?;
+        let new = nearest(train, &centres, k, device)?;
         let changed = new != assign;
         assign = new;
         if !changed {
             break;
         }
-        let mut sums = vec![0f64; k * d];
-        let mut counts = vec![0usize; k];
-        for (i, &a) in assign.iter().enumerate() {
-            let c = a as usize;
-            counts[c] += 1;
-            for (s, &v) in sums[c * d..(c + 1) * d].iter_mut().zip(x.row(i)) {
-                *s += v as f64;
+        centres = means(train, &assign, centres, k);
+    }
+    match sample {
+        Some(_) => nearest(x, &centres, k, device),
+        None => Ok(assign),
+    }
+}
+
+/// Each point's nearest centre.
+fn nearest(x: &Embeddings, centres: &[f32], k: usize, device: &Device) -> Result<Vec<u32>> {
+    let cent = Embeddings::new(centres.to_vec(), k, x.dim)?;
+    scan_rows(x, &cent, device, |_, row| {
+        let mut bi = 0;
+        for (j, &v) in row.iter().enumerate() {
+            if v < row[bi] {
+                bi = j;
             }
         }
-        for c in 0..k {
-            if counts[c] > 0 {
-                for j in 0..d {
-                    centres[c * d + j] = (sums[c * d + j] / counts[c] as f64) as f32;
-                }
+        bi as u32
+    })
+}
+
+/// Each centre moved to the mean of its points (a centre with none stays where it is).
+fn means(x: &Embeddings, assign: &[u32], mut centres: Vec<f32>, k: usize) -> Vec<f32> {
+    let d = x.dim;
+    let mut sums = vec![0f64; k * d];
+    let mut counts = vec![0usize; k];
+    for (i, &a) in assign.iter().enumerate() {
+        let c = a as usize;
+        counts[c] += 1;
+        for (s, &v) in sums[c * d..(c + 1) * d].iter_mut().zip(x.row(i)) {
+            *s += v as f64;
+        }
+    }
+    for c in 0..k {
+        if counts[c] > 0 {
+            for j in 0..d {
+                centres[c * d + j] = (sums[c * d + j] / counts[c] as f64) as f32;
             }
         }
     }
-    Ok(assign)
+    centres
 }
 
 /// Normalised mutual information (arithmetic mean of the entropies, as sklearn's default).
@@ -211,10 +227,51 @@ mod tests {
             }
         }
         let x = Embeddings::new(pts, 30, 2).unwrap();
-        let a = kmeans(&x, 3, 50, 1, &dev).unwrap();
-        assert!((nmi(&a, &labels) - 1.0).abs() < 1e-9);
+        // faiss's start: three distinct points drawn from the seed. Lloyd from one point of
+        // each blob finds the blobs; the seeds whose draw covers them must.
+        let mut covered = 0;
+        for seed in 0..20 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let picks = rand::seq::index::sample(&mut rng, 30, 3).into_vec();
+            let mut blobs: Vec<u32> = picks.iter().map(|&i| labels[i]).collect();
+            blobs.sort_unstable();
+            blobs.dedup();
+            if blobs.len() == 3 {
+                covered += 1;
+                let a = kmeans(&x, 3, 50, seed, &dev).unwrap();
+                assert!((nmi(&a, &labels) - 1.0).abs() < 1e-9, "seed {seed}: {a:?}");
+            }
+        }
+        assert!(covered >= 3, "{covered} of 20 draws cover the blobs");
         let p = pi_ratio(&x, &labels, &dev).unwrap();
         assert!(p > 0.0 && p < 0.01, "{p}");
+    }
+
+    /// Beyond 256 points per centroid, faiss fits on a sample: two blobs of 600 points and
+    /// k = 2 fit on 512 of them, then every point is assigned.
+    #[test]
+    fn kmeans_fits_on_faiss_sample_and_assigns_every_point() {
+        let dev = Device::default();
+        let n = 1200;
+        let pts: Vec<f32> = (0..n)
+            .flat_map(|i| [(i / 600) as f32 * 5.0 + (i % 7) as f32 * 0.01, 1.0])
+            .collect();
+        let labels: Vec<u32> = (0..n).map(|i| (i / 600) as u32).collect();
+        let x = Embeddings::new(pts, n, 2).unwrap();
+        let mut covered = 0;
+        for seed in 0..8 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut sample = rand::seq::index::sample(&mut rng, n, 512).into_vec();
+            sample.sort_unstable();
+            let starts = rand::seq::index::sample(&mut rng, 512, 2).into_vec();
+            if labels[sample[starts[0]]] != labels[sample[starts[1]]] {
+                covered += 1;
+                let a = kmeans(&x, 2, 20, seed, &dev).unwrap();
+                assert_eq!(a.len(), n);
+                assert!((nmi(&a, &labels) - 1.0).abs() < 1e-9, "seed {seed}");
+            }
+        }
+        assert!(covered >= 2, "{covered} of 8 draws cover the blobs");
     }
 
     #[test]
