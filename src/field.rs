@@ -16,6 +16,11 @@ where
         .map_err(|e: T::Err| serde::de::Error::custom(format!("{e:#}")))
 }
 
+/// `true`: the default of a request's switch that is on unless turned off (`progress`).
+pub fn yes() -> bool {
+    true
+}
+
 /// How a front end names an option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Words {

@@ -62,9 +62,13 @@ impl Model {
                 // mean images of another shape than the run's data.
                 let (_, net) = crate::train::load_model(&dir, item, device).map_err(|e| {
                     let [c, h, w] = item;
+                    let said = format!("{e:#}");
+                    if !said.contains("do not fit") {
+                        return e.context(format!("model: the run {}", dir.display()));
+                    }
                     crate::input_error(format!(
                         "images of shape {c}×{h}×{w} (C×H×W) do not fit the model of {}, trained on images of its \
-                         data set ({e:#})",
+                         data set ({said})",
                         dir.display()
                     ))
                 })?;

@@ -314,8 +314,8 @@ def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
-    """The scoring keywords as the extension reads them: one JSON object (a keyword left as
-    ``None`` takes the library's default)."""
+    """The scoring keywords under the library's field names (integers made integers; one left
+    as ``None`` is dropped by ``_request``/``_drop_none`` and takes the library's default)."""
     num = lambda v, t: None if v is None else t(v)
     return dict(profile=profile, eps=num(eps, float), step=num(step, float), steps=num(steps, int), norm=norm,
                 random_start=bool(random_start), method=method, queries=num(queries, int), batch=int(batch),

@@ -1,7 +1,7 @@
 //! What an attack reports: typed columns, each named as robrank and the papers print it, and the
 //! running sums a suite run accumulates them in.
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, ensure};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -42,23 +42,44 @@ impl Column {
     /// `MAP@R`, `NMI`), so that older JSON reads. A name no attack of this build declares still
     /// reads (a file from a newer rdml keeps its columns through `compare` and `report`).
     pub fn parse(s: &str) -> Result<Self> {
-        let s = match s {
-            "R@1:clean" => "recall@1:clean",
-            "MAP@R" => "map@r",
-            "NMI" => "nmi",
-            s => s,
-        };
-        if let Some(k) = s.strip_prefix("R@").and_then(|k| k.parse::<usize>().ok()) {
-            ensure!(k >= 1, "score column '{s}': Recall@k needs k ≥ 1");
-            return Ok(Self::recall(k));
-        }
-        ensure!(
-            !s.is_empty() && s.len() <= 64 && !s.chars().any(char::is_control),
-            "score column '{}': expected a name of 1 to 64 printable characters",
-            s.escape_debug()
-        );
-        Ok(Self(intern(s)))
+        let name = canonical(s)?;
+        Ok(Self(intern(&name)))
     }
+
+    /// Whether this is the column named `s` (any name [`Column::parse`] reads), without keeping
+    /// `s`: a lookup by a name no result holds leaves nothing behind.
+    pub fn is_named(self, s: &str) -> bool {
+        canonical(s).is_ok_and(|n| n == self.0)
+    }
+}
+
+/// The name rdml writes for `s`: rdml ≤ 0.3's names mapped, `R@k`/`recall@k` as `recall@k`.
+fn canonical(s: &str) -> Result<std::borrow::Cow<'_, str>> {
+    let s = match s {
+        "R@1:clean" => "recall@1:clean",
+        "MAP@R" => "map@r",
+        "NMI" => "nmi",
+        s => s,
+    };
+    let digits = |k: &str| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
+    if let Some(k) = s
+        .strip_prefix("R@")
+        .or_else(|| s.strip_prefix("recall@"))
+        .filter(|k| digits(k))
+    {
+        let k = k
+            .parse::<usize>()
+            .ok()
+            .filter(|&k| k >= 1)
+            .with_context(|| format!("score column '{s}': Recall@k needs a whole k ≥ 1"))?;
+        return Ok(format!("recall@{k}").into());
+    }
+    ensure!(
+        !s.is_empty() && s.len() <= 64 && !s.chars().any(char::is_control),
+        "score column '{}': expected a name of 1 to 64 printable characters",
+        s.escape_debug()
+    );
+    Ok(s.into())
 }
 
 /// The one `'static` copy of a column name read from a file or built at run time: columns stay
@@ -192,7 +213,10 @@ mod tests {
         assert_eq!(Column::parse("ES:D").unwrap(), crate::attack::units::es::ES_D);
         let newer = Column::parse("XY:Z").unwrap();
         assert_eq!((newer.name(), newer), ("XY:Z", Column::parse("XY:Z").unwrap()));
-        for bad in ["", "R@0", "a\nb"] {
+        assert_eq!(Column::parse("recall@04").unwrap(), Column::recall(4));
+        assert!(crate::attack::units::es::ES_D.is_named("ES:D") && Column::recall(1).is_named("R@1"));
+        assert_eq!(Column::parse("recall@1:clean").unwrap(), Column::RECALL_CLEAN);
+        for bad in ["", "R@0", "recall@0", "a\nb"] {
             assert!(Column::parse(bad).is_err(), "{bad:?}");
         }
         assert!(Column::parse(&"x".repeat(65)).is_err());

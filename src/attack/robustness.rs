@@ -40,8 +40,10 @@ pub fn ers(raw: &[(&str, f64)]) -> f64 {
     let t: Vec<f64> = raw
         .iter()
         .filter_map(|(c, v)| {
-            let column = Column::parse(c).ok()?;
-            suite.iter().find_map(|a| a.ers_term(column, *v))
+            suite.iter().find_map(|a| {
+                let column = a.ers_columns().into_iter().find(|col| col.is_named(c))?;
+                a.ers_term(column, *v)
+            })
         })
         .collect();
     t.iter().sum::<f64>() / t.len().max(1) as f64

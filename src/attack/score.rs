@@ -29,7 +29,7 @@ impl AttackResult {
 
     /// The score of the column named `name` ("CA+", "R@1:clean").
     pub fn score(&self, name: &str) -> Option<f64> {
-        Column::parse(name).ok().and_then(|c| self.get(c))
+        self.scores.iter().find(|s| s.name.is_named(name)).map(|s| s.value)
     }
 }
 

@@ -56,7 +56,7 @@ pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device
         if !changed {
             break;
         }
-        centres = means(train, &assign, centres, k);
+        centres = means(train, &assign, centres, k, &mut rng);
     }
     match sample {
         Some(_) => nearest(x, &centres, k, device),
@@ -78,8 +78,10 @@ fn nearest(x: &Embeddings, centres: &[f32], k: usize, device: &Device) -> Result
     })
 }
 
-/// Each centre moved to the mean of its points (a centre with none stays where it is).
-fn means(x: &Embeddings, assign: &[u32], mut centres: Vec<f32>, k: usize) -> Vec<f32> {
+/// Each centre moved to the mean of its points; a centre left with none takes half of another
+/// cluster, as faiss's `split_clusters` does (duplicate points drawn as starts otherwise leave
+/// centres empty for good).
+fn means(x: &Embeddings, assign: &[u32], mut centres: Vec<f32>, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     let d = x.dim;
     let mut sums = vec![0f64; k * d];
     let mut counts = vec![0usize; k];
@@ -97,7 +99,44 @@ fn means(x: &Embeddings, assign: &[u32], mut centres: Vec<f32>, k: usize) -> Vec
             }
         }
     }
+    split_empty(&mut centres, &mut counts, d, rng);
     centres
+}
+
+/// faiss's `split_clusters`: each empty cluster copies a cluster drawn with probability
+/// `(size − 1)/(n − k)` (walking the clusters in turn), both nudged apart by `1 ± 1/1024` on
+/// alternate coordinates, and takes half its points.
+fn split_empty(centres: &mut [f32], counts: &mut [usize], d: usize, rng: &mut ChaCha8Rng) {
+    use rand::Rng;
+    const EPS: f32 = 1.0 / 1024.0;
+    let (n, k) = (counts.iter().sum::<usize>(), counts.len());
+    if n <= k || counts.iter().all(|&c| c < 2) {
+        return;
+    }
+    for ci in 0..k {
+        if counts[ci] > 0 {
+            continue;
+        }
+        let mut cj = 0;
+        loop {
+            let p = (counts[cj] as f32 - 1.0) / (n - k) as f32;
+            if rng.random::<f32>() < p {
+                break;
+            }
+            cj = (cj + 1) % k;
+        }
+        for j in 0..d {
+            let (a, b) = if j % 2 == 0 {
+                (1.0 + EPS, 1.0 - EPS)
+            } else {
+                (1.0 - EPS, 1.0 + EPS)
+            };
+            centres[ci * d + j] = centres[cj * d + j] * a;
+            centres[cj * d + j] *= b;
+        }
+        counts[ci] = counts[cj] / 2;
+        counts[cj] -= counts[ci];
+    }
 }
 
 /// Normalised mutual information (arithmetic mean of the entropies, as sklearn's default).
@@ -272,6 +311,33 @@ mod tests {
             }
         }
         assert!(covered >= 2, "{covered} of 8 draws cover the blobs");
+    }
+
+    /// Duplicate points drawn as starts: the empty centre takes half of a cluster (faiss's
+    /// split) and k-means still finds both groups.
+    #[test]
+    fn an_empty_cluster_is_split_as_faiss_splits_it() {
+        let dev = Device::default();
+        // Ten copies of (1, 0.5) and ten of (3, 0.5): every start among the copies of one point
+        // leaves a centre empty after the first assignment. (On the diagonal faiss's split would
+        // tie: its nudges are symmetric there.)
+        let pts: Vec<f32> = (0..20)
+            .flat_map(|i| if i < 10 { [1.0, 0.5] } else { [3.0, 0.5] })
+            .collect();
+        let labels: Vec<u32> = (0..20).map(|i| u32::from(i >= 10)).collect();
+        let x = Embeddings::new(pts, 20, 2).unwrap();
+        for seed in 0..10 {
+            let a = kmeans(&x, 2, 50, seed, &dev).unwrap();
+            assert!((nmi(&a, &labels) - 1.0).abs() < 1e-9, "seed {seed}: {a:?}");
+        }
+        let (mut centres, mut counts) = (vec![2.0, 4.0, 0.0, 0.0], vec![6, 0]);
+        split_empty(&mut centres, &mut counts, 2, &mut ChaCha8Rng::seed_from_u64(0));
+        assert_eq!(counts, [3, 3]);
+        let e = 1.0 / 1024.0;
+        assert_eq!(
+            centres,
+            [2.0 * (1.0 - e), 4.0 * (1.0 + e), 2.0 * (1.0 + e), 4.0 * (1.0 - e)]
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub struct EmbedJob {
     pub out: Option<PathBuf>,
     #[serde(default)]
     pub overwrite: bool,
-    #[serde(default)]
+    #[serde(default = "crate::field::yes")]
     pub progress: bool,
 }
 

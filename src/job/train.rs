@@ -11,21 +11,29 @@ use std::path::PathBuf;
 /// What a training run is asked for, as each front end's options give it (read from JSON by
 /// the Python package, by these names).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct TrainJob {
     /// A preset name or a TOML file.
     pub config: String,
     /// `KEY=VALUE` overrides, then the shorthands for `train.epochs` and `train.max_batches`.
+    #[serde(default)]
     pub set: Vec<String>,
+    #[serde(default)]
     pub epochs: Option<usize>,
+    #[serde(default)]
     pub max_batches: Option<usize>,
     /// A defense as an inline TOML table, or `none`.
+    #[serde(default)]
     pub defense: Option<String>,
     /// The data set's folder, when not the config's.
+    #[serde(default)]
     pub data: Option<PathBuf>,
     pub out: PathBuf,
+    #[serde(default)]
     pub resume: bool,
+    #[serde(default)]
     pub overwrite: bool,
+    #[serde(default = "crate::field::yes")]
     pub progress: bool,
     /// How warnings name the options: the front end's words.
     #[serde(skip)]

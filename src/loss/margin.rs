@@ -77,12 +77,8 @@ impl Loss for Margin {
         Ok(())
     }
 
-    fn beta_lr(&self) -> f64 {
-        self.beta_lr
-    }
-
-    fn trainable_beta(&self) -> Option<f32> {
-        Some(self.beta)
+    fn trainable_beta(&self) -> Option<(f32, f64)> {
+        Some((self.beta, self.beta_lr))
     }
 
     fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {

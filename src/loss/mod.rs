@@ -100,7 +100,7 @@ impl LossParams {
         let beta = cfg
             .unit()
             .trainable_beta()
-            .map(|b| Param::from_tensor(Tensor::<1>::from_floats([b], device)));
+            .map(|(b, _)| Param::from_tensor(Tensor::<1>::from_floats([b], device)));
         Self { beta }
     }
 }

@@ -27,14 +27,10 @@ pub trait Loss {
     /// Checks its parameters; an error names the key (`loss.margin`) and what is expected.
     fn validate(&self) -> Result<()>;
 
-    /// The initial value of a trainable scalar the loss owns (the margin loss's β).
-    fn trainable_beta(&self) -> Option<f32> {
+    /// A trainable scalar the loss owns (the margin loss's β): its initial value and its
+    /// learning rate.
+    fn trainable_beta(&self) -> Option<(f32, f64)> {
         None
-    }
-
-    /// The learning rate of what [`Loss::trainable_beta`] makes (the margin loss's `beta_lr`).
-    fn beta_lr(&self) -> f64 {
-        0.0
     }
 
     /// The tuple loss it is, for the defenses that evaluate a loss on perturbed tuples (the

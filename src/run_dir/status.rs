@@ -30,7 +30,16 @@ pub fn check_finished(dir: &Path) -> Result<RunStatus> {
     let d = dir.display();
     // What the caller named is not a finished run: an input error (missing: not found).
     let not_run = |msg: String| Err(crate::input_error(msg));
-    match super::inspect(dir)? {
+    // A folder that cannot be read is the machine's; one that is not a run folder (a file, a
+    // checkpoint through a link) is what the caller named.
+    let found = super::inspect(dir).map_err(|e| {
+        if e.chain().any(|c| c.is::<std::io::Error>()) {
+            e
+        } else {
+            crate::input_error(format!("{e:#}"))
+        }
+    })?;
+    match found {
         Found::Nothing if dir.exists() => return not_run(format!("{d}: not an rdml run folder (it is empty)")),
         Found::Nothing => return Err(crate::not_found(format!("{d}: no such folder"))),
         Found::Foreign => {
@@ -53,8 +62,9 @@ pub fn check_finished(dir: &Path) -> Result<RunStatus> {
         Found::Finished { .. } => {}
     }
     let p = dir.join(RUN);
-    let run = status(dir).with_context(|| format!("{}: not a run.json written by rdml", p.display()))?;
-    ensure!(dir.join(MODEL).is_file(), "{d}: the run has no model.safetensors",);
+    let run =
+        status(dir).ok_or_else(|| crate::input_error(format!("{}: not a run.json written by rdml", p.display())))?;
+    crate::ensure_input!(dir.join(MODEL).is_file(), "{d}: the run has no model.safetensors");
     Ok(run)
 }
 

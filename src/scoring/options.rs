@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 /// The budget (a profile changed by `eps`, `step`, `steps`, `norm`, `random_start`), how the
 /// images are moved, and which queries are attacked with which seed. Read from JSON (the Python
-/// package's keywords), a key left out or `null` takes its default here.
+/// package's keywords), a key left out takes its default here.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScoringOptions {

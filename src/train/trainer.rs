@@ -146,10 +146,8 @@ impl Trainer {
         let g_net = GradientsParams::from_module(&mut grads, &self.net);
         let g_loss = GradientsParams::from_module(&mut grads, &self.loss_params);
         self.net = self.optim.step(exp.train.optimizer.lr, self.net, g_net);
-        if self.loss_params.beta.is_some() {
-            self.loss_params = self
-                .optim_loss
-                .step(exp.loss.unit().beta_lr(), self.loss_params, g_loss);
+        if let (Some(_), Some((_, lr))) = (&self.loss_params.beta, exp.loss.unit().trainable_beta()) {
+            self.loss_params = self.optim_loss.step(lr, self.loss_params, g_loss);
         }
         Ok((self, value, diag))
     }
