@@ -126,6 +126,9 @@ def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path, run):
         rdml.open(tmp_path / "nothing")
     with pytest.raises(ValueError, match="not an rdml run folder"):
         rdml.open(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a folder"):
+        rdml.open(tmp_path / "a-file")
     with pytest.raises(ValueError, match="no-such-preset"):
         rdml.train("no-such-preset", tmp_path / "x", quiet=True)
     with pytest.raises(ValueError, match="epochz"):
