@@ -10,6 +10,10 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
+/// faiss's default `niter`, which robrank's `faiss.Kmeans(seed=123)` runs (PML's `FaissKMeans`
+/// asks 20).
+pub const FAISS_NITER: usize = 25;
+
 /// faiss's `max_points_per_centroid`: beyond `k` times this many points, the centroids are fitted
 /// on a uniform sample of that size.
 const MAX_POINTS_PER_CENTROID: usize = 256;

@@ -28,7 +28,8 @@ pub struct EvalConfig {
     /// Compute NMI (k-means with k = number of test classes).
     #[serde(default = "yes")]
     pub nmi: bool,
-    #[serde(default = "d100")]
+    /// Lloyd iterations at most (faiss's `niter`, robrank's 25).
+    #[serde(default = "kmeans_iters")]
     pub kmeans_iters: usize,
     #[serde(default = "yes")]
     pub pi_ratio: bool,
@@ -40,8 +41,8 @@ pub struct EvalConfig {
 fn d128() -> usize {
     128
 }
-fn d100() -> usize {
-    100
+fn kmeans_iters() -> usize {
+    cluster::FAISS_NITER
 }
 fn one() -> usize {
     1
@@ -59,7 +60,7 @@ impl Default for EvalConfig {
             batch_size: 128,
             recall_ks: d_ks(),
             nmi: true,
-            kmeans_iters: 100,
+            kmeans_iters: cluster::FAISS_NITER,
             pi_ratio: true,
             every: 1,
         }

@@ -75,7 +75,7 @@ impl Attack for FeatureSpace {
             l.dedup();
             l.len()
         };
-        let a = cluster::kmeans(attacked, k, 100, seed, &target.device)?;
+        let a = cluster::kmeans(attacked, k, cluster::FAISS_NITER, seed, &target.device)?;
         let mut scores = vec![Score {
             name: Column::NMI,
             value: cluster::nmi(&a, &ql),
