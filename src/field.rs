@@ -1,7 +1,8 @@
 //! The options a message names, in each front end's own words. Library messages write an
 //! option as `⟨name⟩` (one that takes a value) or `⟨name!⟩` (a switch); the command line says
-//! `--name`, Python `name=` and `name=True` (its keyword, `-` read as `_`). Nothing else in a
-//! message changes.
+//! `--name`, Python `name=` and `name=True` (its keyword, `-` read as `_`). A build with a cargo
+//! feature is `⟨+feature⟩`: `cargo build` of the command, `maturin develop` of the package.
+//! Nothing else in a message changes.
 
 /// Reads a request's field from the text the command line writes it as (`--split test`,
 /// `--arch resnet18`), with that parser's message (for `#[serde(deserialize_with)]`).
@@ -41,6 +42,21 @@ pub fn render(msg: &str, words: Words) -> String {
         let after = &rest[i + '⟨'.len_utf8()..];
         let Some(j) = after.find('⟩') else { break };
         let token = &after[..j];
+        if let Some(feature) = token
+            .strip_prefix('+')
+            .filter(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_lowercase()))
+        {
+            out.push_str(&rest[..i]);
+            out.push_str(&match words {
+                Words::CommandLine => format!("`cargo build --release --features {feature}`"),
+                Words::Python => {
+                    format!("the package built with `maturin develop --release --features {feature}` in python/")
+                }
+                Words::Plain => format!("a build with the {feature} feature"),
+            });
+            rest = &after[j + '⟩'.len_utf8()..];
+            continue;
+        }
         let (name, switch) = match token.strip_suffix('!') {
             Some(n) => (n, true),
             None => (token, false),
@@ -100,6 +116,15 @@ mod tests {
             "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim=64"
         );
         assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
+        let build = "no CUDA: build it with ⟨+cuda⟩";
+        assert_eq!(
+            render(build, Words::CommandLine),
+            "no CUDA: build it with `cargo build --release --features cuda`"
+        );
+        assert_eq!(
+            render(build, Words::Python),
+            "no CUDA: build it with the package built with `maturin develop --release --features cuda` in python/"
+        );
         assert_eq!(render("choose another ⟨out⟩", Words::Plain), "choose another out");
         // A `⟨` of the user's (a path) is not a token; the token after it still is.
         assert_eq!(

@@ -38,7 +38,8 @@ fn cuda_in_a_build_without_the_feature_names_the_feature() {
         "{text}"
     );
     assert!(
-        text.contains("auto → cpu") && text.contains("this build has no CUDA (--features cuda)"),
+        text.contains("auto → cpu")
+            && text.contains("this build has no CUDA (`cargo build --release --features cuda` adds it)"),
         "{text}"
     );
 }

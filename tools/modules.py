@@ -78,8 +78,9 @@ def circles(g):
     return out
 
 
-# Not rdml's options: cargo's, docker's, and the help switch every program has.
-NOT_OPTIONS = ("--features", "--release", "--help", "--gpus")
+# Not rdml's options: docker's (named with `docker run`) and the help switch every program has. A
+# build with a cargo feature is the token ⟨+feature⟩, which each front end words.
+NOT_OPTIONS = ("--help", "--gpus")
 
 
 def flag_names(path, text):

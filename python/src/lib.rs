@@ -75,7 +75,8 @@ fn presets() -> Vec<(String, String)> {
 /// What `rdml devices` lists.
 #[pyfunction]
 fn devices(py: Python<'_>) -> PyResult<Vec<String>> {
-    py.allow_threads(rdml::device::list).map_err(raise)
+    let lines = py.allow_threads(rdml::device::list).map_err(raise)?;
+    Ok(lines.iter().map(|l| rdml::field::render(l, Words::Python)).collect())
 }
 
 /// `rdml train`: the library's `TrainJob` (JSON, its field names) trained into its `out`, and

@@ -62,7 +62,9 @@ pub struct DevicesArgs {}
 
 pub fn devices(_args: DevicesArgs, flag: Option<&str>, _quiet: bool) -> Result<Outcome> {
     super::no_device(flag, "devices")?;
-    rdml::device::list()?.iter().for_each(|l| println!("{l}"));
+    for l in rdml::device::list()? {
+        println!("{}", rdml::field::render(&l, rdml::field::Words::CommandLine));
+    }
     Ok(Outcome::Done)
 }
 

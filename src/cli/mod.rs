@@ -124,7 +124,10 @@ fn open_device(flag: Option<&str>, configs: &[&Experiment], quiet: bool) -> Resu
     let named: Vec<_> = configs.iter().map(|e| e.train.device).collect();
     let s = rdml::device::open(flag, &named)?;
     if !quiet {
-        eprintln!("device: {}", s.description);
+        eprintln!(
+            "device: {}",
+            rdml::field::render(&s.description, rdml::field::Words::CommandLine)
+        );
     }
     Ok(s.device)
 }

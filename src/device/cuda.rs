@@ -59,7 +59,7 @@ impl CudaProbe {
         if !self.driver {
             return Some(
                 "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver; in a \
-                 container, start it with the GPU exposed, e.g. `--gpus all`)"
+                 container, start it with the GPU exposed, e.g. `docker run --gpus all`)"
                     .into(),
             );
         }
@@ -132,8 +132,8 @@ pub(super) use imp::{devices, open};
 mod imp {
     use super::*;
 
-    const NO_FEATURE: &str = "this rdml was built without CUDA; build it with `cargo build \
-        --release --features cuda` (needs the NVIDIA driver, NVRTC and the CUDA headers at run time)";
+    const NO_FEATURE: &str = "this rdml was built without CUDA; build it with ⟨+cuda⟩ (needs the NVIDIA \
+        driver, NVRTC and the CUDA headers at run time)";
 
     pub fn open(index: Option<usize>) -> Result<Selected> {
         let choice = super::super::choice::DeviceChoice::Cuda(index);

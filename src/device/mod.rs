@@ -51,7 +51,7 @@ fn auto() -> Selected {
             Err(e) => why.push(format!("no CUDA device ({e:#})")),
         }
     } else {
-        why.push("this build has no CUDA (--features cuda)".to_string());
+        why.push("this build has no CUDA (⟨+cuda⟩ adds it)".to_string());
     }
     if VULKAN_BUILT {
         let gpu = vulkan::adapters().ok().and_then(|a| a.into_iter().find(|a| a.is_gpu));
@@ -61,7 +61,7 @@ fn auto() -> Selected {
             None => why.push("no Vulkan GPU found".to_string()),
         }
     } else {
-        why.push("this build has no Vulkan (--features vulkan)".to_string());
+        why.push("this build has no Vulkan (⟨+vulkan⟩ adds it)".to_string());
     }
     let mut s = cpu();
     s.description += &format!("; auto: {}", why.join("; "));
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn vulkan_without_the_feature_names_the_feature() {
         let e = select(DeviceChoice::Vulkan(None)).unwrap_err().to_string();
-        assert!(e.contains("--features vulkan"), "{e}");
+        assert!(e.contains("⟨+vulkan⟩"), "{e}");
     }
 
     #[cfg(not(feature = "cuda"))]
@@ -228,11 +228,11 @@ mod tests {
                 e.starts_with(&format!("⟨device⟩ {c}: this rdml was built without CUDA")),
                 "{e}"
             );
-            assert!(e.contains("--features cuda"), "{e}");
+            assert!(e.contains("⟨+cuda⟩"), "{e}");
         }
-        assert!(cuda_devices().unwrap_err().to_string().contains("--features cuda"));
+        assert!(cuda_devices().unwrap_err().to_string().contains("⟨+cuda⟩"));
         let auto = select(DeviceChoice::Auto).unwrap().description;
-        assert!(auto.contains("this build has no CUDA (--features cuda)"), "{auto}");
+        assert!(auto.contains("this build has no CUDA (⟨+cuda⟩ adds it)"), "{auto}");
     }
 
     #[test]

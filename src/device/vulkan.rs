@@ -10,8 +10,8 @@ use burn::tensor::Device;
 pub(super) use imp::{adapters, open};
 
 #[cfg(not(feature = "vulkan"))]
-const NO_FEATURE: &str = "this rdml was built without Vulkan support; build it with \
-     `cargo build --release --features vulkan` (needs a Vulkan driver at run time)";
+const NO_FEATURE: &str = "this rdml was built without Vulkan support; build it with ⟨+vulkan⟩ \
+     (needs a Vulkan driver at run time)";
 
 #[cfg(not(feature = "vulkan"))]
 mod imp {
