@@ -57,9 +57,8 @@ impl Model {
         Ok(match self {
             Model::Outside(m) => Arc::new(External::new(m, device)),
             Model::Run(dir) => {
-                crate::run_dir::check_finished(&dir)?;
-                // The run is finished: weights that do not fit a model built for these images
-                // mean images of another shape than the run's data.
+                // Weights that do not fit a model built for these images mean images of another
+                // shape than the run's data (load_model checks the run is finished first).
                 let (_, net) = crate::train::load_model(&dir, item, device).map_err(|e| {
                     let [c, h, w] = item;
                     let said = format!("{e:#}");

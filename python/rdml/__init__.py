@@ -89,23 +89,13 @@ def metrics(
     ``ref_includes_query``) with a warning; labels that leave every query alone in its class are
     a ``ValueError``: the metrics would be undefined.
     """
-    if distance not in ("euclidean", "cosine"):
-        raise ValueError(f'distance = {distance!r}: expected "euclidean" or "cosine"')
     q = _matrix(embeddings, "embeddings")
     if (gallery is None) != (gallery_labels is None):
         raise ValueError("gallery and gallery_labels go together")
-    if q.shape[0] < (1 if gallery is not None else 2):
-        raise ValueError(
-            f"embeddings: {q.shape[0]} row(s); each query is ranked against the others, so at least 2 are needed"
-            if gallery is None
-            else "embeddings: no query rows"
-        )
     ql = _labels(labels, q.shape[0], "labels")
     g_bytes, g_n, gl = None, 0, None
     if gallery is not None:
         g = _matrix(gallery, "gallery")
-        if g.shape[1] != q.shape[1]:
-            raise ValueError(f"gallery: {g.shape[1]} dimensions, the queries have {q.shape[1]}")
         g_bytes, g_n, gl = g.tobytes(), g.shape[0], _labels(gallery_labels, g.shape[0], "gallery_labels")
     ks = [int(k) for k in recall_ks]
     out = _rdml.metrics(
@@ -117,7 +107,7 @@ def metrics(
         gallery_n=g_n,
         gallery_labels=gl,
         recall_ks=ks,
-        cosine=distance == "cosine",
+        distance=str(distance),
         nmi=bool(nmi),
         pi_ratio=bool(pi_ratio),
         seed=int(seed),

@@ -17,7 +17,7 @@ use words::{floats, invalid, invalid_or_raise, open_device, raise, to_bytes};
 /// `eval --json`'s metrics of query embeddings `[n, dim]` (float32 bytes) with labels, each
 /// query against the others or against a gallery; `cosine` ranks by cosine similarity.
 #[pyfunction]
-#[pyo3(signature = (query, n, dim, labels, gallery, gallery_n, gallery_labels, recall_ks, cosine, nmi, pi_ratio, seed))]
+#[pyo3(signature = (query, n, dim, labels, gallery, gallery_n, gallery_labels, recall_ks, distance, nmi, pi_ratio, seed))]
 #[allow(clippy::too_many_arguments)]
 fn metrics(
     py: Python<'_>,
@@ -29,7 +29,7 @@ fn metrics(
     gallery_n: usize,
     gallery_labels: Option<Vec<i64>>,
     recall_ks: Vec<usize>,
-    cosine: bool,
+    distance: String,
     nmi: bool,
     pi_ratio: bool,
     seed: u64,
@@ -50,7 +50,7 @@ fn metrics(
         },
         dim,
         gallery,
-        cosine,
+        distance,
         eval: rdml::eval::EvalConfig {
             recall_ks,
             nmi,

@@ -22,8 +22,8 @@ pub struct MetricsJob {
     pub dim: usize,
     /// The items the queries are ranked among; `None`: the queries among themselves.
     pub gallery: Option<Labelled>,
-    /// Rank by cosine similarity (rows scaled to unit length) rather than Euclidean distance.
-    pub cosine: bool,
+    /// `euclidean`, or `cosine` (rows scaled to unit length first).
+    pub distance: String,
     pub eval: EvalConfig,
     /// NMI's k-means seed.
     pub seed: u64,
@@ -32,13 +32,42 @@ pub struct MetricsJob {
 impl MetricsJob {
     pub fn run(mut self, device: &Device) -> Result<Metrics> {
         self.eval.validate().map_err(|e| crate::input_error(format!("{e:#}")))?;
+        let cosine = match self.distance.as_str() {
+            "euclidean" => false,
+            "cosine" => true,
+            d => {
+                return Err(crate::input_error(format!(
+                    "distance = {d:?}: expected \"euclidean\" or \"cosine\""
+                )));
+            }
+        };
+        crate::ensure_input!(
+            self.query.n >= if self.gallery.is_some() { 1 } else { 2 },
+            "{}",
+            if self.gallery.is_some() {
+                "embeddings: no query rows".to_string()
+            } else {
+                format!(
+                    "embeddings: {} row(s); each query is ranked against the others, so at least 2 are needed",
+                    self.query.n
+                )
+            }
+        );
+        if let Some(g) = &self.gallery {
+            let g_dim = g.values.len() / g.n.max(1);
+            crate::ensure_input!(
+                g.n == 0 || g_dim == self.dim,
+                "gallery: {g_dim} dimensions, the queries have {}",
+                self.dim
+            );
+        }
         crate::ensure_input!(
             self.query.labels.len() == self.query.n,
             "labels: {} labels for {} embeddings",
             self.query.labels.len(),
             self.query.n
         );
-        if self.cosine {
+        if cosine {
             unit_rows(&mut self.query.values, self.dim);
             if let Some(g) = self.gallery.as_mut() {
                 unit_rows(&mut g.values, self.dim);
