@@ -31,7 +31,7 @@ fn engine_respects_budgets_and_frozen_rows() {
             norm,
             random_start: true,
         };
-        let obj = EmbeddingShift { clean: clean.clone() };
+        let obj = EmbeddingShift::new(clean.clone());
         let xa = Request::new(&net, &obj, &pgd)
             .movable(Some(&[true, false, true, true]))
             .seed(3)
@@ -58,7 +58,7 @@ fn engine_respects_budgets_and_frozen_rows() {
             norm: Norm::Linf,
             random_start: false,
         };
-        let xa = Request::new(&net, &EmbeddingShift { clean: clean.clone() }, &pgd)
+        let xa = Request::new(&net, &EmbeddingShift::new(clean.clone()), &pgd)
             .run(&x)
             .unwrap();
         let s: f32 = (net.forward(xa) - clean.clone())
@@ -262,7 +262,7 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
         norm: Norm::Linf,
         random_start: false,
     };
-    let xp = Request::new(&net, &EmbeddingShift { clean: clean.clone() }, &pgd)
+    let xp = Request::new(&net, &EmbeddingShift::new(clean.clone()), &pgd)
         .run(&x)
         .unwrap();
     let reach = (net.forward(xp) - clean.clone())

@@ -4,8 +4,10 @@
 mod common;
 use common::small;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData};
 use rdml::attack::budget::{Norm, Pgd};
+use rdml::attack::engine::Request;
+use rdml::attack::objective::shift::{EmbeddingShift, FirstStep};
 use rdml::attack::registry::{SpecBudget, attack, attack_with_budget, method};
 use rdml::attack::suite::{Context, Setup, run, run_with};
 
@@ -420,18 +422,35 @@ fn robrank_compat_measures_es_d_before_the_last_step() {
     let es = attack("ES").unwrap();
     let score = |compat: bool, steps: usize| {
         let ctx = Context::new(&net, &set, &dev, compat).unwrap();
-        run(&ctx, es.as_ref(), &pgd(0.1, 0.05, steps), 16, 8, 0).unwrap()
+        run(&ctx, es.as_ref(), &pgd(0.1, 0.05, steps), 8, 8, 0).unwrap()
     };
     // One step: robrank measures the forward pass before it, on the clean images.
     let (ours, robrank) = (score(false, 1), score(true, 1));
     assert!(ours.score("ES:D").unwrap() > 1e-3, "{ours:?}");
     assert!(robrank.score("ES:D").unwrap() < 1e-5, "{robrank:?}");
-    // ES:R is measured on the final images either way.
-    assert_eq!(ours.score("ES:R"), robrank.score("ES:R"));
-    // More steps: robrank's shift is the one of a step fewer.
-    let (three, two) = (
-        score(true, 3).score("ES:D").unwrap(),
-        score(false, 2).score("ES:D").unwrap(),
-    );
-    assert!((three - two).abs() < 1e-6, "{three} vs {two}");
+    // Three steps: robrank's shift is the one after two steps from its own first step (one
+    // constant offset of every coordinate), the shift of the first 8 images by hand.
+    let ctx = Context::new(&net, &set, &dev, true).unwrap();
+    let mut pixels = vec![0.0f32; 8 * 28 * 28];
+    for (i, row) in pixels.chunks_mut(28 * 28).enumerate() {
+        set.load_into(i, None, row).unwrap();
+    }
+    let x = Tensor::<4>::from_data(TensorData::new(pixels, [8, 1, 28, 28]), &dev);
+    let clean = net.forward(x.clone());
+    let shift = EmbeddingShift {
+        clean: clean.clone(),
+        first_step: FirstStep::robrank(ctx.distance),
+    };
+    let two_steps = Request::new(&net, &shift, &pgd(0.1, 0.05, 2)).run(&x).unwrap();
+    let moved = (net.forward(two_steps) - clean).powi_scalar(2).sum_dim(1).sqrt();
+    let by_hand = moved.mean().into_scalar::<f32>() as f64;
+    let three = score(true, 3).score("ES:D").unwrap();
+    assert!((three - by_hand).abs() < 1e-5, "{three} vs {by_hand}");
+    // rdml's own first step (a jitter) goes elsewhere.
+    let jitter = Request::new(&net, &EmbeddingShift::new(net.forward(x.clone())), &pgd(0.1, 0.05, 2))
+        .run(&x)
+        .unwrap();
+    let robrank_two = Request::new(&net, &shift, &pgd(0.1, 0.05, 2)).run(&x).unwrap();
+    let apart = (jitter - robrank_two).abs().max().into_scalar::<f32>();
+    assert!(apart > 1e-3, "the two first steps moved the images alike ({apart})");
 }

@@ -480,7 +480,7 @@ fn formulation_3_regularises_every_sample_of_the_batch() {
     // By hand: the ES attack on every image, the mean shift of all 16 and of the 8 anchors.
     let clean = b.net.forward(b.x.clone());
     let pgd = f3.pgd();
-    let z = engine::Request::new(&b.net, &EmbeddingShift { clean: clean.clone() }, &pgd)
+    let z = engine::Request::new(&b.net, &EmbeddingShift::new(clean.clone()), &pgd)
         .run(&b.x)
         .unwrap();
     let shift = read(&d.rows(b.net.forward(z), clean).reshape([-1, 1]));

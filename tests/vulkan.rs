@@ -185,7 +185,7 @@ fn a_pgd_step_agrees() {
                 norm,
                 random_start,
             };
-            let xa = Request::new(&net, &EmbeddingShift { clean }, &pgd)
+            let xa = Request::new(&net, &EmbeddingShift::new(clean), &pgd)
                 .movable(movable)
                 .seed(5)
                 .run(&x)

@@ -61,8 +61,9 @@ pub struct Budget {
     #[arg(long, default_value_t = rdml::scoring::defaults::SEED)]
     pub seed: u64,
     /// Follow robrank's code where it differs from its definitions: GTM's target index (a
-    /// position in the other-class subset, the query's slot kept), LTM's self mask, and ES:D
-    /// measured before the last step (README "rdml attack").
+    /// position in the other-class subset, the query's slot kept), LTM's self mask, ES's first
+    /// step (one constant offset of every coordinate) and ES:D measured before the last step
+    /// (README "rdml attack").
     #[arg(long)]
     pub robrank_compat: bool,
 }

@@ -60,8 +60,6 @@ impl Defense for Est {
 
 /// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings.
 pub fn shift(net: &EmbeddingNet, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
-    let obj = EmbeddingShift {
-        clean: clean.clone().detach(),
-    };
+    let obj = EmbeddingShift::new(clean.clone().detach());
     Request::new(net, &obj, pgd).run(x)
 }

@@ -1,14 +1,16 @@
 //! Embedding shift (ES, robrank): each query is pushed as far as the budget allows from its own
 //! clean embedding; reported as the distance moved in the model's own distance (ES:D: Euclidean,
 //! or `1 − cos` for a cosine-distance model, as robrank) and Recall@1 after it (ES:R). With
-//! `--robrank-compat`, ES:D is measured where robrank measures it: on the last forward pass of
-//! the attack, before its last step; otherwise on the final images.
+//! `--robrank-compat`, the attack starts as robrank's does (one constant offset of every
+//! coordinate at the first step, [`FirstStep::robrank`]) and ES:D is measured where robrank
+//! measures it: on the last forward pass of the attack, before its last step; otherwise the first
+//! step is rdml's jitter and ES:D is measured on the final images.
 
 use super::attacked_recall;
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
-use crate::attack::objective::shift::EmbeddingShift;
+use crate::attack::objective::shift::{EmbeddingShift, FirstStep};
 use crate::attack::score::AttackResult;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
@@ -33,7 +35,14 @@ impl Attack for Es {
         Ok(Box::new(EsPlan {
             items: items.to_vec(),
             objective: Recorded {
-                shift: EmbeddingShift { clean: ctx.rows(items) },
+                shift: EmbeddingShift {
+                    clean: ctx.rows(items),
+                    first_step: if ctx.robrank_compat {
+                        FirstStep::robrank(ctx.distance)
+                    } else {
+                        FirstStep::Jitter
+                    },
+                },
                 last: RefCell::new(None),
             },
             robrank_compat: ctx.robrank_compat,
