@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
     let batch = 128;
     let ctx = target.context(&device, false, batch)?;
     // robrank's MNIST budget (L∞ ε 77/255, 32 steps of 3/255), unchanged by flags or spec keys.
-    let pgd = resolve("rob28", &Overrides::default(), &Overrides::default())?;
+    let pgd = resolve("rob28", &Overrides::default(), &Overrides::default(), false)?;
     let method = registry::method("white-box")?;
     let setup = suite::Setup {
         target: &ctx,

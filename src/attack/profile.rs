@@ -21,6 +21,11 @@ pub struct Profile {
     pub step: StepRule,
     pub steps: usize,
     pub random_start: bool,
+    /// The (ε, step) robrank's code writes for this profile (`cmdline.py`'s spec strings, e.g.
+    /// `eps=0.30196:alpha=0.011764`): decimals a little off the fractions, which are what a
+    /// robrank-compatible run uses, since 32 sign steps carry the difference to the few queries an
+    /// attack turns by a hair (GTM on robrank's own Fashion checkpoint: 2 of 128).
+    pub robrank_code: Option<(f32, f32)>,
 }
 
 pub const PROFILES: &[Profile] = &[
@@ -31,6 +36,7 @@ pub const PROFILES: &[Profile] = &[
         step: StepRule::Fixed(3.0 / 255.0),
         steps: 32,
         random_start: false,
+        robrank_code: Some((0.30196, 0.011764)),
     },
     Profile {
         name: "rob224",
@@ -39,6 +45,7 @@ pub const PROFILES: &[Profile] = &[
         step: StepRule::Fixed(3.0 / 255.0),
         steps: 32,
         random_start: false,
+        robrank_code: Some((0.03137, 0.011764)),
     },
     Profile {
         name: "pp-pgd5",
@@ -47,6 +54,7 @@ pub const PROFILES: &[Profile] = &[
         step: StepRule::TwiceEpsOverSteps,
         steps: 5,
         random_start: true,
+        robrank_code: None,
     },
 ];
 
@@ -86,14 +94,15 @@ impl From<SpecBudget> for Overrides {
 /// The budget of a command: profile `name` changed by the user's `flags` and by an attack
 /// spec's own budget keys (`spec`, robrank's `eps=…:alpha=…:pgditer=…`), which must agree with
 /// the flags where both are given; validated with the keys named as options (`⟨eps⟩`, …: each
-/// front end says them in its own words, [`crate::field`]).
-pub fn resolve(name: &str, flags: &Overrides, spec: &Overrides) -> Result<Pgd> {
-    resolve_as(name, flags, spec, "⟨")
+/// front end says them in its own words, [`crate::field`]). With `robrank_compat`, the profile's
+/// ε and step are the decimals robrank's code writes ([`Profile::robrank_code`]).
+pub fn resolve(name: &str, flags: &Overrides, spec: &Overrides, robrank_compat: bool) -> Result<Pgd> {
+    resolve_as(name, flags, spec, robrank_compat, "⟨")
 }
 
 /// [`resolve`], with the keys named as `prefix` + `eps`, `profile`, … (`--` on the command
 /// line; nothing for a library request, whose fields are the Python package's keywords).
-pub fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, prefix: &str) -> Result<Pgd> {
+fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, robrank_compat: bool, prefix: &str) -> Result<Pgd> {
     fn both<T: PartialEq + std::fmt::Display + Copy>(
         flag: Option<T>,
         key: Option<T>,
@@ -124,12 +133,25 @@ pub fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, prefix: &str)
     } else {
         format!("{prefix}profile")
     };
-    let pgd = profile(name).with_context(|| key)?.pgd(&o);
+    let p = profile(name).with_context(|| key)?;
+    let pgd = match (robrank_compat, p.robrank_code) {
+        (true, Some(code)) => p.as_robrank_writes(code).pgd(&o),
+        _ => p.pgd(&o),
+    };
     pgd.validate_as(prefix)?;
     Ok(pgd)
 }
 
 impl Profile {
+    /// This profile with robrank's decimals `(ε, step)` for its fractions.
+    fn as_robrank_writes(&self, (eps, step): (f32, f32)) -> Profile {
+        Profile {
+            eps,
+            step: StepRule::Fixed(step),
+            ..*self
+        }
+    }
+
     /// The profile's PGD budget with `o` applied; a step rule follows the final ε and steps.
     pub fn pgd(&self, o: &Overrides) -> Pgd {
         let eps = o.eps.unwrap_or(self.eps);
@@ -174,19 +196,38 @@ mod resolve_tests {
     /// A spec's budget fills what the flags leave out, and a disagreement names the flag.
     #[test]
     fn flags_and_a_specs_budget_merge_or_disagree() {
-        let p = resolve("rob28", &o(None, None), &o(Some(0.1), Some(4))).unwrap();
+        let p = resolve("rob28", &o(None, None), &o(Some(0.1), Some(4)), false).unwrap();
         assert_eq!((p.eps, p.steps), (0.1, 4));
-        let p = resolve("rob28", &o(Some(0.1), None), &o(Some(0.1), Some(4))).unwrap();
+        let p = resolve("rob28", &o(Some(0.1), None), &o(Some(0.1), Some(4)), false).unwrap();
         assert_eq!((p.eps, p.steps), (0.1, 4));
-        let e = resolve("rob28", &o(Some(0.2), None), &o(Some(0.1), None))
+        let e = resolve("rob28", &o(Some(0.2), None), &o(Some(0.1), None), false)
             .unwrap_err()
             .to_string();
         assert_eq!(e, "⟨eps⟩ 0.2 and the attack spec's value 0.1 disagree: give one");
-        let e = format!("{:#}", resolve("rob99", &o(None, None), &o(None, None)).unwrap_err());
+        let e = format!(
+            "{:#}",
+            resolve("rob99", &o(None, None), &o(None, None), false).unwrap_err()
+        );
         assert!(e.starts_with("⟨profile⟩: unknown profile 'rob99'"), "{e}");
-        let e = resolve("rob28", &o(Some(f32::INFINITY), None), &o(None, None))
+        let e = resolve("rob28", &o(Some(f32::INFINITY), None), &o(None, None), false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("⟨eps⟩ must be a finite number"), "{e}");
+    }
+
+    /// robrank-compatible runs take robrank's decimals for the fractions; what a user gives
+    /// still wins, and a profile robrank has not has none.
+    #[test]
+    fn robrank_compat_takes_the_decimals_robranks_code_writes() {
+        let exact = resolve("rob28", &o(None, None), &o(None, None), false).unwrap();
+        assert_eq!((exact.eps, exact.step), (77.0 / 255.0, 3.0 / 255.0));
+        let code = resolve("rob28", &o(None, None), &o(None, None), true).unwrap();
+        assert_eq!((code.eps, code.step, code.steps), (0.30196, 0.011764, 32));
+        let code = resolve("rob224", &o(None, None), &o(None, None), true).unwrap();
+        assert_eq!((code.eps, code.step), (0.03137, 0.011764));
+        let given = resolve("rob28", &o(Some(0.1), None), &o(None, None), true).unwrap();
+        assert_eq!((given.eps, given.step), (0.1, 0.011764));
+        let pp = resolve("pp-pgd5", &o(None, None), &o(None, None), true).unwrap();
+        assert_eq!(pp.eps, 0.01);
     }
 }

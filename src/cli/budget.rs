@@ -60,10 +60,10 @@ pub struct Budget {
     /// Seed of the attacks' selections and random starts.
     #[arg(long, default_value_t = rdml::scoring::defaults::SEED)]
     pub seed: u64,
-    /// Follow robrank's code where it differs from its definitions: GTM's target index (a
-    /// position in the other-class subset, the query's slot kept), LTM's self mask, ES's first
-    /// step (one constant offset of every coordinate) and ES:D measured before the last step
-    /// (README "rdml attack").
+    /// Follow robrank's code where it differs from its definitions: the profiles' budgets as its
+    /// code writes them (rob28: ε 0.30196, step 0.011764), GTM's target index (a position in the
+    /// other-class subset, the query's slot kept), LTM's self mask, ES's first step (one constant
+    /// offset of every coordinate) and ES:D measured before the last step (README "rdml attack").
     #[arg(long)]
     pub robrank_compat: bool,
 }

@@ -74,7 +74,8 @@ impl ScoringOptions {
             norm,
             random_start: self.random_start,
         };
-        resolve(&self.profile, &flags, &spec.into()).map_err(|e| crate::input_error(format!("{e:#}")))
+        resolve(&self.profile, &flags, &spec.into(), self.robrank_compat)
+            .map_err(|e| crate::input_error(format!("{e:#}")))
     }
 
     /// What [`super::attack`] and [`super::robustness`] run on a run folder: these options with
