@@ -56,6 +56,9 @@ where
     if query.n == 0 {
         return Ok(vec![]);
     }
+    if device.clone().without_autodiff() == crate::default_device() {
+        return Ok(scan_rows_host(query, gallery, TILE_FLOATS, reduce));
+    }
     let g = Tensor::<2>::from_data(TensorData::new(gallery.data.clone(), [gallery.n, gallery.dim]), device);
     let gt = g.transpose();
     let g_norm = gallery.sq_norms();
@@ -91,6 +94,65 @@ where
         out.extend(rows);
     }
     Ok(out)
+}
+
+/// [`scan_rows`] on the CPU: the tile's dot products by `gemm` into one buffer that every tile
+/// reuses (a fresh 128 MiB per tile costs its page faults, and burn's tensor two more copies).
+fn scan_rows_host<T, F>(query: &Embeddings, gallery: &Embeddings, tile_floats: usize, reduce: F) -> Vec<T>
+where
+    T: Send,
+    F: Fn(usize, &[f32]) -> T + Sync,
+{
+    let (n, dim) = (gallery.n, gallery.dim);
+    let g_norm = gallery.sq_norms();
+    let q_norm = query.sq_norms();
+    let tile = (tile_floats / n.max(1)).clamp(1, query.n);
+    let mut dots = vec![0.0f32; tile * n];
+    let mut out = Vec::with_capacity(query.n);
+    for start in (0..query.n).step_by(tile) {
+        let rows = tile.min(query.n - start);
+        let q = &query.data[start * dim..(start + rows) * dim];
+        let dst = &mut dots[..rows * n];
+        // SAFETY: `q` is `rows × dim` and the gallery `n × dim`, both row-major and read as
+        // such (`q` by (column, row) strides (1, dim), the gallery transposed by (dim, 1));
+        // `dst` is `rows × n` and borrowed mutably, so nothing aliases it.
+        unsafe {
+            gemm::gemm(
+                rows,
+                n,
+                dim,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                q.as_ptr(),
+                1,
+                dim as isize,
+                gallery.data.as_ptr(),
+                dim as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(rayon::current_num_threads()),
+            );
+        }
+        let reduced: Vec<T> = dst
+            .par_chunks_mut(n.max(1))
+            .enumerate()
+            .map(|(r, row)| {
+                let qi = start + r;
+                for (v, &g) in row.iter_mut().zip(&g_norm) {
+                    *v = (q_norm[qi] + g - 2.0 * *v).max(0.0);
+                }
+                reduce(qi, row)
+            })
+            .collect();
+        out.extend(reduced);
+    }
+    out
 }
 
 /// Orders gallery items by (distance, index), so that ties break the same way every run.
@@ -132,14 +194,30 @@ fn top_k_small(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
     if k == 0 {
         return best;
     }
-    for (j, &d) in row.iter().enumerate() {
-        let key = (d, j as u32);
-        if Some(j) == skip || (best.len() == k && key_less(key, best[k - 1]) != Less) {
-            continue;
+    for (c, chunk) in row.chunks(16).enumerate() {
+        // Once the list is full, most chunks hold nothing below its last key: one vectorised
+        // count rejects them (an equal distance comes later in index order, so it stays out).
+        if best.len() == k {
+            let bound = best[k - 1].0;
+            if chunk
+                .iter()
+                .map(|d| u32::from(d.total_cmp(&bound).is_lt()))
+                .sum::<u32>()
+                == 0
+            {
+                continue;
+            }
         }
-        let at = best.partition_point(|&b| key_less(b, key) == Less);
-        best.insert(at, key);
-        best.truncate(k);
+        for (i, &d) in chunk.iter().enumerate() {
+            let j = c * 16 + i;
+            let key = (d, j as u32);
+            if Some(j) == skip || (best.len() == k && key_less(key, best[k - 1]) != Less) {
+                continue;
+            }
+            let at = best.partition_point(|&b| key_less(b, key) == Less);
+            best.insert(at, key);
+            best.truncate(k);
+        }
     }
     best
 }
@@ -172,6 +250,29 @@ mod tests {
         assert_eq!(nn[1].iter().map(|x| x.1).collect::<Vec<_>>(), vec![2, 0]);
         assert_eq!(nn[3].iter().map(|x| x.1).collect::<Vec<_>>(), vec![1, 2]);
         assert!((nn[3][0].0 - 4.0).abs() < 1e-5);
+    }
+
+    /// The CPU's blocked product gives each row's squared distances, tile after tile (here 3
+    /// rows a tile, the last one short) in one reused buffer.
+    #[test]
+    fn host_rows_are_the_squared_distances() {
+        let mut x = 7u64;
+        let mut next = || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 40) % 1000) as f32 / 500.0 - 1.0
+        };
+        let (nq, ng, dim) = (8, 11, 5);
+        let q = Embeddings::new((0..nq * dim).map(|_| next()).collect(), nq, dim).unwrap();
+        let g = Embeddings::new((0..ng * dim).map(|_| next()).collect(), ng, dim).unwrap();
+        let rows = scan_rows_host(&q, &g, 3 * ng, |i, row| (i, row.to_vec()));
+        assert_eq!(rows.len(), nq);
+        for (r, (i, row)) in rows.iter().enumerate() {
+            assert_eq!(*i, r);
+            for (j, &d) in row.iter().enumerate() {
+                let exact: f32 = q.row(r).iter().zip(g.row(j)).map(|(a, b)| (a - b) * (a - b)).sum();
+                assert!((d - exact).abs() < 1e-5, "({r}, {j}): {d} vs {exact}");
+            }
+        }
     }
 
     /// The one-pass top-k gives the selection's list, ties broken by index, with and without a
