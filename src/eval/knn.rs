@@ -104,6 +104,9 @@ where
     F: Fn(usize, &[f32]) -> T + Sync,
 {
     let (n, dim) = (gallery.n, gallery.dim);
+    if n == 0 {
+        return (0..query.n).map(|i| reduce(i, &[])).collect();
+    }
     let g_norm = gallery.sq_norms();
     let q_norm = query.sq_norms();
     let tile = (tile_floats / n.max(1)).clamp(1, query.n);
@@ -266,6 +269,11 @@ mod tests {
         let g = Embeddings::new((0..ng * dim).map(|_| next()).collect(), ng, dim).unwrap();
         let rows = scan_rows_host(&q, &g, 3 * ng, |i, row| (i, row.to_vec()));
         assert_eq!(rows.len(), nq);
+        let empty = Embeddings::new(vec![], 0, dim).unwrap();
+        assert_eq!(
+            scan_rows_host(&q, &empty, 3, |i, row| (i, row.len())),
+            (0..nq).map(|i| (i, 0)).collect::<Vec<_>>()
+        );
         for (r, (i, row)) in rows.iter().enumerate() {
             assert_eq!(*i, r);
             for (j, &d) in row.iter().enumerate() {
