@@ -106,25 +106,23 @@ mod tests {
 
     #[test]
     fn each_front_end_names_options_in_its_own_words() {
-        let m = "pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), or choose another ⟨out⟩; ⟨embedding_dim⟩ 64";
-        assert_eq!(
-            render(m, Words::CommandLine),
-            "pass --resume to continue it (with more --epochs), or choose another --out; --embedding-dim 64"
-        );
-        assert_eq!(
-            render(m, Words::Python),
-            "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim=64"
-        );
+        let cases = [
+            (
+                "pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), or choose another ⟨out⟩; ⟨embedding_dim⟩ 64",
+                "pass --resume to continue it (with more --epochs), or choose another --out; --embedding-dim 64",
+                "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim=64",
+            ),
+            (
+                "no CUDA: build it with ⟨+cuda⟩",
+                "no CUDA: build it with `cargo build --release --features cuda`",
+                "no CUDA: build it with the package built with `maturin develop --release --features cuda` in python/",
+            ),
+        ];
+        for (message, command_line, python) in cases {
+            assert_eq!(render(message, Words::CommandLine), command_line);
+            assert_eq!(render(message, Words::Python), python);
+        }
         assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
-        let build = "no CUDA: build it with ⟨+cuda⟩";
-        assert_eq!(
-            render(build, Words::CommandLine),
-            "no CUDA: build it with `cargo build --release --features cuda`"
-        );
-        assert_eq!(
-            render(build, Words::Python),
-            "no CUDA: build it with the package built with `maturin develop --release --features cuda` in python/"
-        );
         assert_eq!(render("choose another ⟨out⟩", Words::Plain), "choose another out");
         // A `⟨` of the user's (a path) is not a token; the token after it still is.
         assert_eq!(

@@ -85,9 +85,7 @@ where
             .enumerate()
             .map(|(r, row)| {
                 let qi = start + r;
-                for (j, v) in row.iter_mut().enumerate() {
-                    *v = (q_norm[qi] + g_norm[j] - 2.0 * *v).max(0.0);
-                }
+                dots_to_squared_distances(row, q_norm[qi], &g_norm);
                 reduce(qi, row)
             })
             .collect();
@@ -147,15 +145,20 @@ where
             .enumerate()
             .map(|(r, row)| {
                 let qi = start + r;
-                for (v, &g) in row.iter_mut().zip(&g_norm) {
-                    *v = (q_norm[qi] + g - 2.0 * *v).max(0.0);
-                }
+                dots_to_squared_distances(row, q_norm[qi], &g_norm);
                 reduce(qi, row)
             })
             .collect();
         out.extend(reduced);
     }
     out
+}
+
+/// A row of dot products `q·g` made squared distances `‖q‖² + ‖g‖² − 2 q·g` (at least 0).
+fn dots_to_squared_distances(row: &mut [f32], q_norm: f32, g_norm: &[f32]) {
+    for (v, &g) in row.iter_mut().zip(g_norm) {
+        *v = (q_norm + g - 2.0 * *v).max(0.0);
+    }
 }
 
 /// Orders gallery items by (distance, index), so that ties break the same way every run.
