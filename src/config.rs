@@ -22,6 +22,8 @@ pub struct Experiment {
     pub seed: u64,
     pub data: DataConfig,
     pub model: ModelConfig,
+    /// `[loss]`, in today's layout or the one before `[loss.miner]` ([`crate::loss::legacy`]).
+    #[serde(deserialize_with = "crate::loss::legacy::read")]
     pub loss: LossConfig,
     pub train: TrainConfig,
     #[serde(default)]
@@ -308,7 +310,7 @@ fn is_integer_literal(s: &str) -> bool {
 }
 
 /// Applies `a.b.c=value`; the value is read as a TOML value (number, bool, array, inline table),
-/// or as a string when it is not one.
+/// or as a string when it is not one. A string set on a table that has a `kind` sets that kind.
 pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
     let (key, raw) = spec
         .split_once('=')
@@ -333,12 +335,30 @@ pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
             .as_table_mut()
             .with_context(|| format!("⟨set⟩ {key}: '{}' is not a table", parts[..i].join(".")))?;
         if i + 1 == parts.len() {
-            table.insert(part.to_string(), value);
+            // A name set on a table with a kind names its kind and keeps its other keys
+            // (`loss.miner=semihard` on `[loss.miner]`, as on the older `miner = "…"`).
+            match (table.get_mut(*part), value) {
+                (Some(toml::Value::Table(t)), toml::Value::String(kind)) if t.contains_key("kind") => {
+                    t.insert("kind".into(), toml::Value::String(kind));
+                }
+                (_, value) => {
+                    table.insert(part.to_string(), value);
+                }
+            }
             return Ok(());
         }
         cur = table
             .entry(part.to_string())
             .or_insert_with(|| toml::Value::Table(Default::default()));
+        // A name is the table of its kind alone (`miner = "random"` for `loss.miner.kind=…`).
+        if let toml::Value::String(kind) = cur
+            && parts[i + 1..] == ["kind"]
+        {
+            *cur = toml::Value::Table(toml::Table::from_iter([(
+                "kind".to_string(),
+                toml::Value::String(kind.clone()),
+            )]));
+        }
     }
     Ok(())
 }
@@ -397,6 +417,25 @@ mod tests {
             Experiment::load("fashion-c2f2-triplet", &["train.optimizer.lr=-1".into()]).unwrap_err()
         );
         assert!(err.contains("train.optimizer.lr"), "{err}");
+        // A miner's name set on the preset's [loss.miner] table keeps its anchors and cutoffs.
+        let e = Experiment::load(
+            "cub-resnet50-positive-perturbation-base",
+            &["loss.miner=semihard".into()],
+        )
+        .unwrap();
+        let want = crate::loss::miner::Mining {
+            miner: crate::loss::miner::Miner::Semihard,
+            anchors: crate::loss::miner::Anchors::All,
+            margin: 0.2,
+            cutoff: 0.5,
+            nonzero_loss_cutoff: Some(1.4),
+        };
+        assert_eq!(e.loss.mining(), want);
+        // And on a name, replaces it; a name's kind is set as a table's.
+        let e = Experiment::load("quickstart", &["loss.miner=\"hardest\"".into()]).unwrap();
+        assert_eq!(e.loss.tuple_miner(), crate::loss::miner::Miner::Hardest);
+        let e = Experiment::load("quickstart", &["loss.miner.kind=semihard".into()]).unwrap();
+        assert_eq!(e.loss.tuple_miner(), crate::loss::miner::Miner::Semihard);
         let bad = "seed = 0\n[data]\ndataset = \"fashion-mnist\"\ncolour = 1\n";
         let err = format!("{:#}", Experiment::from_toml(bad, "x.toml", &[]).unwrap_err());
         assert!(

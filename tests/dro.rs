@@ -5,7 +5,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rdml::config::Experiment;
-use rdml::loss::dro::{Dro, DroVariant, PairLoss};
+use rdml::loss::dro::{Dro, PairLoss, UncertaintySet};
 use rdml::loss::multisim;
 
 /// A tensor's values on the host (the test fails if the read does).
@@ -31,19 +31,26 @@ fn batch(n: usize, classes: u32, seed: u64) -> (Vec<f32>, Vec<u32>) {
     (s, (0..n as u32).map(|i| i % classes).collect())
 }
 
-fn dro(variant: DroVariant) -> Dro {
-    Dro {
-        variant,
-        base: PairLoss::Margin,
-        k: 1,
-        gamma_pos: 1.0,
-        gamma_neg: 1.0,
-        margin: 0.2,
-        lambda: 0.5,
-        alpha: 2.0,
-        beta: 50.0,
-        sample_pairs: None,
-        epsilon: 0.1,
+/// DRO over `set` with the margin base loss (m = 0.2, λ = 0.5).
+fn weighted(set: UncertaintySet) -> Dro {
+    Dro::Weighted {
+        set,
+        base: PairLoss::Margin {
+            margin: 0.2,
+            lambda: 0.5,
+        },
+        keep_zero_loss: false,
+    }
+}
+
+/// DRO-KL-G with γ⁺ = γ⁻ = `gamma` over the margin base loss with margin `margin`.
+fn kl_g(margin: f32, gamma: f32) -> Dro {
+    Dro::Weighted {
+        set: UncertaintySet::KlG {
+            gamma_pos: gamma,
+            gamma_neg: gamma,
+        },
+        base: PairLoss::Margin { margin, lambda: 0.5 },
         keep_zero_loss: false,
     }
 }
@@ -99,10 +106,7 @@ fn kl_g_at_gamma_one_has_the_lifted_structure_gradient() {
     let (n, lambda) = (24, 0.5);
     let (s, labels) = batch(n, 4, 1);
     // A margin large enough that every pair's margin loss is active (the paper's assumption).
-    let d = Dro {
-        margin: 2.0,
-        ..dro(DroVariant::KlG)
-    };
+    let d = kl_g(2.0, 1.0);
     let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     // The lifted-structure loss in its similarity form (Eq. 3), summed over anchors as Eq. 6 sums
     // the per-anchor distributions.
@@ -123,10 +127,7 @@ fn kl_g_at_gamma_one_has_the_lifted_structure_gradient() {
 fn ls_is_eq_3_summed_over_anchors() {
     let (n, lambda) = (24, 0.5);
     let (s, labels) = batch(n, 4, 1);
-    let d = Dro {
-        lambda,
-        ..dro(DroVariant::Ls)
-    };
+    let d = Dro::Ls { lambda };
     let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     // Eq. 3 by hand on the host: per anchor, both log-sum-exps, hinge, sum.
     let mut want = 0.0f64;
@@ -146,10 +147,7 @@ fn ls_is_eq_3_summed_over_anchors() {
     assert!((v as f64 - want).abs() < 1e-4 * want, "{v} vs {want}");
     // Its gradient is KL-G's at γ = 1 where every pair is active (the paper's Sec. 3.3; this
     // batch is the one of `kl_g_at_gamma_one_has_the_lifted_structure_gradient`).
-    let kl_g = Dro {
-        margin: 2.0,
-        ..dro(DroVariant::KlG)
-    };
+    let kl_g = kl_g(2.0, 1.0);
     let (_, g_kl) = value_and_grad(&s, n, |x| kl_g.loss(x, &labels, &mut rng()).unwrap());
     assert_close(&g, &g_kl, 1e-5, "LS vs DRO-KL-G(γ=1)");
 }
@@ -160,13 +158,12 @@ fn ms_recovery_has_the_multi_similarity_gradient() {
     let (s, labels) = batch(n, 4, 2);
     let (alpha, beta, lambda, eps) = (2.0, 50.0, 0.5, 0.1);
     // c⁺ = c⁻ = λ (m = 0), γ⁺ = 1/α, γ⁻ = 1/β, the same ε-mining.
-    let d = Dro {
+    let d = Dro::Ms {
         margin: 0.0,
         lambda,
         gamma_pos: 1.0 / alpha,
         gamma_neg: 1.0 / beta,
         epsilon: eps,
-        ..dro(DroVariant::Ms)
     };
     let (_, g_dro) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     let (pm, nm) = multisim::ms_masks(&s, &labels, eps);
@@ -179,16 +176,12 @@ fn ms_recovery_has_the_multi_similarity_gradient() {
 fn hap2s_e_is_kl_g_with_the_same_gamma() {
     let n = 20;
     let (s, labels) = batch(n, 5, 3);
-    let base = Dro {
-        margin: 2.0,
+    let base = kl_g(2.0, 0.3);
+    let (_, g_kl) = value_and_grad(&s, n, |x| base.loss(x, &labels, &mut rng()).unwrap());
+    let h = Dro::Hap2sE {
         gamma_pos: 0.3,
         gamma_neg: 0.3,
-        ..dro(DroVariant::KlG)
-    };
-    let (_, g_kl) = value_and_grad(&s, n, |x| base.loss(x, &labels, &mut rng()).unwrap());
-    let h = Dro {
-        variant: DroVariant::Hap2sE,
-        ..base
+        margin: 2.0,
     };
     let (_, g_h) = value_and_grad(&s, n, |x| h.loss(x, &labels, &mut rng()).unwrap());
     // HAP2S averages over anchors where Eq. 6 sums: the same gradient up to the factor n.
@@ -209,10 +202,7 @@ fn top_k_is_the_mean_with_all_pairs_and_the_max_with_one() {
         "want some zero-loss pairs"
     );
     let value = |k: usize| {
-        let d = Dro {
-            k,
-            ..dro(DroVariant::TopK)
-        };
+        let d = weighted(UncertaintySet::TopK { k });
         value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap()).0
     };
     assert!((value(all) - mean).abs() < 1e-6, "{} vs {mean}", value(all));
@@ -235,10 +225,7 @@ fn top_k_pn_takes_half_from_each_sign() {
         v[..k].iter().sum::<f32>()
     };
     let k = 24;
-    let d = Dro {
-        k,
-        ..dro(DroVariant::TopKPn)
-    };
+    let d = weighted(UncertaintySet::TopKPn { k });
     let (v, g) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     let want = (top(true, 12) + top(false, 12)) / k as f32;
     assert!((v - want).abs() < 1e-6, "{v} vs {want}");
@@ -256,10 +243,7 @@ fn top_k_pn_takes_half_from_each_sign() {
     assert_eq!((gp, gn), (12, 12));
     // K/2 = 150 exceeds the 90 positive pairs: the mean runs over the pairs selected, not K.
     let k = 300;
-    let d = Dro {
-        k,
-        ..dro(DroVariant::TopKPn)
-    };
+    let d = weighted(UncertaintySet::TopKPn { k });
     let (v, _) = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap());
     let active = |pos: bool| pairs.iter().filter(|p| p.1 == pos && p.0 > 0.0).count().min(k / 2);
     let chosen = active(true) + active(false);
@@ -280,17 +264,17 @@ fn kl_weights_are_the_softmax_of_losses_and_sampling_estimates_them() {
         .collect();
     let z: f64 = ls.iter().map(|&l| (l as f64 / gamma).exp()).sum();
     let want: f64 = ls.iter().map(|&l| (l as f64 / gamma).exp() / z * l as f64).sum();
-    let d = Dro {
-        gamma_pos: gamma as f32,
-        ..dro(DroVariant::Kl)
-    };
+    let d = weighted(UncertaintySet::Kl {
+        gamma: gamma as f32,
+        sample_pairs: None,
+    });
     let exact = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap()).0;
     assert!((exact as f64 - want).abs() < 1e-5, "{exact} vs {want}");
     // p-sampling: the mean loss of pairs drawn from p* is an unbiased estimate of Σ p* l.
-    let sampled = Dro {
+    let sampled = weighted(UncertaintySet::Kl {
+        gamma: gamma as f32,
         sample_pairs: Some(50),
-        ..d
-    };
+    });
     let mut r = rng();
     let est: f64 = (0..400)
         .map(|_| value_and_grad(&s, n, |x| sampled.loss(x, &labels, &mut r).unwrap()).0 as f64)
@@ -318,10 +302,14 @@ fn binomial_base_loss_values() {
         }
     }
     let all = n * (n - 1);
-    let d = Dro {
-        base: PairLoss::Binomial,
-        k: all,
-        ..dro(DroVariant::TopK)
+    let d = Dro::Weighted {
+        set: UncertaintySet::TopK { k: all },
+        base: PairLoss::Binomial {
+            alpha: a as f32,
+            beta: b as f32,
+            lambda: lambda as f32,
+        },
+        keep_zero_loss: false,
     };
     let v = value_and_grad(&s, n, |x| d.loss(x, &labels, &mut rng()).unwrap()).0 as f64;
     assert!((v - sum / all as f64).abs() < 1e-5, "{v}");
@@ -370,4 +358,46 @@ fn topk_beyond_the_batch_pairs_is_refused_naming_the_field() {
         e.contains("loss.k = 57 exceeds the 56 ordered pairs of a batch of 8"),
         "{e}"
     );
+}
+
+/// Every DRO preset's table is read into its variant once, and what rdml writes of it reads back
+/// to the same loss; an option's default is the paper's.
+#[test]
+fn dro_tables_read_into_their_variant_and_write_back() {
+    use rdml::loss::LossConfig;
+    for (name, _) in rdml::config::PRESETS.iter().filter(|p| p.0.contains("dro")) {
+        let e = Experiment::load(name, &[]).unwrap();
+        let LossConfig::Dro(d) = e.loss else {
+            panic!("{name}: not a DRO loss")
+        };
+        let back = Experiment::from_toml(&e.to_toml().unwrap(), "written", &[]).unwrap();
+        assert_eq!(back.loss, LossConfig::Dro(d), "{name}");
+        let json: Experiment = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(json.loss, LossConfig::Dro(d), "{name}");
+    }
+    let kl = Experiment::load("fashion-c2f2-dro-kl", &["loss.gamma=0.3".into()]).unwrap();
+    assert_eq!(
+        kl.loss,
+        LossConfig::Dro(weighted(UncertaintySet::Kl {
+            gamma: 0.3,
+            sample_pairs: None
+        }))
+    );
+    let ms = Experiment::load("fashion-c2f2-dro-ms", &[]).unwrap();
+    let LossConfig::Dro(Dro::Ms {
+        gamma_pos,
+        gamma_neg,
+        epsilon,
+        ..
+    }) = ms.loss
+    else {
+        panic!("not MS: {:?}", ms.loss)
+    };
+    assert_eq!((gamma_pos, gamma_neg, epsilon), (0.5, 0.02, 0.1));
+    // A run.json of an earlier rdml wrote every option, null where unset.
+    let old = serde_json::json!({"kind": "dro", "variant": "top-k", "base": "margin", "k": 64,
+        "gamma": null, "gamma_pos": null, "gamma_neg": null, "margin": 0.2, "lambda": 0.5,
+        "alpha": null, "beta": null, "sample_pairs": null, "epsilon": null, "keep_zero_loss": false});
+    let read: LossConfig = serde_json::from_value(old).unwrap();
+    assert_eq!(read, LossConfig::Dro(weighted(UncertaintySet::TopK { k: 64 })));
 }

@@ -3,8 +3,9 @@
 //! triplet gives one positive and one negative pair).
 
 use super::distance::Distance;
+use super::miner::Mining;
 use super::miner::Triplets;
-use super::miner::{Anchors, Miner, Mining};
+use super::miner_table::MinerTable;
 use super::unit::{Batch, Loss, LossOutput};
 use anyhow::Result;
 use burn::tensor::Tensor;
@@ -19,18 +20,15 @@ use serde::{Deserialize, Serialize};
 pub struct Contrastive {
     #[serde(default = "super::distance::normalized_euclidean")]
     pub distance: Distance,
-    #[serde(default = "super::miner::random")]
-    pub miner: Miner,
+    #[serde(
+        default = "super::miner_table::robrank_default",
+        deserialize_with = "super::miner_table::robrank"
+    )]
+    pub miner: MinerTable,
     #[serde(default)]
     pub pos_margin: f32,
     #[serde(default = "one")]
     pub neg_margin: f32,
-    #[serde(default)]
-    pub anchors: Anchors,
-    #[serde(default)]
-    pub cutoff: f32,
-    #[serde(default)]
-    pub nonzero_loss_cutoff: Option<f32>,
 }
 
 fn one() -> f32 {
@@ -43,13 +41,7 @@ impl Loss for Contrastive {
     }
 
     fn mining(&self) -> Option<Mining> {
-        Some(Mining {
-            miner: self.miner,
-            anchors: self.anchors,
-            margin: self.neg_margin,
-            cutoff: self.cutoff,
-            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
-        })
+        Some(self.miner.mining(self.neg_margin))
     }
 
     fn tuple(&self) -> Option<super::unit::TupleLoss> {
@@ -61,7 +53,8 @@ impl Loss for Contrastive {
 
     fn validate(&self) -> Result<()> {
         super::unit::non_negative(self.pos_margin, "pos_margin")?;
-        super::unit::non_negative(self.neg_margin, "neg_margin")
+        super::unit::non_negative(self.neg_margin, "neg_margin")?;
+        self.miner.validate()
     }
 
     fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {

@@ -4,96 +4,82 @@
 //! and the gradient taken at `p*` (its Lemma 1), so every variant is a weight matrix `W = p*` on the
 //! host times the pair-loss matrix on the tape.
 
+use super::distance::Distance;
+pub use super::dro_config::{Dro, PairLoss, UncertaintySet};
+use super::unit::{Batch, Loss, LossOutput};
+use anyhow::{Result, ensure};
 use burn::tensor::activation::relu;
 use burn::tensor::{Tensor, TensorData};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
-/// The uncertainty set `U`, i.e. which DRO variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DroVariant {
-    /// `U = {Σp = 1, 0 ≤ p ≤ 1/K}`: the mean of the K largest pair losses (Sec. 3.2).
-    #[serde(rename = "top-k")]
-    TopK,
-    /// The K/2 largest positive and K/2 largest negative pair losses, over K (Sec. 3.2).
-    #[serde(rename = "top-k-pn")]
-    TopKPn,
-    /// KL-regularised: `p* ∝ exp(l/γ)` over all pairs (Sec. 3.2), optionally sampled.
-    #[serde(rename = "kl")]
-    Kl,
-    /// KL-regularised per anchor and per sign (Eq. 6): the generalised lifted-structure loss.
-    #[serde(rename = "kl-g")]
-    KlG,
-    /// Eq. 22–24: Eq. 6 plus one zero-loss pseudo pair per group, on multi-similarity-mined pairs.
-    #[serde(rename = "ms")]
-    Ms,
-    /// HAP2S with exponential weights (Yu et al. 2018; the paper's Sec. 6.2, Eq. 29–31).
-    #[serde(rename = "hap2s-e")]
-    Hap2sE,
-    /// The lifted-structure loss in the paper's similarity form (Eq. 3), the baseline of its
-    /// Table 2: `Σ_i [log Σ_{j∈P_i} e^{λ − S_ij} + log Σ_{k∈N_i} e^{S_ik − λ}]_+`.
-    #[serde(rename = "ls")]
-    Ls,
+impl Loss for Dro {
+    fn distance(&self) -> Distance {
+        Distance::Cosine
+    }
+
+    /// Checked when the table was read.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn validate_batch(&self, b: usize) -> Result<()> {
+        if let Dro::Weighted {
+            set: UncertaintySet::TopK { k } | UncertaintySet::TopKPn { k },
+            ..
+        } = *self
+        {
+            ensure!(
+                k <= b * (b - 1),
+                "loss.k = {k} exceeds the {} ordered pairs of a batch of {b}",
+                b * (b - 1)
+            );
+        }
+        Ok(())
+    }
+
+    fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {
+        let emb = batch.emb.clone();
+        let loss = self.loss(emb.clone().matmul(emb.transpose()), batch.labels, rng)?;
+        Ok(LossOutput { loss, triplets: None })
+    }
 }
 
-/// The pairwise base loss `l_ij` on cosine similarity `S_ij`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum PairLoss {
-    /// `[m + y_ij(λ − S_ij)]_+` with `y = +1` for positives, `−1` for negatives.
-    #[default]
-    Margin,
-    /// Binomial deviance: `1/α log(1 + e^{−α(S−λ)})` for positives, `1/β log(1 + e^{β(S−λ)})` for negatives.
-    Binomial,
-}
-
-/// Resolved parameters of one DRO loss (defaults applied, validated by the config).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Dro {
-    pub variant: DroVariant,
-    pub base: PairLoss,
-    pub k: usize,
-    pub gamma_pos: f32,
-    pub gamma_neg: f32,
-    pub margin: f32,
-    pub lambda: f32,
-    pub alpha: f32,
-    pub beta: f32,
-    /// DRO-KL: draw this many pairs from `p*` and average their losses, when the batch has more.
-    pub sample_pairs: Option<usize>,
-    /// DRO-MS: multi-similarity's pair-mining slack ε.
-    pub epsilon: f32,
-    /// Keep pairs with zero loss in the support of `p` (the paper removes them).
-    pub keep_zero_loss: bool,
-}
-
-impl Dro {
+impl PairLoss {
     /// Host value of `l_ij` for similarity `s`; `pos` is `y_ij = 1`.
-    fn pair_loss(&self, s: f64, pos: bool) -> f64 {
-        let (m, l) = (self.margin as f64, self.lambda as f64);
-        match (self.base, pos) {
-            (PairLoss::Margin, true) => (m + l - s).max(0.0),
-            (PairLoss::Margin, false) => (m + s - l).max(0.0),
-            (PairLoss::Binomial, true) => softplus(-(self.alpha as f64) * (s - l)) / self.alpha as f64,
-            (PairLoss::Binomial, false) => softplus(self.beta as f64 * (s - l)) / self.beta as f64,
+    fn host(&self, s: f64, pos: bool) -> f64 {
+        match (*self, pos) {
+            (PairLoss::Margin { margin, lambda }, true) => (margin as f64 + lambda as f64 - s).max(0.0),
+            (PairLoss::Margin { margin, lambda }, false) => (margin as f64 + s - lambda as f64).max(0.0),
+            (PairLoss::Binomial { alpha, lambda, .. }, true) => {
+                softplus(-(alpha as f64) * (s - lambda as f64)) / alpha as f64
+            }
+            (PairLoss::Binomial { beta, lambda, .. }, false) => {
+                softplus(beta as f64 * (s - lambda as f64)) / beta as f64
+            }
         }
     }
 
     /// The pair-loss matrix on the tape; `yp`/`yn` are the off-diagonal positive/negative masks.
-    fn loss_matrix(&self, sim: Tensor<2>, yp: Tensor<2>, yn: Tensor<2>) -> Tensor<2> {
-        let (m, l) = (self.margin, self.lambda);
-        match self.base {
-            PairLoss::Margin => relu(sim.clone().neg().add_scalar(m + l)) * yp + relu(sim.add_scalar(m - l)) * yn,
-            PairLoss::Binomial => {
-                let (a, b) = (self.alpha, self.beta);
+    fn matrix(&self, sim: Tensor<2>, yp: Tensor<2>, yn: Tensor<2>) -> Tensor<2> {
+        match *self {
+            PairLoss::Margin { margin: m, lambda: l } => {
+                relu(sim.clone().neg().add_scalar(m + l)) * yp + relu(sim.add_scalar(m - l)) * yn
+            }
+            PairLoss::Binomial {
+                alpha: a,
+                beta: b,
+                lambda: l,
+            } => {
                 let pos = sim.clone().sub_scalar(l).mul_scalar(-a).exp().log1p().div_scalar(a);
                 let neg = sim.sub_scalar(l).mul_scalar(b).exp().log1p().div_scalar(b);
                 pos * yp + neg * yn
             }
         }
     }
+}
 
+impl Dro {
     /// The DRO loss of a similarity matrix `sim` `[n, n]` (cosine similarities of unit embeddings)
     /// with batch labels. `rng` is used only by DRO-KL's pair sampling.
     pub fn loss(&self, sim: Tensor<2>, labels: &[u32], rng: &mut ChaCha8Rng) -> anyhow::Result<Tensor<1>> {
@@ -101,129 +87,157 @@ impl Dro {
         let device = sim.device();
         let host: Vec<f64> = crate::host::read(&sim)?.into_iter().map(f64::from).collect();
         let t = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [n, n]), &device);
-        Ok(match self.variant {
-            DroVariant::Hap2sE => hap2s_e(self, sim, &host, labels),
-            DroVariant::Ms => self.ms(sim, &host, labels),
-            DroVariant::Ls => lifted_similarity(sim, labels, self.lambda),
-            DroVariant::TopK | DroVariant::TopKPn | DroVariant::Kl | DroVariant::KlG => {
-                let w = self.weights(&host, labels, rng);
+        Ok(match *self {
+            Dro::Hap2sE {
+                gamma_pos,
+                gamma_neg,
+                margin,
+            } => hap2s_e(sim, &host, labels, (gamma_pos, gamma_neg), margin),
+            Dro::Ms {
+                gamma_pos,
+                gamma_neg,
+                epsilon,
+                margin,
+                lambda,
+            } => ms(sim, &host, labels, (gamma_pos, gamma_neg), epsilon, (margin, lambda)),
+            Dro::Ls { lambda } => lifted_similarity(sim, labels, lambda),
+            Dro::Weighted {
+                set,
+                base,
+                keep_zero_loss,
+            } => {
+                let pairs = support(&host, labels, base, keep_zero_loss);
+                let w = weights(set, pairs, n, rng);
                 let (yp, yn) = sign_masks(labels);
-                (self.loss_matrix(sim, t(yp), t(yn)) * t(w)).sum()
+                (base.matrix(sim, t(yp), t(yn)) * t(w)).sum()
             }
         })
     }
+}
 
-    /// `p*` of the TopK, TopK-PN, KL and KL-G variants, row-major `n × n`.
-    pub fn weights(&self, sim: &[f64], labels: &[u32], rng: &mut ChaCha8Rng) -> Vec<f32> {
-        let n = labels.len();
-        let mut w = vec![0f32; n * n];
-        // (flat index, loss, positive?) of every off-diagonal pair in the support.
-        let mut pairs: Vec<(usize, f64, bool)> = Vec::with_capacity(n * n);
-        for i in 0..n {
-            for j in 0..n {
-                if i == j {
-                    continue;
-                }
-                let pos = labels[i] == labels[j];
-                let l = self.pair_loss(sim[i * n + j], pos);
-                if l > 0.0 || self.keep_zero_loss {
-                    pairs.push((i * n + j, l, pos));
-                }
+/// Eq. 22–24: per anchor and sign, `p*_ij = e^{l_ij/γ} / (1 + Σ_k e^{l_ik/γ})` over the
+/// multi-similarity-mined pairs (the `1` is the zero-loss pseudo pair), with the linear pair loss
+/// `l = c⁺ − S` (positives) and `l = S − c⁻` (negatives), `c± = λ ± m`: Eq. 24 simplifies by
+/// assuming every mined pair active, so the hinge is dropped. Averaged over anchors.
+fn ms(
+    sim: Tensor<2>,
+    host: &[f64],
+    labels: &[u32],
+    (gamma_pos, gamma_neg): (f32, f32),
+    epsilon: f32,
+    (margin, lambda): (f32, f32),
+) -> Tensor<1> {
+    let n = labels.len();
+    let device = sim.device();
+    let host32: Vec<f32> = host.iter().map(|&x| x as f32).collect();
+    let (pm, nm) = super::multisim::ms_masks(&host32, labels, epsilon);
+    let (cp, cn) = ((lambda + margin) as f64, (lambda - margin) as f64);
+    let mut w = vec![0f32; n * n];
+    for i in 0..n {
+        for (mask, gamma, sign) in [(&pm, gamma_pos, 1.0), (&nm, gamma_neg, -1.0)] {
+            let idx: Vec<usize> = (i * n..(i + 1) * n).filter(|&f| mask[f] > 0.0).collect();
+            let logits: Vec<f64> = idx
+                .iter()
+                .map(|&f| if sign > 0.0 { cp - host[f] } else { host[f] - cn } / gamma as f64)
+                .collect();
+            for (&f, q) in idx.iter().zip(softmax(&logits, 1.0)) {
+                w[f] = (q / n as f64) as f32;
             }
         }
-        let by_loss = |a: &(usize, f64, bool), b: &(usize, f64, bool)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        match self.variant {
-            DroVariant::TopK => {
-                let k = self.k.max(1);
-                let top = top_k(&mut pairs, k, by_loss);
-                for &(f, _, _) in top {
-                    w[f] = 1.0 / k as f32;
-                }
-            }
-            DroVariant::TopKPn => {
-                let k = self.k.max(2);
-                let (mut pos, mut neg): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| p.2);
-                let mut chosen: Vec<usize> = top_k(&mut pos, k / 2, by_loss).iter().map(|p| p.0).collect();
-                chosen.extend(top_k(&mut neg, k / 2, by_loss).iter().map(|p| p.0));
-                // "The averaged gradient of the selected pairs": over those selected, which are
-                // fewer than K when a sign has fewer than K/2 active pairs.
-                for &f in &chosen {
-                    w[f] = 1.0 / chosen.len() as f32;
-                }
-            }
-            DroVariant::Kl => {
-                let logits: Vec<f64> = pairs.iter().map(|p| p.1 / self.gamma_pos as f64).collect();
-                let p = softmax(&logits, 0.0);
-                match self.sample_pairs {
-                    Some(s) if s < pairs.len() => {
-                        let cum: Vec<f64> = p
-                            .iter()
-                            .scan(0.0, |acc, x| {
-                                *acc += x;
-                                Some(*acc)
-                            })
-                            .collect();
-                        let total = cum.last().copied().unwrap_or(0.0);
-                        for _ in 0..s {
-                            let u = rng.random::<f64>() * total;
-                            let idx = cum.partition_point(|&c| c <= u).min(pairs.len() - 1);
-                            w[pairs[idx].0] += 1.0 / s as f32;
-                        }
-                    }
-                    _ => {
-                        for (pair, q) in pairs.iter().zip(p) {
-                            w[pair.0] = q as f32;
-                        }
-                    }
-                }
-            }
-            DroVariant::KlG => {
-                let mut row_start = 0;
-                for i in 0..n {
-                    let row_end = row_start + pairs[row_start..].iter().take_while(|p| p.0 / n == i).count();
-                    let row = &pairs[row_start..row_end];
-                    for (sign, gamma) in [(true, self.gamma_pos), (false, self.gamma_neg)] {
-                        let group: Vec<&(usize, f64, bool)> = row.iter().filter(|p| p.2 == sign).collect();
-                        let logits: Vec<f64> = group.iter().map(|p| p.1 / gamma as f64).collect();
-                        // Eq. 6 sums the per-anchor distributions over the anchors (no 1/B).
-                        for (pair, q) in group.iter().zip(softmax(&logits, 0.0)) {
-                            w[pair.0] = q as f32;
-                        }
-                    }
-                    row_start = row_end;
-                }
-            }
-            DroVariant::Ms | DroVariant::Hap2sE | DroVariant::Ls => {}
-        }
-        w
     }
+    let t = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [n, n]), &device);
+    let l = sim.clone().neg().add_scalar(cp as f32) * t(pm) + sim.sub_scalar(cn as f32) * t(nm);
+    (l * t(w)).sum()
+}
 
-    /// Eq. 22–24: per anchor and sign, `p*_ij = e^{l_ij/γ} / (1 + Σ_k e^{l_ik/γ})` over the
-    /// multi-similarity-mined pairs (the `1` is the zero-loss pseudo pair), with the linear pair loss
-    /// `l = c⁺ − S` (positives) and `l = S − c⁻` (negatives), `c± = λ ± m`: Eq. 24 simplifies by
-    /// assuming every mined pair active, so the hinge is dropped. Averaged over anchors.
-    fn ms(&self, sim: Tensor<2>, host: &[f64], labels: &[u32]) -> Tensor<1> {
-        let n = labels.len();
-        let device = sim.device();
-        let host32: Vec<f32> = host.iter().map(|&x| x as f32).collect();
-        let (pm, nm) = super::multisim::ms_masks(&host32, labels, self.epsilon);
-        let (cp, cn) = ((self.lambda + self.margin) as f64, (self.lambda - self.margin) as f64);
-        let mut w = vec![0f32; n * n];
-        for i in 0..n {
-            for (mask, gamma, sign) in [(&pm, self.gamma_pos, 1.0), (&nm, self.gamma_neg, -1.0)] {
-                let idx: Vec<usize> = (i * n..(i + 1) * n).filter(|&f| mask[f] > 0.0).collect();
-                let logits: Vec<f64> = idx
-                    .iter()
-                    .map(|&f| if sign > 0.0 { cp - host[f] } else { host[f] - cn } / gamma as f64)
-                    .collect();
-                for (&f, q) in idx.iter().zip(softmax(&logits, 1.0)) {
-                    w[f] = (q / n as f64) as f32;
-                }
+/// One off-diagonal pair in the support of `p`: (flat index `i·n + j`, loss, positive?).
+type Pair = (usize, f64, bool);
+
+/// The off-diagonal pairs of `sim` with their `base` losses, in row-major order; those with
+/// zero loss only when `keep_zero_loss`.
+fn support(sim: &[f64], labels: &[u32], base: PairLoss, keep_zero_loss: bool) -> Vec<Pair> {
+    let n = labels.len();
+    let mut pairs = Vec::with_capacity(n * n);
+    for i in 0..n {
+        for j in (0..n).filter(|&j| j != i) {
+            let pos = labels[i] == labels[j];
+            let l = base.host(sim[i * n + j], pos);
+            if l > 0.0 || keep_zero_loss {
+                pairs.push((i * n + j, l, pos));
             }
         }
-        let t = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [n, n]), &device);
-        let l = sim.clone().neg().add_scalar(cp as f32) * t(pm) + sim.sub_scalar(cn as f32) * t(nm);
-        (l * t(w)).sum()
+    }
+    pairs
+}
+
+/// `p*` of `set` over the support `pairs` of a batch of `n`, row-major `n × n`.
+fn weights(set: UncertaintySet, mut pairs: Vec<Pair>, n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    let mut w = vec![0f32; n * n];
+    let by_loss = |a: &Pair, b: &Pair| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    match set {
+        UncertaintySet::TopK { k } => {
+            let k = k.max(1);
+            for &(f, _, _) in top_k(&mut pairs, k, by_loss) {
+                w[f] = 1.0 / k as f32;
+            }
+        }
+        UncertaintySet::TopKPn { k } => {
+            let k = k.max(2);
+            let (mut pos, mut neg): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| p.2);
+            let mut chosen: Vec<usize> = top_k(&mut pos, k / 2, by_loss).iter().map(|p| p.0).collect();
+            chosen.extend(top_k(&mut neg, k / 2, by_loss).iter().map(|p| p.0));
+            // "The averaged gradient of the selected pairs": over those selected, which are
+            // fewer than K when a sign has fewer than K/2 active pairs.
+            for &f in &chosen {
+                w[f] = 1.0 / chosen.len() as f32;
+            }
+        }
+        UncertaintySet::Kl { gamma, sample_pairs } => kl(&mut w, &pairs, gamma, sample_pairs, rng),
+        UncertaintySet::KlG { gamma_pos, gamma_neg } => {
+            let mut row_start = 0;
+            for i in 0..n {
+                let row_end = row_start + pairs[row_start..].iter().take_while(|p| p.0 / n == i).count();
+                let row = &pairs[row_start..row_end];
+                for (sign, gamma) in [(true, gamma_pos), (false, gamma_neg)] {
+                    let group: Vec<&Pair> = row.iter().filter(|p| p.2 == sign).collect();
+                    let logits: Vec<f64> = group.iter().map(|p| p.1 / gamma as f64).collect();
+                    // Eq. 6 sums the per-anchor distributions over the anchors (no 1/B).
+                    for (pair, q) in group.iter().zip(softmax(&logits, 0.0)) {
+                        w[pair.0] = q as f32;
+                    }
+                }
+                row_start = row_end;
+            }
+        }
+    }
+    w
+}
+
+/// DRO-KL's `p* ∝ exp(l/γ)` into `w`, or the frequencies of `sample_pairs` draws from it.
+fn kl(w: &mut [f32], pairs: &[Pair], gamma: f32, sample_pairs: Option<usize>, rng: &mut ChaCha8Rng) {
+    let logits: Vec<f64> = pairs.iter().map(|p| p.1 / gamma as f64).collect();
+    let p = softmax(&logits, 0.0);
+    match sample_pairs {
+        Some(s) if s < pairs.len() => {
+            let cum: Vec<f64> = p
+                .iter()
+                .scan(0.0, |acc, x| {
+                    *acc += x;
+                    Some(*acc)
+                })
+                .collect();
+            let total = cum.last().copied().unwrap_or(0.0);
+            for _ in 0..s {
+                let u = rng.random::<f64>() * total;
+                let idx = cum.partition_point(|&c| c <= u).min(pairs.len() - 1);
+                w[pairs[idx].0] += 1.0 / s as f32;
+            }
+        }
+        _ => {
+            for (pair, q) in pairs.iter().zip(p) {
+                w[pair.0] = q as f32;
+            }
+        }
     }
 }
 
@@ -250,13 +264,13 @@ fn lifted_similarity(sim: Tensor<2>, labels: &[u32], lambda: f32) -> Tensor<1> {
 }
 
 /// HAP2S_E (Eq. 29–31): per anchor `[Σ_N q̂⁻ S − Σ_P q̂⁺ S + m]_+` with constant weights
-/// `q⁺ ∝ e^{−S/γ}`, `q⁻ ∝ e^{S/γ}` normalised per anchor; averaged over anchors.
-fn hap2s_e(d: &Dro, sim: Tensor<2>, host: &[f64], labels: &[u32]) -> Tensor<1> {
+/// `q⁺ ∝ e^{−S/γ⁺}`, `q⁻ ∝ e^{S/γ⁻}` normalised per anchor; averaged over anchors.
+fn hap2s_e(sim: Tensor<2>, host: &[f64], labels: &[u32], (gamma_pos, gamma_neg): (f32, f32), margin: f32) -> Tensor<1> {
     let n = labels.len();
     let device = sim.device();
     let mut w = vec![0f32; n * n];
     for i in 0..n {
-        for (sign, gamma) in [(true, d.gamma_pos), (false, d.gamma_neg)] {
+        for (sign, gamma) in [(true, gamma_pos), (false, gamma_neg)] {
             let idx: Vec<usize> = (0..n).filter(|&j| j != i && (labels[j] == labels[i]) == sign).collect();
             let logits: Vec<f64> = idx
                 .iter()
@@ -268,7 +282,7 @@ fn hap2s_e(d: &Dro, sim: Tensor<2>, host: &[f64], labels: &[u32]) -> Tensor<1> {
         }
     }
     let w = Tensor::<2>::from_data(TensorData::new(w, [n, n]), &device);
-    relu((sim * w).sum_dim(1).add_scalar(d.margin)).mean()
+    relu((sim * w).sum_dim(1).add_scalar(margin)).mean()
 }
 
 /// Off-diagonal same-label and different-label masks, row-major `n × n`.

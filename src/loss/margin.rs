@@ -3,8 +3,9 @@
 //! summed and divided by the number of non-zero terms; `ν·β` is added as in the paper.
 
 use super::distance::Distance;
+use super::miner::Mining;
 use super::miner::Triplets;
-use super::miner::{Anchors, Miner, Mining};
+use super::miner_table::MinerTable;
 use super::unit::{Batch, Loss, LossOutput};
 use anyhow::{Result, ensure};
 use burn::tensor::Tensor;
@@ -17,8 +18,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Margin {
-    #[serde(default = "distance_weighted")]
-    pub miner: Miner,
+    #[serde(
+        default = "super::miner_table::wu_default",
+        deserialize_with = "super::miner_table::wu"
+    )]
+    pub miner: MinerTable,
     #[serde(default = "alpha")]
     pub margin: f32,
     /// The initial boundary β (trained with the model).
@@ -29,17 +33,8 @@ pub struct Margin {
     pub beta_lr: f64,
     #[serde(default)]
     pub nu: f32,
-    #[serde(default)]
-    pub anchors: Anchors,
-    #[serde(default = "cutoff")]
-    pub cutoff: f32,
-    #[serde(default = "nonzero_loss_cutoff")]
-    pub nonzero_loss_cutoff: Option<f32>,
 }
 
-fn distance_weighted() -> Miner {
-    Miner::Distance
-}
 fn alpha() -> f32 {
     0.2
 }
@@ -49,12 +44,6 @@ fn beta() -> f32 {
 fn beta_lr() -> f64 {
     5e-4
 }
-fn cutoff() -> f32 {
-    0.5
-}
-fn nonzero_loss_cutoff() -> Option<f32> {
-    Some(1.4)
-}
 
 impl Loss for Margin {
     fn distance(&self) -> Distance {
@@ -62,19 +51,13 @@ impl Loss for Margin {
     }
 
     fn mining(&self) -> Option<Mining> {
-        Some(Mining {
-            miner: self.miner,
-            anchors: self.anchors,
-            margin: self.margin,
-            cutoff: self.cutoff,
-            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
-        })
+        Some(self.miner.mining(self.margin))
     }
 
     fn validate(&self) -> Result<()> {
         super::unit::non_negative(self.margin, "margin")?;
         ensure!(self.beta_lr >= 0.0, "loss.beta_lr must be ≥ 0");
-        Ok(())
+        self.miner.validate()
     }
 
     fn trainable_beta(&self) -> Option<(f32, f64)> {

@@ -36,10 +36,6 @@ pub enum Anchors {
     /// Every item is an anchor, with a random other item of its class as positive.
     All,
 }
-/// The miner the triplet and contrastive losses default to (robrank's random negatives).
-pub(crate) fn random() -> Miner {
-    Miner::Random
-}
 
 /// Mined (anchor, positive, negative) rows of a batch. Anchors follow from the labels alone and
 /// stay on the host; positives and negatives are where their miner chose them.

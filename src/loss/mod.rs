@@ -1,7 +1,7 @@
 //! Metric-learning losses and miners. Miners return indices; losses score embeddings at those
-//! indices. Any miner pairs with the triplet, contrastive and margin losses. Each loss is a file
-//! that owns its `[loss]` parameters and implements [`Loss`]; [`LossConfig`] lists them, one line
-//! each.
+//! indices. Any miner pairs with the triplet, contrastive and margin losses (their
+//! `[loss.miner]`, [`miner_table`]). Each loss is a file that owns its `[loss]` parameters and
+//! implements [`Loss`]; [`LossConfig`] lists them, one line each.
 
 pub mod contrastive;
 pub mod device_miner;
@@ -10,9 +10,11 @@ pub mod dro;
 pub mod dro_config;
 #[cfg(test)]
 pub mod example;
+pub mod legacy;
 pub mod lifted;
 pub mod margin;
 pub mod miner;
+pub mod miner_table;
 pub mod multisim;
 pub mod npair;
 pub mod rows;
@@ -38,7 +40,7 @@ crate::kinds::kind_registry! {
         "npair" => Npair(npair::Npair),
         /// The DRO pair-weighting framework (seed 002) over a pairwise base loss on cosine
         /// similarity.
-        "dro" => Dro(dro_config::DroConfig),
+        "dro" => Dro(dro_config::Dro),
         #[cfg(test)]
         "example-centroid" => ExampleCentroid(example::Centroid),
     }

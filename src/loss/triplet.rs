@@ -3,8 +3,9 @@
 //! `triplet_margin_loss` reduction, as robrank uses).
 
 use super::distance::Distance;
+use super::miner::Mining;
 use super::miner::Triplets;
-use super::miner::{Anchors, Miner, Mining};
+use super::miner_table::MinerTable;
 use super::unit::{Batch, Loss, LossOutput};
 use anyhow::Result;
 use burn::tensor::Tensor;
@@ -18,16 +19,13 @@ use serde::{Deserialize, Serialize};
 pub struct Triplet {
     #[serde(default = "super::distance::normalized_euclidean")]
     pub distance: Distance,
-    #[serde(default = "super::miner::random")]
-    pub miner: Miner,
+    #[serde(
+        default = "super::miner_table::robrank_default",
+        deserialize_with = "super::miner_table::robrank"
+    )]
+    pub miner: MinerTable,
     #[serde(default = "margin")]
     pub margin: f32,
-    #[serde(default)]
-    pub anchors: Anchors,
-    #[serde(default)]
-    pub cutoff: f32,
-    #[serde(default)]
-    pub nonzero_loss_cutoff: Option<f32>,
 }
 
 fn margin() -> f32 {
@@ -40,13 +38,7 @@ impl Loss for Triplet {
     }
 
     fn mining(&self) -> Option<Mining> {
-        Some(Mining {
-            miner: self.miner,
-            anchors: self.anchors,
-            margin: self.margin,
-            cutoff: self.cutoff,
-            nonzero_loss_cutoff: self.nonzero_loss_cutoff,
-        })
+        Some(self.miner.mining(self.margin))
     }
 
     fn tuple(&self) -> Option<super::unit::TupleLoss> {
@@ -55,7 +47,7 @@ impl Loss for Triplet {
 
     fn validate(&self) -> Result<()> {
         super::unit::non_negative(self.margin, "margin")?;
-        super::unit::non_negative(self.cutoff, "cutoff")
+        self.miner.validate()
     }
 
     fn compute(&self, batch: &Batch, rng: &mut ChaCha8Rng) -> Result<LossOutput> {
