@@ -265,6 +265,12 @@ impl Experiment {
     pub fn to_toml(&self) -> Result<String> {
         Ok(toml::to_string_pretty(self)?)
     }
+
+    /// A config that rdml wrote, of this version or an earlier one (whose layout may differ:
+    /// `[loss]` before `[loss.miner]`), as this version writes it; `None` when it does not read.
+    pub fn rewritten(text: &str) -> Option<String> {
+        toml::from_str::<Experiment>(text).ok()?.to_toml().ok()
+    }
 }
 
 /// The overrides a command's flags make: `--set KEY=VALUE`s, then `--epochs` and

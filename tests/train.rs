@@ -100,6 +100,45 @@ fn resume_ends_with_the_same_weights_and_training_learns() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// A checkpoint that an earlier rdml wrote keeps that version's config layout (`[loss]` before
+/// `[loss.miner]`): resuming it with the same config goes on, a changed one is still refused.
+#[test]
+fn a_checkpoint_in_the_layout_before_loss_miner_resumes() {
+    let dev = rdml::default_device();
+    let tmp = std::env::temp_dir().join(format!("rdml-test-resume-layout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let opts = |resume: bool| TrainOptions {
+        out: tmp.clone(),
+        resume,
+        progress: false,
+        ..Default::default()
+    };
+    let mut one = quick(1);
+    one.train.max_batches = Some(2);
+    train(&one, &opts(false), &dev).unwrap();
+    // The checkpoint's config as rdml 5028ce7 wrote it.
+    let state_path = tmp.join("checkpoint/state.json");
+    let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_path).unwrap()).unwrap();
+    let text = state["config_toml"].as_str().unwrap().to_string();
+    let new_layout = "\n[loss.miner]\nkind = \"random\"\nanchors = \"pairs\"\ncutoff = 0.0\n";
+    assert!(text.contains(new_layout), "{text}");
+    let old = text.replace(new_layout, "").replace(
+        "[loss]\n",
+        "[loss]\nminer = \"random\"\nanchors = \"pairs\"\ncutoff = 0.0\n",
+    );
+    state["config_toml"] = old.into();
+    std::fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let mut other = one.clone();
+    other.seed = 9;
+    let err = train(&other, &opts(true), &dev).unwrap_err();
+    assert!(format!("{err:#}").contains("differs at seed)"), "{err:#}");
+    let mut two = one.clone();
+    two.train.epochs = 2;
+    let r = train(&two, &opts(true), &dev).unwrap();
+    assert_eq!(r.epochs.len(), 2);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 /// HM's linear gradual adversary reads the previous step's adversarial loss: the defense's
 /// memory keeps it in the checkpoint, and a resumed run goes on from it as if uninterrupted.
 #[test]

@@ -167,7 +167,9 @@ fn resume(
         .checkpoint()
         .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
     let (mut trainer, state) = trainer.load_checkpoint(&ckpt)?;
-    let keys: Vec<String> = config_diff(&state.config_toml, config_toml)
+    // Compared as this version writes both: a checkpoint of an earlier rdml keeps its layout.
+    let stored = Experiment::rewritten(&state.config_toml).unwrap_or_else(|| state.config_toml.clone());
+    let keys: Vec<String> = config_diff(&stored, config_toml)
         .into_iter()
         .filter(|k| k != "train.epochs")
         .collect();
