@@ -7,6 +7,8 @@ use anyhow::{Result, ensure};
 use burn::tensor::{Device, Tensor, TensorData};
 use rayon::prelude::*;
 
+pub use super::order::{key_less, top_k};
+
 /// Row-major embeddings `n × dim` on the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embeddings {
@@ -156,76 +158,26 @@ where
 
 /// A row of dot products `q·g` made squared distances `‖q‖² + ‖g‖² − 2 q·g` (at least 0).
 fn dots_to_squared_distances(row: &mut [f32], q_norm: f32, g_norm: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernel::avx512() {
+        // SAFETY: the CPU has AVX-512F (checked just above).
+        return unsafe { dots_to_squared_distances_avx512(row, q_norm, g_norm) };
+    }
+    dots_to_squared_distances_in(row, q_norm, g_norm)
+}
+
+/// [`dots_to_squared_distances_in`] vectorised 16 lanes wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn dots_to_squared_distances_avx512(row: &mut [f32], q_norm: f32, g_norm: &[f32]) {
+    dots_to_squared_distances_in(row, q_norm, g_norm)
+}
+
+#[inline(always)]
+fn dots_to_squared_distances_in(row: &mut [f32], q_norm: f32, g_norm: &[f32]) {
     for (v, &g) in row.iter_mut().zip(g_norm) {
         *v = (q_norm + g - 2.0 * *v).max(0.0);
     }
-}
-
-/// Orders gallery items by (distance, index), so that ties break the same way every run.
-#[inline]
-pub fn key_less(a: (f32, u32), b: (f32, u32)) -> std::cmp::Ordering {
-    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
-}
-
-/// Up to this `k`, [`top_k`] keeps a sorted list in one pass over the row (most items fail one
-/// comparison with the current k-th); above it, a selection over a copy of the row.
-const SMALL_K: usize = 128;
-
-/// The `k` nearest gallery items of a row, nearest first, leaving out `skip`.
-pub fn top_k(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
-    if k <= SMALL_K {
-        return top_k_small(row, k, skip);
-    }
-    let mut v: Vec<(f32, u32)> = row
-        .iter()
-        .enumerate()
-        .filter(|&(j, _)| Some(j) != skip)
-        .map(|(j, &d)| (d, j as u32))
-        .collect();
-    let k = k.min(v.len());
-    if k == 0 {
-        return vec![];
-    }
-    if k < v.len() {
-        v.select_nth_unstable_by(k - 1, |a, b| key_less(*a, *b));
-        v.truncate(k);
-    }
-    v.sort_unstable_by(|a, b| key_less(*a, *b));
-    v
-}
-
-fn top_k_small(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
-    use std::cmp::Ordering::Less;
-    let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
-    if k == 0 {
-        return best;
-    }
-    for (c, chunk) in row.chunks(16).enumerate() {
-        // Once the list is full, most chunks hold nothing below its last key: one vectorised
-        // count rejects them (an equal distance comes later in index order, so it stays out).
-        if best.len() == k {
-            let bound = best[k - 1].0;
-            if chunk
-                .iter()
-                .map(|d| u32::from(d.total_cmp(&bound).is_lt()))
-                .sum::<u32>()
-                == 0
-            {
-                continue;
-            }
-        }
-        for (i, &d) in chunk.iter().enumerate() {
-            let j = c * 16 + i;
-            let key = (d, j as u32);
-            if Some(j) == skip || (best.len() == k && key_less(key, best[k - 1]) != Less) {
-                continue;
-            }
-            let at = best.partition_point(|&b| key_less(b, key) == Less);
-            best.insert(at, key);
-            best.truncate(k);
-        }
-    }
-    best
 }
 
 /// The `k` nearest neighbours of every query (indices and squared distances), `n_q × k`.
@@ -282,35 +234,6 @@ mod tests {
             for (j, &d) in row.iter().enumerate() {
                 let exact: f32 = q.row(r).iter().zip(g.row(j)).map(|(a, b)| (a - b) * (a - b)).sum();
                 assert!((d - exact).abs() < 1e-5, "({r}, {j}): {d} vs {exact}");
-            }
-        }
-    }
-
-    /// The one-pass top-k gives the selection's list, ties broken by index, with and without a
-    /// skipped item, for k below, at and above the row's length.
-    #[test]
-    fn one_pass_top_k_is_the_selection() {
-        let mut x = 12345u64;
-        for n in [1usize, 7, 300] {
-            // Few distinct values, so that ties are common.
-            let row: Vec<f32> = (0..n)
-                .map(|_| {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    ((x >> 40) % 13) as f32
-                })
-                .collect();
-            for k in [0, 1, 5, n, n + 3] {
-                for skip in [None, Some(0), Some(n / 2)] {
-                    let mut all: Vec<(f32, u32)> = row
-                        .iter()
-                        .enumerate()
-                        .filter(|&(j, _)| Some(j) != skip)
-                        .map(|(j, &d)| (d, j as u32))
-                        .collect();
-                    all.sort_unstable_by(|a, b| key_less(*a, *b));
-                    all.truncate(k);
-                    assert_eq!(top_k_small(&row, k, skip), all, "n {n} k {k} skip {skip:?}");
-                }
             }
         }
     }

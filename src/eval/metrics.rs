@@ -11,7 +11,9 @@
 //! Queries without any same-label gallery item ("lone" queries) are left out of every metric, as
 //! PML does, and counted in `lone_queries`.
 
-use super::knn::{Embeddings, key_less, scan_rows, top_k};
+use super::before::before_relevant;
+use super::knn::{Embeddings, scan_rows};
+use super::order::{key_less, top_k};
 use anyhow::{Result, ensure};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -102,135 +104,6 @@ fn full_ap(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> f64 {
         .enumerate()
         .map(|(j, &b)| (j + 1) as f64 / (b + 1) as f64)
         .sum()
-}
-
-/// `f32::total_cmp`'s order as an integer.
-#[inline]
-fn ordered(d: f32) -> i32 {
-    let b = d.to_bits() as i32;
-    b ^ (((b >> 31) as u32) >> 1) as i32
-}
-
-/// [`key_less`]'s order as one integer: the distance's total order, then the index.
-#[inline]
-fn key64(d: f32, j: u32) -> i64 {
-    (i64::from(ordered(d)) << 32) | i64::from(j)
-}
-
-/// How [`before_relevant`] counts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Way {
-    /// One vectorised pass over the row per relevant item.
-    Count,
-    /// Each item before the last relevant one finds its place among them by a branchless search.
-    Search,
-}
-
-/// For each relevant item (keys `rel`, sorted), the items of the row (less `skip`) before it,
-/// relevant ones included, the cheaper [`Way`].
-fn before_relevant(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> Vec<usize> {
-    let ords: Vec<i32> = row.iter().map(|&d| ordered(d)).collect();
-    let Some(&(d_last, _)) = rel.last() else {
-        return vec![];
-    };
-    // Counting costs a pass (n / lanes steps) per relevant item; the search ~4 steps per
-    // comparison for each of the m items before the last relevant one.
-    let lanes = if crate::kernel::avx512() { 16 } else { 4 };
-    let m = count_below(&ords, ordered(d_last).saturating_add(1));
-    let (n, r) = (row.len(), rel.len());
-    let way = if r * n / lanes <= m * 4 * (r.ilog2() as usize + 1) {
-        Way::Count
-    } else {
-        Way::Search
-    };
-    before_relevant_by(row, &ords, rel, skip, way)
-}
-
-/// [`before_relevant`] the given way; `ords` is the row in [`ordered`] form.
-fn before_relevant_by(row: &[f32], ords: &[i32], rel: &[(f32, u32)], skip: Option<usize>, way: Way) -> Vec<usize> {
-    let skipped = |d: f32, j: u32| usize::from(skip.is_some_and(|s| key64(row[s], s as u32) < key64(d, j)));
-    if way == Way::Count {
-        return rel
-            .iter()
-            .map(|&(d, j)| {
-                // Ties precede when their index is lower: `≤` before item j, `<` after it.
-                let (t, (head, tail)) = (ordered(d), ords.split_at(j as usize));
-                let at_most = t.checked_add(1).map_or(head.len(), |t1| count_below(head, t1));
-                at_most + count_below(&tail[1..], t) - skipped(d, j)
-            })
-            .collect();
-    }
-    // Only the items before the last relevant one can precede any.
-    let Some(&(d_last, j_last)) = rel.last() else {
-        return vec![];
-    };
-    let last = key64(d_last, j_last);
-    let thresholds: Vec<i64> = rel.iter().map(|&(d, j)| key64(d, j)).collect();
-    // Place of each key among the thresholds (a relevant key counts itself: it is not before
-    // itself), then the running count.
-    let mut at = vec![0usize; rel.len() + 1];
-    for (j, &d) in row.iter().enumerate() {
-        let k = key64(d, j as u32);
-        if k >= last || Some(j) == skip {
-            continue;
-        }
-        let (mut base, mut len) = (0usize, thresholds.len());
-        while len > 1 {
-            let half = len / 2;
-            base += usize::from(thresholds[base + half - 1] <= k) * half;
-            len -= half;
-        }
-        at[base + usize::from(thresholds[base] <= k)] += 1;
-    }
-    at.iter()
-        .take(rel.len())
-        .scan(0usize, |cum, &b| {
-            *cum += b;
-            Some(*cum)
-        })
-        .collect()
-}
-
-/// How many of `xs` are below `t`: 16 lanes with AVX-512, else what the baseline target has.
-fn count_below(xs: &[i32], t: i32) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if crate::kernel::avx512() {
-        // SAFETY: the CPU has AVX-512F (checked just above).
-        return unsafe { count_below_avx512(xs, t) };
-    }
-    count_below_lanes(xs, t)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn count_below_avx512(xs: &[i32], t: i32) -> usize {
-    use std::arch::x86_64::*;
-    let (tv, one) = (_mm512_set1_epi32(t), _mm512_set1_epi32(1));
-    let mut acc = [_mm512_setzero_si512(); 4];
-    let blocks = xs.chunks_exact(64);
-    let rest = blocks.remainder();
-    for b in blocks {
-        for (a, c) in acc.iter_mut().zip(b.chunks_exact(16)) {
-            // SAFETY: `c` holds 16 `i32`s, one unaligned 512-bit load.
-            let v = unsafe { _mm512_loadu_si512(c.as_ptr().cast()) };
-            *a = _mm512_mask_add_epi32(*a, _mm512_cmplt_epi32_mask(v, tv), *a, one);
-        }
-    }
-    let sum = _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
-    _mm512_reduce_add_epi32(sum) as usize + count_below_lanes(rest, t)
-}
-
-#[inline(always)]
-fn count_below_lanes(xs: &[i32], t: i32) -> usize {
-    let mut lanes = [0u32; 16];
-    let chunks = xs.chunks_exact(16);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (l, &x) in lanes.iter_mut().zip(c) {
-            *l += u32::from(x < t);
-        }
-    }
-    lanes.iter().map(|&l| l as usize).sum::<usize>() + rest.iter().filter(|&&x| x < t).count()
 }
 
 /// Computes the retrieval metrics of `query` against `gallery` (or, with `gallery = None`, of the
@@ -344,51 +217,6 @@ mod tests {
         // q2 (A): nn 0(A) → 1. q3 (B): nn 1(B) (d=9) vs 0 (d=10) → 1.
         assert_eq!(m.recall_at(1), Some(0.5));
         assert_eq!(m.recall_at(2), Some(0.75));
-    }
-
-    /// Each relevant item's count of items before it is its place in a full sort of the row
-    /// (less the skipped item), both ways, with ties (few distinct values), signed zeros, NaN,
-    /// and few or many relevant items.
-    #[test]
-    fn items_before_each_relevant_one_are_its_place_in_a_full_sort() {
-        let mut x = 99u64;
-        let mut next = |m: u64| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (x >> 33) % m
-        };
-        for n in [1usize, 17, 40, 300] {
-            let specials = [-0.0f32, 0.0, f32::NAN];
-            let row: Vec<f32> = (0..n)
-                .map(|_| match next(20) {
-                    v @ 0..=2 => specials[v as usize],
-                    v => v as f32,
-                })
-                .collect();
-            for n_rel in [1usize, 3, 64, n] {
-                let skip = (n > 1).then(|| next(n as u64) as usize);
-                let mut rel: Vec<(f32, u32)> = (0..n as u32)
-                    .filter(|&j| Some(j as usize) != skip)
-                    .filter(|_| next(n as u64) < n_rel as u64)
-                    .map(|j| (row[j as usize], j))
-                    .collect();
-                rel.sort_unstable_by(|a, b| key_less(*a, *b));
-                let mut all: Vec<(f32, u32)> = (0..n as u32)
-                    .filter(|&j| Some(j as usize) != skip)
-                    .map(|j| (row[j as usize], j))
-                    .collect();
-                all.sort_unstable_by(|a, b| key_less(*a, *b));
-                let places: Vec<usize> = rel
-                    .iter()
-                    .map(|key| all.iter().position(|a| a.1 == key.1).unwrap())
-                    .collect();
-                let ords: Vec<i32> = row.iter().map(|&d| ordered(d)).collect();
-                for way in [Way::Count, Way::Search] {
-                    let got = before_relevant_by(&row, &ords, &rel, skip, way);
-                    assert_eq!(got, places, "{way:?}: n {n} relevant {}", rel.len());
-                }
-                assert_eq!(before_relevant(&row, &rel, skip), places);
-            }
-        }
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Evaluation: embed the test split, then blocked nearest-neighbour metrics, NMI and π_ratio.
 
+mod before;
 pub mod cluster;
 pub mod diagnostics;
 pub mod flat;
 pub mod health;
 pub mod knn;
 pub mod metrics;
+pub mod order;
 
 use crate::data::loader::{self, HostBatch};
 use crate::data::{EvalSet, ImageSet};
