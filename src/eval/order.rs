@@ -1,6 +1,6 @@
 //! The order of a row of distances to gallery items: by distance in `f32::total_cmp`'s order,
 //! ties by index, so that every run ranks alike; as integers ([`ordered`], [`key64`]) for passes
-//! that compare many items at once; and the `k` nearest items under it ([`top_k`]).
+//! that compare many items at once; and the `k` nearest items under it ([`top_k`], [`TopK`]).
 
 /// Orders gallery items by (distance, index), so that ties break the same way every run.
 #[inline]
@@ -30,95 +30,106 @@ fn distance_of(key: i64) -> f32 {
 
 /// The `k` nearest gallery items of a row, nearest first, leaving out `skip`.
 pub fn top_k(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
+    let mut top = TopK::new(k);
+    top.push(row, 0, skip);
+    top.finish()
+}
+
+/// The `k` nearest of items given a block of distances at a time, blocks in any order: their
+/// [`key64`]s in an unsorted buffer, cut back to the `k` best by a selection whenever it fills.
+/// Once cut, a chunk of 16 items with no distance at or below the k-th best so far is rejected
+/// by one vectorised test, and the lanes that pass are compared by key.
+#[derive(Debug, Clone)]
+pub struct TopK {
+    k: usize,
+    buf: Vec<i64>,
+    /// The k-th best key so far (`i64::MAX` until the first cut): only smaller keys enter.
+    bound: i64,
+}
+
+impl TopK {
+    pub fn new(k: usize) -> Self {
+        Self {
+            k,
+            buf: vec![],
+            bound: i64::MAX,
+        }
+    }
+
+    /// The buffer's size: the `k` kept and as many candidates again (32 at least) before a cut.
+    fn cap(&self) -> usize {
+        self.k + (self.k / 2).max(32)
+    }
+
+    /// Offers the items `first..first + row.len()` at distances `row`, leaving out `skip`.
+    pub fn push(&mut self, row: &[f32], first: usize, skip: Option<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::kernel::avx512() {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return unsafe { self.push_avx512(row, first, skip) };
+        }
+        self.push_in(row, first, skip)
+    }
+
+    /// [`TopK::push_in`] compiled for AVX-512, where its chunk test takes one compare.
     #[cfg(target_arch = "x86_64")]
-    if crate::kernel::avx512() {
-        // SAFETY: the CPU has AVX-512F (checked just above).
-        return unsafe { top_k_avx512(row, k, skip) };
+    #[target_feature(enable = "avx512f")]
+    fn push_avx512(&mut self, row: &[f32], first: usize, skip: Option<usize>) {
+        self.push_in(row, first, skip)
     }
-    top_k_in(row, k, skip)
-}
 
-/// [`top_k_in`] compiled for AVX-512, where its chunk test takes one compare.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn top_k_avx512(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
-    top_k_in(row, k, skip)
-}
-
-/// Candidates as [`key64`]s in an unsorted buffer, cut back to the `k` best by a selection
-/// whenever it fills; a chunk of 16 items with no distance below the k-th best so far is
-/// rejected by one vectorised test. Items come in index order, so a later item with the k-th's
-/// distance ranks after it: only a smaller distance enters.
-#[inline(always)]
-fn top_k_in(row: &[f32], k: usize, skip: Option<usize>) -> Vec<(f32, u32)> {
-    if k == 0 {
-        return vec![];
-    }
-    let cap = (4 * k).max(64);
-    let mut buf: Vec<i64> = Vec::with_capacity(cap + 16);
-    // Items enter while their distance's `ordered` form is below `bound` (i32::MAX: all but
-    // the largest NaN, which is compared exactly below).
-    let mut bound = i32::MAX;
-    let mut full = false;
-    let chunks = row.chunks_exact(16);
-    let tail = chunks.remainder();
-    for (c, chunk) in chunks.enumerate() {
-        let chunk: &[f32; 16] = chunk.try_into().unwrap_or(&[0.0; 16]);
-        if full {
-            // Lane i of `below` set: item i may enter.
-            let below = chunk
+    #[inline(always)]
+    fn push_in(&mut self, row: &[f32], first: usize, skip: Option<usize>) {
+        if self.k == 0 {
+            return;
+        }
+        let chunks = row.chunks_exact(16);
+        let tail = chunks.remainder();
+        for (c, chunk) in chunks.enumerate() {
+            let bound = (self.bound >> 32) as i32;
+            // Lane i set: item i may enter.
+            let lanes = chunk
                 .iter()
                 .enumerate()
-                .fold(0u32, |m, (i, &d)| m | (u32::from(ordered(d) < bound) << i));
-            push_lanes(&mut buf, chunk, c * 16, skip, below);
-        } else {
-            push_chunk(&mut buf, chunk, c * 16, skip, bound, full);
+                .fold(0u32, |m, (i, &d)| m | (u32::from(ordered(d) <= bound) << i));
+            self.push_lanes(chunk, first + c * 16, skip, lanes);
         }
-        if buf.len() >= cap {
-            bound = cut(&mut buf, k);
-            full = true;
-        }
+        self.push_lanes(tail, first + row.len() - tail.len(), skip, (1u32 << tail.len()) - 1);
     }
-    push_chunk(&mut buf, tail, row.len() - tail.len(), skip, bound, full);
-    if buf.len() > k {
-        buf.select_nth_unstable(k - 1);
-        buf.truncate(k);
-    }
-    buf.sort_unstable();
-    buf.iter().map(|&key| (distance_of(key), key as u32)).collect()
-}
 
-/// Pushes the items of `chunk` (first index `start`) that may enter: all while the buffer has
-/// not been cut, then those below `bound`.
-#[inline(always)]
-fn push_chunk(buf: &mut Vec<i64>, chunk: &[f32], start: usize, skip: Option<usize>, bound: i32, full: bool) {
-    for (i, &d) in chunk.iter().enumerate() {
-        let j = start + i;
-        if (!full || ordered(d) < bound) && Some(j) != skip {
-            buf.push(key64(d, j as u32));
+    /// Pushes the items of `chunk` (the first is item `start`) whose lanes are set in `lanes`
+    /// and whose keys are below the bound; cuts when the buffer fills.
+    #[inline(always)]
+    fn push_lanes(&mut self, chunk: &[f32], start: usize, skip: Option<usize>, mut lanes: u32) {
+        while lanes != 0 {
+            let i = lanes.trailing_zeros() as usize;
+            lanes &= lanes - 1;
+            let key = key64(chunk[i], (start + i) as u32);
+            if key < self.bound && Some(start + i) != skip {
+                self.buf.push(key);
+                if self.buf.len() >= self.cap() {
+                    self.cut();
+                }
+            }
         }
     }
-}
 
-/// Pushes the items of `chunk` (first index `start`) whose lanes are set in `lanes`.
-#[inline(always)]
-fn push_lanes(buf: &mut Vec<i64>, chunk: &[f32; 16], start: usize, skip: Option<usize>, mut lanes: u32) {
-    while lanes != 0 {
-        let i = lanes.trailing_zeros() as usize;
-        lanes &= lanes - 1;
-        let j = start + i;
-        if Some(j) != skip {
-            buf.push(key64(chunk[i], j as u32));
-        }
+    /// Keeps the `k` smallest keys (in any order); the largest kept becomes the bound.
+    fn cut(&mut self) {
+        let k = self.k;
+        self.buf.select_nth_unstable(k - 1);
+        self.buf.truncate(k);
+        self.bound = self.buf[k - 1];
     }
-}
 
-/// Keeps the `k` smallest keys of `buf` (in any order); returns the `ordered` distance of the
-/// largest kept, which a later item must go below.
-fn cut(buf: &mut Vec<i64>, k: usize) -> i32 {
-    buf.select_nth_unstable(k - 1);
-    buf.truncate(k);
-    (buf[k - 1] >> 32) as i32
+    /// The `k` nearest (fewer if fewer were offered), nearest first.
+    pub fn finish(mut self) -> Vec<(f32, u32)> {
+        if self.buf.len() > self.k {
+            self.cut();
+        }
+        self.buf.sort_unstable();
+        self.buf.iter().map(|&key| (distance_of(key), key as u32)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -155,7 +166,15 @@ mod tests {
                     let got = top_k(&row, k, skip);
                     let bits = |v: &[(f32, u32)]| v.iter().map(|&(d, j)| (d.to_bits(), j)).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&all), "n {n} k {k} skip {skip:?}");
-                    assert_eq!(bits(&top_k_in(&row, k, skip)), bits(&all));
+                    let mut top = TopK::new(k);
+                    top.push_in(&row, 0, skip);
+                    assert_eq!(bits(&top.finish()), bits(&all));
+                    // Given in blocks, last block first.
+                    let mut top = TopK::new(k);
+                    let cut = n / 3;
+                    top.push(&row[cut..], cut, skip);
+                    top.push(&row[..cut], 0, skip);
+                    assert_eq!(bits(&top.finish()), bits(&all));
                 }
             }
         }

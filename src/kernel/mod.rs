@@ -7,6 +7,7 @@
 pub mod adam;
 pub mod conv;
 pub mod direct;
+pub mod dots;
 pub mod pool;
 pub mod shared;
 
