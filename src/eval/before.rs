@@ -1,8 +1,9 @@
 //! The place of each relevant item in a row's order, for the full AP (`Σ_j j / rank_j`): the items
-//! of the row before it in (distance, index) order. Only the items at or below the last relevant
-//! distance can precede any; when they are few they are gathered first. Then [`BLOCK`] relevant
-//! items share each pass over the keys, each counting `≤` its distance before its own position
-//! and `<` after it (ties precede when their index is lower).
+//! of the row before it in (distance, index) order, counted over the whole row or a block of it
+//! at a time. Only the items at or below the last relevant distance can precede any; when they
+//! are few they are gathered first. Then [`BLOCK`] relevant items share each pass over the keys,
+//! each counting `≤` its distance before its own index and `<` after it (ties precede when their
+//! index is lower).
 
 use super::order::{key64, ordered};
 use std::borrow::Cow;
@@ -13,26 +14,45 @@ const BLOCK: usize = 8;
 /// For each relevant item (keys `rel`, sorted by [`super::order::key_less`]), the items of the
 /// row (less `skip`) before it, relevant ones included.
 pub fn before_relevant(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> Vec<usize> {
+    let rel: Vec<(i32, u32)> = rel.iter().map(|&(d, j)| (ordered(d), j)).collect();
+    let mut before = vec![0usize; rel.len()];
+    add_before(&mut before, &rel, row, 0, skip);
+    before
+}
+
+/// Adds to `before[i]` the items `first..first + row.len()` (at distances `row`, less `skip`)
+/// that come before the relevant item `rel[i]` (its distance in [`ordered`] form, its index).
+pub fn add_before(before: &mut [usize], rel: &[(i32, u32)], row: &[f32], first: usize, skip: Option<usize>) {
     #[cfg(target_arch = "x86_64")]
     if crate::kernel::avx512() {
         // SAFETY: the CPU has AVX-512F (checked just above).
-        return unsafe { before_relevant_avx512(row, rel, skip) };
+        return unsafe { add_before_avx512(before, rel, row, first, skip) };
     }
-    before_relevant_in(row, rel, skip)
+    add_before_in(before, rel, row, first, skip)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn before_relevant_avx512(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> Vec<usize> {
-    before_relevant_in(row, rel, skip)
+fn add_before_avx512(before: &mut [usize], rel: &[(i32, u32)], row: &[f32], first: usize, skip: Option<usize>) {
+    add_before_in(before, rel, row, first, skip)
+}
+
+/// Where a relevant item sits against a block of keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum At {
+    /// Before the block: every key of it comes after the item's index.
+    Before,
+    /// At this position of the keys.
+    Here(usize),
+    /// After the block.
+    After,
 }
 
 #[inline(always)]
-fn before_relevant_in(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> Vec<usize> {
-    let Some(&(d_last, _)) = rel.iter().max_by_key(|&&(d, j)| key64(d, j)) else {
-        return vec![];
+fn add_before_in(before: &mut [usize], rel: &[(i32, u32)], row: &[f32], first: usize, skip: Option<usize>) {
+    let Some(last) = rel.iter().map(|r| r.0).max() else {
+        return;
     };
-    let last = ordered(d_last);
     let ords: Vec<i32> = row.iter().map(|&d| ordered(d)).collect();
     let m = match last.checked_add(1) {
         Some(t) => count_below(&ords, t),
@@ -45,22 +65,31 @@ fn before_relevant_in(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> V
     } else {
         (Cow::Borrowed(&ords[..]), None)
     };
-    let items: Vec<(i32, usize)> = rel
+    let end = first + row.len();
+    let items: Vec<(i32, At)> = rel
         .iter()
-        .map(|&(d, j)| {
-            let s = at.as_ref().map_or(j as usize, |at| at.partition_point(|&p| p < j));
-            (ordered(d), s)
+        .map(|&(t, j)| {
+            let j = j as usize;
+            let place = match j {
+                _ if j < first => At::Before,
+                _ if j >= end => At::After,
+                _ => At::Here(
+                    at.as_ref()
+                        .map_or(j - first, |at| at.partition_point(|&p| (p as usize) < j - first)),
+                ),
+            };
+            (t, place)
         })
         .collect();
-    let mut counts = count_before(&keys, &items);
+    let counts = count_before(&keys, &items);
     // The skipped item was counted where it precedes.
-    if let Some(q) = skip {
-        let kq = key64(row[q], q as u32);
-        for (c, &(d, j)) in counts.iter_mut().zip(rel) {
-            *c -= usize::from(kq < key64(d, j));
-        }
+    let skipped = skip
+        .filter(|q| (first..end).contains(q))
+        .map(|q| key64(row[q - first], q as u32));
+    for ((b, c), &(t, j)) in before.iter_mut().zip(counts).zip(rel) {
+        let key = (i64::from(t) << 32) | i64::from(j);
+        *b += c - usize::from(skipped.is_some_and(|kq| kq < key));
     }
-    counts
 }
 
 /// The keys at most `t` (`m` of them) and their positions, in row order.
@@ -121,28 +150,38 @@ fn gather_at_most_avx512(ords: &[i32], t: i32, m: usize) -> (Vec<i32>, Vec<u32>)
     (keys, at)
 }
 
-/// For each item `(t, s)` of `items` (a key and its position in `keys`), the keys before it in
-/// (key, position) order, itself left out: `#{p < s: keys[p] ≤ t} + #{p > s: keys[p] < t}`.
+/// For each item `(t, at)` of `items` (a key, and where the item sits), the keys before it in
+/// (key, position) order, itself left out: `≤ t` before its position, `< t` after it.
 #[inline(always)]
-fn count_before(keys: &[i32], items: &[(i32, usize)]) -> Vec<usize> {
+fn count_before(keys: &[i32], items: &[(i32, At)]) -> Vec<usize> {
     let mut out = vec![0usize; items.len()];
     // `≤ t` is `< t + 1`, but for the largest key, which is counted apart.
     let (mut order, top): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].0 < i32::MAX);
     for i in top {
-        let s = items[i].1;
-        out[i] = s + count_below(&keys[s + 1..], i32::MAX);
+        out[i] = match items[i].1 {
+            At::Before => count_below(keys, i32::MAX),
+            At::Here(s) => s + count_below(&keys[s + 1..], i32::MAX),
+            At::After => keys.len(),
+        };
     }
-    order.sort_unstable_by_key(|&i| items[i].1);
+    // By the position where each switches from `≤` to `<`.
+    let switch = |at: At| match at {
+        At::Before => 0,
+        At::Here(s) => s + 1,
+        At::After => usize::MAX,
+    };
+    order.sort_unstable_by_key(|&i| switch(items[i].1));
     for block in order.chunks(BLOCK) {
         // Slots without an item compare below i32::MIN: they count nothing.
         let mut cur = [i32::MIN; BLOCK];
         let mut acc = [0usize; BLOCK];
         for (slot, &i) in block.iter().enumerate() {
-            cur[slot] = items[i].0 + 1;
+            let (t, at) = items[i];
+            cur[slot] = if at == At::Before { t } else { t + 1 };
         }
         let mut start = 0;
         for (slot, &i) in block.iter().enumerate() {
-            let (t, s) = items[i];
+            let (t, At::Here(s)) = items[i] else { continue };
             count_segment(&keys[start..s], &cur, &mut acc);
             // At position s: the other items compare as usual, this one leaves itself out.
             for (o, (&c, a)) in cur.iter().zip(acc.iter_mut()).enumerate() {
@@ -300,7 +339,13 @@ mod tests {
                             "n {n} relevant {}",
                             rel.len()
                         );
-                        assert_eq!(before_relevant_in(&row, &rel, skip), places);
+                        // In blocks, in any order.
+                        let ords: Vec<(i32, u32)> = rel.iter().map(|&(d, j)| (ordered(d), j)).collect();
+                        let mut by_blocks = vec![0usize; rel.len()];
+                        let cut = n / 3;
+                        add_before(&mut by_blocks, &ords, &row[cut..], cut, skip);
+                        add_before_in(&mut by_blocks, &ords, &row[..cut], 0, skip);
+                        assert_eq!(by_blocks, places, "in blocks");
                     }
                 }
             }

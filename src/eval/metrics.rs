@@ -13,6 +13,7 @@
 
 use super::before::before_relevant;
 use super::knn::{Embeddings, scan_rows};
+use super::one_set::one_set;
 use super::order::{key_less, top_k};
 use anyhow::{Result, ensure};
 use burn::tensor::Device;
@@ -48,6 +49,11 @@ struct RowStats {
     r_prec: f64,
 }
 
+/// The `k` a query's list needs: the largest recall k, its class's `r`, and 10 (mAP@10).
+fn list_length(ks: &[usize], r: usize) -> usize {
+    ks.iter().copied().max().unwrap_or(1).max(r).max(10)
+}
+
 /// Scores one query's row. `members` are the gallery items of the query's label.
 fn row_stats(
     row: &[f32],
@@ -64,8 +70,26 @@ fn row_stats(
             ..Default::default()
         };
     }
-    let kmax = ks.iter().copied().max().unwrap_or(1).max(r).max(10);
-    let top = top_k(row, kmax, skip);
+    let top = top_k(row, list_length(ks, r), skip);
+    let mut rel_keys: Vec<(f32, u32)> = members
+        .iter()
+        .filter(|&&j| Some(j as usize) != skip)
+        .map(|&j| (row[j as usize], j))
+        .collect();
+    rel_keys.sort_unstable_by(|a, b| key_less(*a, *b));
+    stats(&top, &before_relevant(row, &rel_keys, skip), qlabel, glabels, ks)
+}
+
+/// A query's metrics from its nearest items `top` (at least [`list_length`]) and, for each of
+/// its `r` relevant items in order, the items before it.
+fn stats(top: &[(f32, u32)], before: &[usize], qlabel: u32, glabels: &[u32], ks: &[usize]) -> RowStats {
+    let r = before.len();
+    if r == 0 {
+        return RowStats {
+            lone: true,
+            ..Default::default()
+        };
+    }
     let rel: Vec<bool> = top.iter().map(|&(_, j)| glabels[j as usize] == qlabel).collect();
     let hits = ks.iter().map(|&k| rel.iter().take(k).any(|&b| b)).collect();
     let ap_at = |depth: usize, divisor: usize| {
@@ -80,30 +104,19 @@ fn row_stats(
     };
     let (ap_r, found_r) = ap_at(r, r);
     let (ap_10, _) = ap_at(10, 10);
-    let mut rel_keys: Vec<(f32, u32)> = members
+    let full: f64 = before
         .iter()
-        .filter(|&&j| Some(j as usize) != skip)
-        .map(|&j| (row[j as usize], j))
-        .collect();
-    rel_keys.sort_unstable_by(|a, b| key_less(*a, *b));
+        .enumerate()
+        .map(|(j, &b)| (j + 1) as f64 / (b + 1) as f64)
+        .sum();
     RowStats {
         lone: false,
         hits,
         ap_r,
         ap_10,
-        ap: full_ap(row, &rel_keys, skip) / r as f64,
+        ap: full / r as f64,
         r_prec: found_r as f64 / r as f64,
     }
-}
-
-/// `Σ_j j / rank_j` over the relevant items' keys `rel` (sorted), ranks in the order of
-/// [`key_less`] over the whole row less `skip`.
-fn full_ap(row: &[f32], rel: &[(f32, u32)], skip: Option<usize>) -> f64 {
-    before_relevant(row, rel, skip)
-        .iter()
-        .enumerate()
-        .map(|(j, &b)| (j + 1) as f64 / (b + 1) as f64)
-        .sum()
 }
 
 /// Computes the retrieval metrics of `query` against `gallery` (or, with `gallery = None`, of the
@@ -118,6 +131,16 @@ pub fn retrieval(
     match gallery {
         Some((g, gl)) => retrieval_skipping(query, qlabels, g, gl, None, ks, device),
         None => {
+            // On the CPU each pair's distance once, both rows of it at a time.
+            let cpu = device.clone().without_autodiff() == crate::default_device();
+            if let Some(rows) = cpu.then(|| one_set(query, qlabels, |r| list_length(ks, r))).flatten() {
+                let rows: Vec<RowStats> = rows
+                    .iter()
+                    .zip(qlabels)
+                    .map(|(row, &l)| stats(&row.top, &row.before, l, qlabels, ks))
+                    .collect();
+                return Ok(summary(&rows, ks, query.n));
+            }
             let own: Vec<usize> = (0..query.n).collect();
             retrieval_skipping(query, qlabels, query, qlabels, Some(&own), ks, device)
         }
@@ -160,10 +183,15 @@ pub fn retrieval_skipping(
         let r = class.len() - usize::from(skip.is_some_and(|j| glabels[j] == qlabels[i]));
         row_stats(row, qlabels[i], glabels, class, skip, r, ks)
     })?;
+    Ok(summary(&rows, ks, query.n))
+}
+
+/// The means over the queries that are not lone.
+fn summary(rows: &[RowStats], ks: &[usize], queries: usize) -> Retrieval {
     let scored: Vec<&RowStats> = rows.iter().filter(|s| !s.lone).collect();
     let n = scored.len().max(1) as f64;
     let mean = |f: &dyn Fn(&RowStats) -> f64| scored.iter().map(|s| f(s)).sum::<f64>() / n;
-    Ok(Retrieval {
+    Retrieval {
         recall: ks
             .iter()
             .enumerate()
@@ -173,9 +201,9 @@ pub fn retrieval_skipping(
         map_at_10: mean(&|s| s.ap_10),
         map: mean(&|s| s.ap),
         r_precision: mean(&|s| s.r_prec),
-        queries: query.n,
+        queries,
         lone_queries: rows.len() - scored.len(),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod flat;
 pub mod health;
 pub mod knn;
 pub mod metrics;
+mod one_set;
 pub mod order;
 
 use crate::data::loader::{self, HostBatch};

@@ -24,7 +24,7 @@ pub fn available() -> bool {
 /// `out` holds at least `(rows(a) − 1) · ldo + rows(b)` values. Panics without AVX-512F
 /// ([`available`]) or with shapes that do not fit.
 pub fn dots(a: &[f32], b: &[f32], d: usize, out: &mut [f32], ldo: usize) {
-    dots_packed(a, &Packed::new(b, d), out, ldo);
+    dots_packed(a, &Packed::new(b, d), out, ldo, Finish::Dots);
 }
 
 /// `b`'s rows packed for [`dots_packed`], which several calls (threads) may share.
@@ -47,8 +47,26 @@ impl Packed {
     }
 }
 
-/// [`dots`] with `b` packed.
-pub fn dots_packed(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize) {
+/// What [`dots_packed`] writes of each product.
+#[derive(Debug, Clone, Copy)]
+pub enum Finish<'a> {
+    /// The dot product.
+    Dots,
+    /// The squared distance from the rows' squared norms ([`squared`]): those of `a`'s rows
+    /// and of `b`'s.
+    Squared { a: &'a [f32], b: &'a [f32] },
+}
+
+/// A squared distance from two squared norms and the dot product, as [`Finish::Squared`]
+/// writes it: `‖a‖² + ‖b‖² − 2 a·b`, or 0 where that is not above 0.
+#[inline(always)]
+pub fn squared(na: f32, nb: f32, dot: f32) -> f32 {
+    let v = na + nb - 2.0 * dot;
+    if v > 0.0 { v } else { 0.0 }
+}
+
+/// [`dots`] with `b` packed, each product written as `finish` says.
+pub fn dots_packed(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize, finish: Finish) {
     assert!(available(), "dots needs AVX-512F");
     let d = b.d;
     assert!(a.len().is_multiple_of(d), "rows of {d} values");
@@ -57,10 +75,13 @@ pub fn dots_packed(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize) {
         return;
     }
     assert!(ldo >= rb && out.len() >= (ra - 1) * ldo + rb, "out too small");
+    if let Finish::Squared { a: na, b: nb } = finish {
+        assert!(na.len() == ra && nb.len() == rb, "a squared norm per row");
+    }
     #[cfg(target_arch = "x86_64")]
     // SAFETY: AVX-512F is there (asserted above); the shapes were checked.
     unsafe {
-        dots_avx512(a, b, out, ldo)
+        dots_avx512(a, b, out, ldo, finish)
     }
 }
 
@@ -68,6 +89,16 @@ pub fn dots_packed(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize) {
 /// into `out` (`d · w`).
 fn pack_panel(m: &[f32], d: usize, j0: usize, w: usize, out: &mut [f32]) {
     let rows = w.min(m.len() / d - j0);
+    if w == MR {
+        // Few rows: read them side by side, write each k's values together.
+        let src: Vec<&[f32]> = (0..rows).map(|l| &m[(j0 + l) * d..(j0 + l + 1) * d]).collect();
+        for (k, dst) in out.chunks_exact_mut(w).enumerate() {
+            for (v, row) in dst.iter_mut().zip(&src) {
+                *v = row[k];
+            }
+        }
+        return;
+    }
     for lane in 0..rows {
         let row = &m[(j0 + lane) * d..(j0 + lane + 1) * d];
         for (dst, &v) in out.iter_mut().skip(lane).step_by(w).zip(row) {
@@ -78,7 +109,7 @@ fn pack_panel(m: &[f32], d: usize, j0: usize, w: usize, out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn dots_avx512(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize) {
+fn dots_avx512(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize, finish: Finish) {
     let (d, rb, bp) = (b.d, b.rows, &b.panels);
     let ra = a.len() / d;
     // A block of `a` (packed in panels of MR rows) stays in L2 while every panel of `b` passes.
@@ -102,17 +133,22 @@ fn dots_avx512(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize) {
                 for (q, apanel) in ap.chunks_exact(d * MR).take((i_end - i_block).div_ceil(MR)).enumerate() {
                     let i0 = i_block + q * MR;
                     let rows = MR.min(ra - i0);
+                    // The squared norms of the tile's rows and columns, on its last slab.
+                    let norms = match finish {
+                        Finish::Squared { a: na, b: nb } if k0 + kc == d => Some((&na[i0..], &nb[j0..])),
+                        _ => None,
+                    };
                     // SAFETY: the slabs hold kc × MR and kc × NR values; the tile written is
                     // rows × cols at (i0, j0), inside `out` by the caller's check.
                     unsafe {
                         tile(
                             &apanel[k0 * MR..(k0 + kc) * MR],
                             slab,
-                            kc,
-                            k0 == 0,
+                            (kc, k0 == 0),
                             &mut out[i0 * ldo + j0..],
                             ldo,
                             (rows, cols),
+                            norms,
                         )
                     };
                 }
@@ -128,11 +164,11 @@ fn dots_avx512(a: &[f32], b: &Packed, out: &mut [f32], ldo: usize) {
 unsafe fn tile(
     ap: &[f32],
     bp: &[f32],
-    kc: usize,
-    first: bool,
+    (kc, first): (usize, bool),
     c: &mut [f32],
     ldc: usize,
     (rows, cols): (usize, usize),
+    norms: Option<(&[f32], &[f32])>,
 ) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
@@ -162,6 +198,20 @@ unsafe fn tile(
             }
         }
     }
+    if let Some((na, nb)) = norms {
+        // ‖a‖² + ‖b‖² − 2 a·b, or 0 where not above 0 ([`squared`]).
+        let (two, zero) = (_mm512_set1_ps(2.0), _mm512_setzero_ps());
+        // SAFETY: `nb` has the tile's cols values (masked lanes only are read).
+        let nbv: [__m512; NV] =
+            std::array::from_fn(|v| unsafe { _mm512_maskz_loadu_ps(mask(v), nb.as_ptr().add(16 * v)) });
+        for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+            let nav = _mm512_set1_ps(na[r]);
+            for (x, &nbv) in acc.iter_mut().zip(&nbv) {
+                let v = _mm512_sub_ps(_mm512_add_ps(nav, nbv), _mm512_mul_ps(two, *x));
+                *x = _mm512_max_ps(v, zero);
+            }
+        }
+    }
     for (r, acc) in acc.iter().enumerate().take(rows) {
         for (v, &x) in acc.iter().enumerate() {
             // SAFETY: as for the loads.
@@ -178,6 +228,37 @@ pub fn dot_chain(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The squared distances are the products' own, finished by `squared`.
+    #[test]
+    fn squared_distances_finish_the_products() {
+        if !available() {
+            return;
+        }
+        let (ra, rb, d) = (9, 70, 130);
+        let a: Vec<f32> = (0..ra * d).map(|i| ((i * 37) % 11) as f32 / 11.0).collect();
+        let mut b: Vec<f32> = (0..rb * d).map(|i| ((i * 53) % 13) as f32 / 13.0).collect();
+        // Row 5 of b is row 2 of a: a distance of (about) 0.
+        b[5 * d..6 * d].copy_from_slice(&a[2 * d..3 * d]);
+        let norm = |r: &[f32]| r.iter().map(|v| v * v).sum::<f32>();
+        let na: Vec<f32> = a.chunks(d).map(norm).collect();
+        let nb: Vec<f32> = b.chunks(d).map(norm).collect();
+        let mut out = vec![0.0; ra * rb];
+        dots_packed(
+            &a,
+            &Packed::new(&b, d),
+            &mut out,
+            rb,
+            Finish::Squared { a: &na, b: &nb },
+        );
+        for i in 0..ra {
+            for j in 0..rb {
+                let want = squared(na[i], nb[j], dot_chain(&a[i * d..][..d], &b[j * d..][..d]));
+                assert_eq!(out[i * rb + j].to_bits(), want.to_bits(), "({i}, {j})");
+            }
+        }
+        assert!(out[2 * rb + 5] < 1e-4);
+    }
 
     /// Every product equals its fused chain computed alone, bit for bit, for shapes with
     /// partial tiles and several slabs and column blocks; (b, a) gives the transpose.

@@ -1,0 +1,99 @@
+//! `--set KEY=VALUE`: a config's keys overridden on the TOML tree before it is read.
+
+use anyhow::{Context, Result, bail, ensure};
+
+/// The overrides a command's flags make: `--set KEY=VALUE`s, then `--epochs` and
+/// `--max-batches` as `train.epochs` and `train.max_batches` (so they win over a `--set`).
+pub fn command_overrides(set: &[String], epochs: Option<usize>, max_batches: Option<usize>) -> Vec<String> {
+    let mut v = set.to_vec();
+    if let Some(e) = epochs {
+        v.push(format!("train.epochs={e}"));
+    }
+    if let Some(m) = max_batches {
+        v.push(format!("train.max_batches={m}"));
+    }
+    v
+}
+
+/// A word for each key that `overrides` give more than once with different values: the last
+/// one is used (a later `--set` overrides an earlier one, as a flag such as `--epochs` does).
+pub fn repeated_overrides(overrides: &[String]) -> Vec<String> {
+    let mut last: std::collections::BTreeMap<&str, (&str, Vec<&str>)> = std::collections::BTreeMap::new();
+    for o in overrides {
+        if let Some((k, v)) = o.split_once('=') {
+            let e = last.entry(k.trim()).or_insert((v.trim(), vec![]));
+            if e.0 != v.trim() {
+                e.1.push(e.0);
+                e.0 = v.trim();
+            }
+        }
+    }
+    last.iter()
+        .filter(|(_, (_, earlier))| !earlier.is_empty())
+        .map(|(k, (v, earlier))| {
+            format!(
+                "{k} is set more than once ({} then {v}): {v}, the last, is used",
+                earlier.join(", ")
+            )
+        })
+        .collect()
+}
+
+fn is_integer_literal(s: &str) -> bool {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s).replace('_', "");
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Applies `a.b.c=value`; the value is read as a TOML value (number, bool, array, inline table),
+/// or as a string when it is not one. A string set on a table that has a `kind` sets that kind.
+pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
+    let (key, raw) = spec
+        .split_once('=')
+        .with_context(|| format!("⟨set⟩ {spec}: expected key=value"))?;
+    let key = key.trim();
+    ensure!(!key.is_empty(), "⟨set⟩ {spec}: empty key");
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        // An integer TOML cannot hold would otherwise become a string and be reported as one.
+        Err(_) if is_integer_literal(raw.trim()) => bail!(
+            "⟨set⟩ {spec}: {} is out of range (TOML integers are {} to {})",
+            raw.trim(),
+            i64::MIN,
+            i64::MAX
+        ),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut cur = root;
+    for (i, part) in parts.iter().enumerate() {
+        let table = cur
+            .as_table_mut()
+            .with_context(|| format!("⟨set⟩ {key}: '{}' is not a table", parts[..i].join(".")))?;
+        if i + 1 == parts.len() {
+            // A name set on a table with a kind names its kind and keeps its other keys
+            // (`loss.miner=semihard` on `[loss.miner]`, as on the older `miner = "…"`).
+            match (table.get_mut(*part), value) {
+                (Some(toml::Value::Table(t)), toml::Value::String(kind)) if t.contains_key("kind") => {
+                    t.insert("kind".into(), toml::Value::String(kind));
+                }
+                (_, value) => {
+                    table.insert(part.to_string(), value);
+                }
+            }
+            return Ok(());
+        }
+        cur = table
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+        // A name is the table of its kind alone (`miner = "random"` for `loss.miner.kind=…`).
+        if let toml::Value::String(kind) = cur
+            && parts[i + 1..] == ["kind"]
+        {
+            *cur = toml::Value::Table(toml::Table::from_iter([(
+                "kind".to_string(),
+                toml::Value::String(kind.clone()),
+            )]));
+        }
+    }
+    Ok(())
+}
