@@ -12,6 +12,8 @@ const NR: usize = 16 * NV;
 const NV: usize = 4;
 /// Dimensions per slab: a slab of a `b` panel is 512 KiB at most (L2).
 const KC: usize = 2048;
+/// Steps of k ahead that a tile asks for its `b` panel.
+const PREFETCH: usize = 8;
 /// Bytes of `a` per block (L2).
 const MC_BYTES: usize = 384 << 10;
 
@@ -189,6 +191,11 @@ unsafe fn tile(
     for k in 0..kc {
         // SAFETY: k < kc: b + k·NR + NR and a + k·MR + MR stay inside the slabs.
         unsafe {
+            // The panel comes from L2: ask for it a few steps ahead (past its end, harmlessly:
+            // a prefetch does not fault, and the address is only formed, wrapping).
+            for v in 0..NV {
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add((k + PREFETCH) * NR + 16 * v).cast());
+            }
             let bv: [__m512; NV] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * NR + 16 * v)));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let av = _mm512_set1_ps(*a.add(k * MR + r));
