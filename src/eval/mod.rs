@@ -1,5 +1,6 @@
 //! Evaluation: embed the test split, then blocked nearest-neighbour metrics, NMI and π_ratio.
 
+mod assign;
 mod before;
 pub mod cluster;
 pub mod diagnostics;
@@ -9,6 +10,7 @@ pub mod knn;
 pub mod metrics;
 mod one_set;
 pub mod order;
+mod places;
 
 use crate::data::loader::{self, HostBatch};
 use crate::data::{EvalSet, ImageSet};
