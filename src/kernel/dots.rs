@@ -6,10 +6,10 @@
 //! k-major, once; `a` in panels of [`MR`] rows, a block at a time, broadcast.
 
 /// Rows of `a` per register tile (broadcast).
-const MR: usize = 6;
+const MR: usize = 8;
 /// Rows of `b` per register tile (NV vectors of 16).
 const NR: usize = 16 * NV;
-const NV: usize = 4;
+const NV: usize = 3;
 /// Dimensions per slab: a slab of a `b` panel is 512 KiB at most (L2).
 const KC: usize = 2048;
 /// Steps of k ahead that a tile asks for its `b` panel.
