@@ -27,7 +27,7 @@ pub(super) fn squared_norms(x: &Embeddings) -> Vec<f32> {
 
 /// Each point's nearest centre (the first of equals); `xn`: the points' squared norms.
 pub(super) fn nearest(x: &Embeddings, xn: &[f32], centres: &[f32], k: usize, device: &Device) -> Result<Vec<u32>> {
-    if device.clone().without_autodiff() == crate::default_device() && crate::kernel::dots::available() {
+    if device.clone().without_autodiff() == crate::default_device() && crate::kernel::dots::available() && x.dim > 0 {
         return Ok(nearest_in_cache(x, xn, centres, k));
     }
     let cent = Embeddings::new(centres.to_vec(), k, x.dim)?;

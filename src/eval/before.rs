@@ -140,6 +140,8 @@ fn gather_at_most_avx512(ords: &[i32], t: i32, m: usize) -> (Vec<i32>, Vec<u32>)
             _mm512_storeu_si512(at.as_mut_ptr().add(w).cast(), _mm512_maskz_compress_epi32(keep, pos));
             w += keep.count_ones() as usize;
         }
+        // A wrong m would let the next store run past the vectors: refuse rather than write.
+        assert!(w <= m, "gather_at_most: more than m = {m} keys at most {t}");
         pos = _mm512_add_epi32(pos, step);
     }
     for (p, &k) in ords.iter().enumerate().skip(rest_start) {

@@ -39,9 +39,10 @@ struct Row {
 
 /// The results of every item of `x` among the others, each keeping its `k(r)` nearest (`r`: the
 /// size of its class less itself); `None` where this path does not run (no AVX-512, a class
-/// over a block, or rows' state over [`STATE_BYTES`]): the caller scans rows instead.
+/// over a block, rows' state over [`STATE_BYTES`], no dimensions): the caller scans rows
+/// instead.
 pub fn one_set(x: &Embeddings, labels: &[u32], k: impl Fn(usize) -> usize) -> Option<Vec<RowResult>> {
-    if !crate::kernel::dots::available() || x.n < 2 || labels.len() != x.n {
+    if !crate::kernel::dots::available() || x.n < 2 || x.dim == 0 || labels.len() != x.n {
         return None;
     }
     let mut members: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -100,6 +101,7 @@ const STRIP: usize = 16;
 fn columns(m: &[f32], nj: usize, c0: usize, out: &mut [f32]) {
     let ni = m.len() / nj;
     let w = out.len() / ni.max(1);
+    assert!(w <= 16 && c0 + w <= nj, "columns {c0}..{} of {nj}", c0 + w);
     let mut r0 = 0;
     #[cfg(target_arch = "x86_64")]
     if w == 16 && crate::kernel::avx512() {

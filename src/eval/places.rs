@@ -61,6 +61,9 @@ fn lower_bounds(t: &[i32], keys: &[i32], out: &mut [u32]) {
 #[target_feature(enable = "avx512f")]
 fn lower_bounds_avx512(t: &[i32], keys: &[i32], out: &mut [u32]) -> usize {
     use std::arch::x86_64::*;
+    if t.is_empty() {
+        return 0;
+    }
     let one = _mm512_set1_epi32(1);
     for (chunk, o) in keys.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
         // SAFETY: 16 values each; every probe index is below t.len() (base + half < base + n

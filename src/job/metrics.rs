@@ -42,6 +42,10 @@ impl MetricsJob {
             }
         };
         crate::ensure_input!(
+            self.dim > 0,
+            "embeddings: rows of 0 values; each row needs at least one"
+        );
+        crate::ensure_input!(
             self.query.n >= if self.gallery.is_some() { 1 } else { 2 },
             "{}",
             if self.gallery.is_some() {
@@ -110,5 +114,30 @@ fn unit_rows(v: &mut [f32], dim: usize) {
         if n > 0.0 {
             row.iter_mut().for_each(|x| *x /= n);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows without values are the caller's error, not a panic in a kernel.
+    #[test]
+    fn rows_of_no_values_are_refused() {
+        let job = MetricsJob {
+            query: Labelled {
+                values: vec![],
+                n: 4,
+                labels: vec![0, 0, 1, 1],
+            },
+            dim: 0,
+            gallery: None,
+            distance: "euclidean".into(),
+            eval: EvalConfig::default(),
+            seed: 0,
+        };
+        let e = job.run(&crate::default_device()).unwrap_err();
+        assert!(e.chain().any(|c| c.is::<crate::InputError>()), "{e:#}");
+        assert!(format!("{e:#}").contains("rows of 0 values"), "{e:#}");
     }
 }

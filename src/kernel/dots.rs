@@ -174,15 +174,18 @@ unsafe fn tile(
 ) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-    // Lanes of the last vectors that exist in a partial tile.
+    // Lanes of the last vectors that exist in a partial tile; vectors past `cols` are not
+    // touched at all (nor their addresses formed).
     let mask = |v: usize| -> __mmask16 {
         let n = cols.saturating_sub(16 * v).min(16);
         ((1u32 << n) - 1) as __mmask16
     };
+    let live = cols.div_ceil(16).min(NV);
     if !first {
         for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-            for (v, x) in acc.iter_mut().enumerate() {
-                // SAFETY: row r < rows and the masked lanes < cols lie inside `c`.
+            for (v, x) in acc.iter_mut().enumerate().take(live) {
+                // SAFETY: row r < rows and the masked lanes < cols lie inside `c`; v < live keeps
+                // the vector's first lane inside the row.
                 *x = unsafe { _mm512_maskz_loadu_ps(mask(v), c.as_ptr().add(r * ldc + 16 * v)) };
             }
         }
@@ -208,9 +211,14 @@ unsafe fn tile(
     if let Some((na, nb)) = norms {
         // ‖a‖² + ‖b‖² − 2 a·b, or 0 where not above 0 ([`squared`]).
         let (two, zero) = (_mm512_set1_ps(2.0), _mm512_setzero_ps());
-        // SAFETY: `nb` has the tile's cols values (masked lanes only are read).
-        let nbv: [__m512; NV] =
-            std::array::from_fn(|v| unsafe { _mm512_maskz_loadu_ps(mask(v), nb.as_ptr().add(16 * v)) });
+        // SAFETY: `nb` has the tile's cols values (masked lanes only are read, v < live).
+        let nbv: [__m512; NV] = std::array::from_fn(|v| {
+            if v < live {
+                unsafe { _mm512_maskz_loadu_ps(mask(v), nb.as_ptr().add(16 * v)) }
+            } else {
+                zero
+            }
+        });
         for (r, acc) in acc.iter_mut().enumerate().take(rows) {
             let nav = _mm512_set1_ps(na[r]);
             for (x, &nbv) in acc.iter_mut().zip(&nbv) {
@@ -220,7 +228,7 @@ unsafe fn tile(
         }
     }
     for (r, acc) in acc.iter().enumerate().take(rows) {
-        for (v, &x) in acc.iter().enumerate() {
+        for (v, &x) in acc.iter().enumerate().take(live) {
             // SAFETY: as for the loads.
             unsafe { _mm512_mask_storeu_ps(c.as_mut_ptr().add(r * ldc + 16 * v), mask(v), x) };
         }
