@@ -93,36 +93,23 @@ def metrics(
     if (gallery is None) != (gallery_labels is None):
         raise ValueError("gallery and gallery_labels go together")
     ql = _labels(labels, q.shape[0], "labels")
-    g_bytes, g_n, gl = None, 0, None
+    arrays, gl = [q.tobytes()], None
     if gallery is not None:
         g = _matrix(gallery, "gallery")
-        g_bytes, g_n, gl = g.tobytes(), g.shape[0], _labels(gallery_labels, g.shape[0], "gallery_labels")
-    ks = [int(k) for k in recall_ks]
-    out = _rdml.metrics(
-        query=q.tobytes(),
-        n=q.shape[0],
-        dim=q.shape[1],
-        labels=ql,
-        gallery=g_bytes,
-        gallery_n=g_n,
-        gallery_labels=gl,
-        recall_ks=ks,
-        distance=str(distance),
-        nmi=bool(nmi),
-        pi_ratio=bool(pi_ratio),
-        seed=int(seed),
-    )
-    return json.loads(out)
+        arrays, gl = arrays + [g.tobytes()], _labels(gallery_labels, g.shape[0], "gallery_labels")
+    request = dict(dim=q.shape[1], labels=ql, gallery_labels=gl, recall_ks=[int(k) for k in recall_ks],
+                   distance=str(distance), nmi=bool(nmi), pi_ratio=bool(pi_ratio), seed=int(seed))
+    return _run("metrics", request, arrays)[0]
 
 
 def presets() -> Dict[str, str]:
     """Every preset (``rdml presets``): name → its TOML."""
-    return dict(_rdml.presets())
+    return dict(_run("presets", {})[0])
 
 
 def devices() -> List[str]:
     """What ``rdml devices`` lists: the CPU, CUDA devices, Vulkan adapters, and what ``auto`` takes."""
-    return _rdml.devices()
+    return _run("devices", {})[0]
 
 
 def _toml_value(key: str, v: Any) -> str:
@@ -167,7 +154,7 @@ def train(
     ``defense`` is an inline TOML table (``'{kind="act",eps=0.302,step=0.0118,steps=32}'``) or
     ``"none"``. Returns the finished run.
     """
-    _rdml.train(_request(
+    _run("train", dict(
         config=os.fspath(config),
         out=os.fspath(out),
         set=_overrides(set),
@@ -178,7 +165,7 @@ def train(
         overwrite=bool(overwrite),
         data=None if data is None else os.fspath(data),
         progress=not quiet,
-    ), device)
+    ), device=device)
     return Run(out, data=data, device=device, quiet=quiet)
 
 
@@ -218,7 +205,7 @@ def import_torch(
     else:
         rules = list(key_map or [])
     # By name: two flags of one type swapped by position would import silently wrong.
-    _rdml.import_torch(_request(
+    _run("import", dict(
         **{"from": os.fspath(path)},
         out=os.fspath(out),
         arch=arch,
@@ -235,13 +222,13 @@ def import_torch(
     return Run(out, device=device, quiet=quiet)
 
 
-def _model_args(model, device) -> Dict[str, Any]:
+def _model_args(model, device, differentiable=True) -> Dict[str, Any]:
     """An rdml ``Run`` by its folder, anything else as a PyTorch model."""
     from ._torch import TorchModel
 
     if isinstance(model, Run):
         return dict(model=None, run=model.path, device=model.device)
-    return dict(model=TorchModel(model, device), run=None, device=None)
+    return dict(model=TorchModel(model, device, differentiable), run=None, device=None)
 
 
 def _frozen(m):
@@ -251,40 +238,34 @@ def _frozen(m):
     return m.frozen() if m is not None else contextlib.nullcontext()
 
 
-def _scoring_args(model, images, labels, differentiable, device, surrogate, gallery=None, gallery_labels=None):
-    """The models as the library calls them, and the images and labels as bytes and lists."""
+def _shaped(images, labels, names=("images", "labels")) -> Tuple[bytes, Dict[str, Any]]:
+    """Images as float32 bytes, and their shape and labels as the request holds them."""
     from ._torch import images_and_labels
 
-    x, y = images_and_labels(images, labels)
-    if gallery is None and gallery_labels is not None:
-        raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
-    g = None
-    if gallery is not None:
-        gx, gy = images_and_labels(gallery, gallery_labels, ("gallery", "gallery_labels"))
-        g = (gx.tobytes(), tuple(int(s) for s in gx.shape), gy.tolist())
-    sur = _model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
-    return dict(
-        **_model_args(model, device),
-        surrogate_model=sur["model"],
-        surrogate_run=sur["run"],
-        differentiable=bool(differentiable),
-        images=x.tobytes(),
-        shape=tuple(int(s) for s in x.shape),
-        labels=y.tolist(),
-        gallery=g,
-    )
+    x, y = images_and_labels(images, labels, names)
+    return x.tobytes(), dict(shape=[int(s) for s in x.shape], labels=y.tolist())
 
 
 def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
     """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
     would run another attack silently); the models frozen for the call."""
     kw = dict(kw)
-    args = _scoring_args(model, images, labels, differentiable, device, surrogate,
-                         kw.pop("gallery"), kw.pop("gallery_labels"))
-    options = _request(**_options(**{k: kw.pop(k) for k in _OPTIONS}))
-    kw = dict(kw, repeats=int(kw["repeats"]), out=None if kw["out"] is None else os.fspath(kw["out"]))
-    with _frozen(args["model"]), _frozen(args["surrogate_model"]):
-        return json.loads(_rdml.score_model(spec=spec, options=options, **args, **kw))
+    gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
+    if gallery is None and gallery_labels is not None:
+        raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
+    x, shaped = _shaped(images, labels)
+    arrays, g = [x], None
+    if gallery is not None:
+        gx, g = _shaped(gallery, gallery_labels, ("gallery", "gallery_labels"))
+        arrays.append(gx)
+    m = _model_args(model, device, bool(differentiable))
+    s = _model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
+    options = _drop_none(_options(**{k: kw.pop(k) for k in _OPTIONS}))
+    request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
+                   out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
+                   model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g)
+    with _frozen(m["model"]), _frozen(s["model"]):
+        return _run("score", request, arrays, device=m["device"], model=m["model"], surrogate=s["model"])[0]
 
 
 # The scoring keywords every attack, suite and attacked embedding takes (the library's
@@ -293,10 +274,13 @@ _OPTIONS = ("profile", "eps", "step", "steps", "norm", "random_start", "method",
             "robrank_compat")
 
 
-def _request(**fields) -> str:
-    """A library request as the extension reads it: JSON with the request's own field names,
-    those left as ``None`` taking the library's defaults."""
-    return json.dumps({k: v for k, v in fields.items() if v is not None})
+def _run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
+         surrogate: Any = None) -> Tuple[Any, List[bytes]]:
+    """The library's job ``job`` on ``request`` (its own field names, those left as ``None``
+    taking the library's defaults) with float32 ``arrays``: the answer, and its arrays."""
+    req = json.dumps({k: v for k, v in request.items() if v is not None})
+    out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate)
+    return json.loads(out), arrays
 
 
 def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
@@ -305,7 +289,7 @@ def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
 
 def _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
     """The scoring keywords under the library's field names (integers made integers; one left
-    as ``None`` is dropped by ``_request``/``_drop_none`` and takes the library's default)."""
+    as ``None`` is dropped by ``_run``/``_drop_none`` and takes the library's default)."""
     num = lambda v, t: None if v is None else t(v)
     return dict(profile=profile, eps=num(eps, float), step=num(step, float), steps=num(steps, int), norm=norm,
                 random_start=bool(random_start), method=method, queries=num(queries, int), batch=int(batch),
@@ -398,13 +382,14 @@ def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> n
     """The embeddings (N × D float32) of images N × C × H × W in [0, 1] (or a ``Dataset`` of
     (image, label) pairs) by your own model or an ``rdml.Run``, in batches, as ``rdml.robustness``
     sees them."""
-    from ._torch import images_and_labels, is_pairs
+    from ._torch import is_pairs
 
-    x, _ = images_and_labels(images, None if is_pairs(images) else np.zeros(len(images), dtype=np.int64))
-    args = _model_args(model, device)
-    with _frozen(args["model"]):
-        raw, dim = _rdml.embed_model(**args, images=x.tobytes(), shape=tuple(int(s) for s in x.shape), batch=int(batch))
-    return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], dim).copy()
+    x, shaped = _shaped(images, None if is_pairs(images) else np.zeros(len(images), dtype=np.int64))
+    m = _model_args(model, device)
+    request = dict(model_run=m["run"], shape=shaped["shape"], batch=int(batch))
+    with _frozen(m["model"]):
+        answer, (raw,) = _run("embed_model", request, [x], device=m["device"], model=m["model"])
+    return np.frombuffer(raw, dtype="<f4").reshape(shaped["shape"][0], answer["dim"]).copy()
 
 
 def open(run_dir: PathLike, *, data: Optional[PathLike] = None, device: Optional[str] = None, quiet: bool = False) -> "Run":
@@ -420,7 +405,7 @@ class Run:
         self.data = None if data is None else os.fspath(data)
         self.device = device
         self.quiet = quiet
-        self._info = json.loads(_rdml.run_info(self.path))
+        self._info = _run("run_info", dict(dir=self.path))[0]
 
     def __repr__(self) -> str:
         return f"rdml.Run({self.path!r})"
@@ -474,11 +459,11 @@ class Run:
         ids; with ``attack`` (``rdml embed --attack``), those of the test split with its first
         ``queries`` items replaced by their adversarial images under that attack."""
         options = _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat)
-        request = _request(model=self.path, split=split, attack=attack, options=_drop_none(options), data=self.data,
-                           progress=not self.quiet)
-        raw, dim, labels, ids, _ = _rdml.embed_split(request, self.device)
-        n = len(labels)
-        emb = np.frombuffer(raw, dtype="<f4").reshape(n, dim).copy()
+        request = dict(model=self.path, split=split, attack=attack, options=_drop_none(options), data=self.data,
+                       progress=not self.quiet)
+        answer, (raw,) = _run("embed_split", request, device=self.device)
+        labels, ids = answer["labels"], answer["ids"]
+        emb = np.frombuffer(raw, dtype="<f4").reshape(len(labels), answer["dim"]).copy()
         return emb, np.asarray(labels, dtype=np.int64), np.asarray(ids, dtype=np.int64)
 
     def attack(
@@ -503,9 +488,8 @@ class Run:
         """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
         options, run = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                                          robrank_compat, surrogate, repeats)
-        out = _rdml.attack(_request(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set))),
-                           self.device)
-        return json.loads(out)
+        request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
+        return _run("attack", request, device=self.device)[0]
 
     def robustness(
         self,
@@ -528,8 +512,7 @@ class Run:
         ``rows``) is also written to the run folder's robustness.json and its report."""
         options, run = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                                          robrank_compat, surrogate, repeats)
-        out = _rdml.robustness(_request(model=self.path, options=options, run=run), self.device)
-        return json.loads(out)
+        return _run("robustness", dict(model=self.path, options=options, run=run), device=self.device)[0]
 
     def _attack_args(self, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                      robrank_compat, surrogate, repeats) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -542,4 +525,4 @@ class Run:
 
     def report(self, *, grid: int = 4) -> str:
         """``rdml report``: writes the run's report.html; returns its path."""
-        return _rdml.report(self.path, self.data, int(grid), self.device)
+        return _run("report", dict(dir=self.path, data=self.data, grid=int(grid)), device=self.device)[0]

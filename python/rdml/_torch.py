@@ -42,11 +42,13 @@ def _placement(model: Any, device: Optional[Any]) -> Tuple[Any, Any]:
 class TorchModel:
     """``model`` (a ``torch.nn.Module`` or a function of a tensor) as rdml's library calls it."""
 
-    def __init__(self, model: Any, device: Optional[Any] = None):
+    def __init__(self, model: Any, device: Optional[Any] = None, differentiable: bool = True):
         torch = _torch()
         if not callable(model):
             raise TypeError(f"model: expected a torch.nn.Module or a function of a torch tensor, got {type(model).__name__}")
         self.model = model
+        # Whether rdml may ask for gradients (False: a model that can only be queried).
+        self.differentiable = bool(differentiable)
         self.device, self.dtype = _placement(model, device)
         self._kept = None
         self._torch = torch

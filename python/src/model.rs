@@ -1,12 +1,11 @@
 //! The caller's model as the library's oracle: a Python object (`rdml/_torch.py`'s
-//! `TorchModel`) behind [`rdml::attack::oracle::HostModel`], or an rdml run by its folder.
+//! `TorchModel`) behind [`rdml::attack::oracle::HostModel`].
 
 use crate::words::{floats, invalid_or_raise, to_bytes};
 use anyhow::Result;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use std::path::PathBuf;
+use rdml::attack::oracle::HostModel;
 use std::sync::{Arc, Mutex};
 
 /// A Python object standing for the caller's model (`rdml/_torch.py`'s `TorchModel`): `embed(images:
@@ -23,6 +22,16 @@ pub struct PyModel {
 const PY_RAISED: &str = "the model raised an exception";
 
 impl PyModel {
+    /// The caller's model object, its `differentiable` read once; its exceptions kept in `raised`.
+    pub fn boxed(py: Python<'_>, obj: Py<PyAny>, raised: &Arc<Mutex<Option<PyErr>>>) -> PyResult<Box<dyn HostModel>> {
+        let differentiable = obj.bind(py).getattr("differentiable")?.extract()?;
+        Ok(Box::new(PyModel {
+            obj,
+            differentiable,
+            raised: raised.clone(),
+        }))
+    }
+
     /// Calls `method` with `args`, then reads its answer with `read`; a Python exception is kept.
     fn call<T>(
         &self,
@@ -42,7 +51,7 @@ impl PyModel {
     }
 }
 
-impl rdml::attack::oracle::HostModel for PyModel {
+impl HostModel for PyModel {
     fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<rdml::attack::oracle::Embedded> {
         let (bytes, shape, has_gradient) = self.call(
             "embed",
@@ -77,46 +86,12 @@ impl rdml::attack::oracle::HostModel for PyModel {
     }
 }
 
-/// Runs `job` on the caller's model without the GIL; an exception the model raised is raised
-/// again as itself, a library error as [`raise`] says.
-pub fn with_model<T: Send>(
-    py: Python<'_>,
-    model: Caller,
-    surrogate: Option<Caller>,
-    job: impl FnOnce(rdml::model_scoring::Model, Option<rdml::model_scoring::Model>) -> Result<T> + Send,
-) -> PyResult<T> {
-    let raised = Arc::new(Mutex::new(None));
-    let m = model.into_model(&raised, "model")?;
-    let s = surrogate.map(|c| c.into_model(&raised, "surrogate")).transpose()?;
-    let out = py.allow_threads(|| job(m, s));
-    out.map_err(|e| {
-        let kept = raised.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match kept {
-            Some(err) if e.chain().any(|c| c.to_string() == PY_RAISED) => err,
-            _ => invalid_or_raise(e),
-        }
-    })
-}
-
-/// A model as the package passes it: a Python object (with its declared differentiability) or
-/// an rdml run by its folder.
-pub struct Caller(pub Option<Py<PyAny>>, pub Option<String>, pub bool);
-
-impl Caller {
-    fn into_model(self, raised: &Arc<Mutex<Option<PyErr>>>, what: &str) -> PyResult<rdml::model_scoring::Model> {
-        Ok(match self {
-            Caller(_, Some(dir), _) => rdml::model_scoring::Model::Run(PathBuf::from(dir)),
-            Caller(Some(obj), None, differentiable) => rdml::model_scoring::Model::Outside(Box::new(PyModel {
-                obj,
-                differentiable,
-                raised: raised.clone(),
-            })),
-            Caller(None, None, _) => return Err(PyValueError::new_err(format!("{what}: missing"))),
-        })
+/// The error of a call: the exception the caller's model raised, as itself, when that is what
+/// stopped it; a library error as [`invalid_or_raise`] says.
+pub fn kept_or(raised: &Mutex<Option<PyErr>>, e: anyhow::Error) -> PyErr {
+    let kept = raised.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match kept {
+        Some(err) if e.chain().any(|c| c.to_string() == PY_RAISED) => err,
+        _ => invalid_or_raise(e),
     }
-}
-
-/// The surrogate of a transfer attack, when the package passed one.
-pub fn surrogate(model: Option<Py<PyAny>>, run: Option<String>) -> Option<Caller> {
-    (model.is_some() || run.is_some()).then_some(Caller(model, run, true))
 }

@@ -17,7 +17,7 @@ pub fn invalid_or_raise(e: anyhow::Error) -> PyErr {
 }
 
 /// [`invalid_or_raise`] without the input errors (every other failure is the machine's).
-pub fn raise(e: anyhow::Error) -> PyErr {
+fn raise(e: anyhow::Error) -> PyErr {
     let msg = python_words(&e);
     if e.chain().any(|c| c.to_string() == rdml::progress::INTERRUPTED) {
         return PyKeyboardInterrupt::new_err(msg);
@@ -33,7 +33,7 @@ pub fn raise(e: anyhow::Error) -> PyErr {
 
 /// An error in what the caller passed (a config, a spec, a shape), unless it names a file or
 /// folder that is not there.
-pub fn invalid(e: anyhow::Error) -> PyErr {
+fn invalid(e: anyhow::Error) -> PyErr {
     if missing(&e) {
         PyFileNotFoundError::new_err(python_words(&e))
     } else {
@@ -73,11 +73,4 @@ pub fn to_bytes<'py>(py: Python<'py>, v: &[f32]) -> PyResult<Bound<'py, PyBytes>
         }
         Ok(())
     })
-}
-
-/// The device a job opens once its request is checked (a wrong name is the caller's).
-pub fn open_device(flag: Option<&str>) -> anyhow::Result<burn::tensor::Device> {
-    Ok(rdml::device::open(flag, &[])
-        .map_err(|e| rdml::input_error(format!("{e:#}")))?
-        .device)
 }

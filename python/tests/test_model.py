@@ -18,7 +18,6 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import rdml  # noqa: E402
-from rdml import _rdml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PERCENT = ("CA+", "CA-", "QA+", "QA-", "ES:R", "LTM", "GTM", "GTT")
@@ -180,7 +179,9 @@ def test_a_dataset_of_pairs_and_torch_tensors_give_the_arrays_result():
 
 
 def test_the_keywords_defaults_are_the_librarys():
-    profile, method, batch, seed, repeats, queries, grid = _rdml.defaults()
+    d = rdml._run("defaults", {})[0]
+    profile, method, batch, seed, repeats, queries, grid = (d[k] for k in ("profile", "method", "batch", "seed",
+                                                                          "repeats", "queries", "grid"))
     for f in (rdml.robustness, rdml.attack):
         p = inspect.signature(f).parameters
         assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,

@@ -8,6 +8,7 @@ pub mod embed;
 pub mod metrics;
 pub mod robustness;
 pub mod train;
+pub mod wire;
 
 pub use attack::{AttackJob, Attacked};
 pub use embed::{EmbedJob, Embedded};

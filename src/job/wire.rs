@@ -1,0 +1,416 @@
+//! The jobs for a front end that passes its requests as JSON (the Python package): a job's name,
+//! its request under the library's field names, the float32 arrays it carries, and the caller's
+//! own models when it scores one held outside rdml. The answer is JSON and arrays. Reading the
+//! request, its defaults, opening the device and wording warnings happen here, so the front end
+//! only moves bytes and raises errors as its exceptions.
+
+use super::{AttackJob, EmbedJob, Labelled, MetricsJob, RobustnessJob, TrainJob};
+use crate::attack::oracle::HostModel;
+use crate::field::Words;
+use crate::model_scoring::{Images, Model, ModelScoring};
+use crate::scoring::options::ScoringOptions;
+use anyhow::{Result, bail};
+use burn::tensor::Device;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// One job as the front end asks for it.
+pub struct Call<'a> {
+    /// `metrics`, `train`, `attack`, … (see [`call`]).
+    pub job: &'a str,
+    /// A JSON object with the request's field names; a field left out takes its default.
+    pub request: &'a str,
+    /// The float32 data the request describes, in the order its job reads them.
+    pub arrays: Vec<Vec<f32>>,
+    /// The caller's model and surrogate, when they are held outside rdml (`score`, `embed_model`).
+    pub model: Option<Box<dyn HostModel>>,
+    pub surrogate: Option<Box<dyn HostModel>>,
+    /// The device option as the caller gave it.
+    pub device: Option<&'a str>,
+    /// How warnings name the options.
+    pub words: Words,
+}
+
+/// A job's answer: JSON, and float32 arrays when it computes embeddings.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub json: Value,
+    pub arrays: Vec<Vec<f32>>,
+}
+
+impl From<Value> for Answer {
+    fn from(json: Value) -> Self {
+        Self { json, arrays: vec![] }
+    }
+}
+
+/// Runs the job `c` names.
+pub fn call(mut c: Call) -> Result<Answer> {
+    let device = c.device;
+    let open = move || -> Result<Device> {
+        Ok(crate::device::open(device, &[])
+            .map_err(|e| crate::input_error(format!("{e:#}")))?
+            .device)
+    };
+    Ok(match c.job {
+        "metrics" => metrics(read(c.request)?, std::mem::take(&mut c.arrays))?,
+        "presets" => json!(crate::config::PRESETS).into(),
+        "devices" => {
+            let lines = crate::device::list()?;
+            json!(
+                lines
+                    .iter()
+                    .map(|l| crate::field::render(l, c.words))
+                    .collect::<Vec<_>>()
+            )
+            .into()
+        }
+        "defaults" => defaults().into(),
+        "train" => {
+            let job = TrainJob {
+                words: c.words,
+                ..read(c.request)?
+            };
+            job.run_on(|exp| {
+                Ok(crate::device::open(device, &[exp.train.device])
+                    .map_err(|e| crate::input_error(format!("{e:#}")))?
+                    .device)
+            })?;
+            Value::Null.into()
+        }
+        "run_info" => {
+            let r: Folder = read(c.request)?;
+            serde_json::from_str::<Value>(&crate::run_dir::finished_run_json(&r.dir)?)?.into()
+        }
+        "embed_split" => {
+            let e = read::<EmbedJob>(c.request)?.run(open)?.exported;
+            Answer {
+                json: json!({"dim": e.dim, "labels": e.labels, "ids": e.ids}),
+                arrays: vec![e.embeddings],
+            }
+        }
+        "attack" => {
+            let mut job: AttackJob = read(c.request)?;
+            job.run.words = c.words;
+            job.run(open)?.json()?.into()
+        }
+        "robustness" => {
+            let mut job: RobustnessJob = read(c.request)?;
+            job.run.words = c.words;
+            serde_json::to_value(job.run(open)?.scored.record)?.into()
+        }
+        "import" => {
+            let record = crate::import::import(&read(c.request)?).map_err(the_callers)?;
+            serde_json::to_value(record)?.into()
+        }
+        "report" => {
+            let r: Report = read(c.request)?;
+            let opts = crate::html::ReportOptions {
+                data: r.data,
+                grid_queries: r.grid,
+                ..Default::default()
+            };
+            json!(crate::html::refresh(&r.dir, &opts, &open()?)?).into()
+        }
+        "score" => score(read(c.request)?, c, open)?,
+        "embed_model" => embed_model(read(c.request)?, c, open)?,
+        other => bail!("no job named {other:?}"),
+    })
+}
+
+/// A request from JSON; what does not read is the caller's (serde's position left out: the
+/// caller wrote no text).
+fn read<T: DeserializeOwned>(json: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(|e| {
+        let msg = e.to_string();
+        let said = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m);
+        crate::input_error(said)
+    })
+}
+
+/// An error of a job whose every failure comes from what the caller passed (a file that is not
+/// there stays that error).
+fn the_callers(e: anyhow::Error) -> anyhow::Error {
+    let missing = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+    });
+    if missing || e.chain().any(|c| c.is::<crate::InputError>()) {
+        e
+    } else {
+        crate::input_error(format!("{e:#}"))
+    }
+}
+
+/// The defaults a front end's keywords must show (its test compares them).
+fn defaults() -> Value {
+    let (o, d) = (ScoringOptions::default(), ModelScoring::default());
+    json!({
+        "profile": o.profile, "method": o.method, "batch": o.batch, "seed": o.seed, "repeats": d.repeats,
+        "queries": o.queries, "grid": crate::html::GRID_QUERIES,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Folder {
+    dir: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Report {
+    dir: PathBuf,
+    #[serde(default)]
+    data: Option<PathBuf>,
+    #[serde(default = "grid")]
+    grid: usize,
+}
+
+fn grid() -> usize {
+    crate::html::GRID_QUERIES
+}
+
+/// `metrics`: the arrays are the queries, then the gallery when `gallery_labels` is given.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metrics {
+    dim: usize,
+    labels: Vec<i64>,
+    #[serde(default)]
+    gallery_labels: Option<Vec<i64>>,
+    #[serde(default)]
+    recall_ks: Option<Vec<usize>>,
+    #[serde(default = "euclidean")]
+    distance: String,
+    #[serde(default = "crate::field::yes")]
+    nmi: bool,
+    #[serde(default = "crate::field::yes")]
+    pi_ratio: bool,
+    #[serde(default)]
+    seed: u64,
+}
+
+fn euclidean() -> String {
+    "euclidean".into()
+}
+
+fn metrics(r: Metrics, arrays: Vec<Vec<f32>>) -> Result<Answer> {
+    let mut arrays = arrays.into_iter();
+    let mut labelled = |labels: Vec<i64>| -> Labelled {
+        let values = arrays.next().unwrap_or_default();
+        let n = values.len().checked_div(r.dim).unwrap_or(labels.len());
+        Labelled { values, n, labels }
+    };
+    let query = labelled(r.labels);
+    let gallery = r.gallery_labels.map(&mut labelled);
+    let mut eval = crate::eval::EvalConfig {
+        nmi: r.nmi,
+        pi_ratio: r.pi_ratio,
+        ..Default::default()
+    };
+    if let Some(ks) = r.recall_ks {
+        eval.recall_ks = ks;
+    }
+    let job = MetricsJob {
+        query,
+        dim: r.dim,
+        gallery,
+        distance: r.distance,
+        eval,
+        seed: r.seed,
+    };
+    let m = job.run(&crate::default_device()).map_err(the_callers)?;
+    Ok(serde_json::to_value(m)?.into())
+}
+
+/// Images as the request describes them (their values are an array of the call).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Shaped {
+    shape: [usize; 4],
+    #[serde(default)]
+    labels: Vec<i64>,
+}
+
+impl Shaped {
+    fn with(self, images: Option<Vec<f32>>) -> Images {
+        Images {
+            images: images.unwrap_or_default(),
+            shape: self.shape,
+            labels: self.labels,
+        }
+    }
+}
+
+/// `score`: `rdml.robustness` (no `spec`) or `rdml.attack` on a model and the caller's images
+/// (the arrays: the images, then the gallery's).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Score {
+    #[serde(default)]
+    spec: Option<String>,
+    #[serde(default)]
+    options: ScoringOptions,
+    #[serde(default = "repeats")]
+    repeats: usize,
+    #[serde(default)]
+    out: Option<PathBuf>,
+    #[serde(default = "crate::field::yes")]
+    progress: bool,
+    /// The model or surrogate as an rdml run folder, where it is not one of the call's models.
+    #[serde(default)]
+    model_run: Option<PathBuf>,
+    #[serde(default)]
+    surrogate_run: Option<PathBuf>,
+    images: Shaped,
+    #[serde(default)]
+    gallery: Option<Shaped>,
+}
+
+fn repeats() -> usize {
+    crate::scoring::defaults::REPEATS
+}
+
+/// The model a scoring call names: a run folder, or the caller's own.
+fn model(run: Option<PathBuf>, held: Option<Box<dyn HostModel>>, what: &str) -> Result<Option<Model>> {
+    Ok(match (run, held) {
+        (Some(dir), None) => Some(Model::Run(dir)),
+        (None, Some(m)) => Some(Model::Outside(m)),
+        (None, None) => None,
+        (Some(_), Some(_)) => return Err(crate::input_error(format!("{what}: both a run folder and a model"))),
+    })
+}
+
+fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
+    let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
+    let sur = model(r.surrogate_run, c.surrogate, "surrogate")?;
+    let mut arrays = c.arrays.into_iter();
+    let images = r.images.with(arrays.next());
+    let req = ModelScoring {
+        options: r.options,
+        repeats: r.repeats,
+        gallery: r.gallery.map(|g| g.with(arrays.next())),
+        out: r.out,
+        progress: r.progress,
+    };
+    let dev = open()?;
+    Ok(match &r.spec {
+        None => serde_json::to_value(req.robustness(m, sur, images, &dev)?.record)?,
+        Some(spec) => crate::model_scoring::attack_json(&req.attack(spec, m, sur, images, &dev)?)?,
+    }
+    .into())
+}
+
+/// `embed_model`: `rdml.embed` on a model and the caller's images (the one array).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbedModel {
+    #[serde(default)]
+    model_run: Option<PathBuf>,
+    shape: [usize; 4],
+    #[serde(default = "batch")]
+    batch: usize,
+}
+
+fn batch() -> usize {
+    crate::scoring::defaults::BATCH
+}
+
+fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
+    let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
+    let images = c.arrays.into_iter().next().unwrap_or_default();
+    let e = crate::model_scoring::embed(m, &images, r.shape, r.batch, &open()?)?;
+    Ok(Answer {
+        json: json!({"dim": e.dim}),
+        arrays: vec![e.data],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(job: &str, request: &str, arrays: Vec<Vec<f32>>) -> Result<Answer> {
+        call(Call {
+            job,
+            request,
+            arrays,
+            model: None,
+            surrogate: None,
+            device: None,
+            words: Words::Python,
+        })
+    }
+
+    fn is_input(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| c.is::<crate::InputError>())
+    }
+
+    /// Two pairs far apart: each item's nearest other is its pair, so recall@1 is 1 when the pairs
+    /// share labels and 0 when every pair mixes two classes; against a gallery, the rows count.
+    #[test]
+    fn metrics_read_the_arrays_as_the_request_describes_them() {
+        let points = vec![0.0, 0.0, 1.0, 0.0, 10.0, 0.0, 11.0, 0.0];
+        let same = r#"{"dim": 2, "labels": [0, 0, 1, 1], "recall_ks": [1, 2], "nmi": false, "pi_ratio": false}"#;
+        let a = run("metrics", same, vec![points.clone()]).unwrap();
+        assert_eq!(a.json["recall@1"], 1.0);
+        assert_eq!(a.json["queries"], 4);
+        let mixed = r#"{"dim": 2, "labels": [0, 1, 0, 1], "recall_ks": [1], "nmi": false, "pi_ratio": false}"#;
+        assert_eq!(
+            run("metrics", mixed, vec![points.clone()]).unwrap().json["recall@1"],
+            0.0
+        );
+        let gallery =
+            r#"{"dim": 2, "labels": [0], "gallery_labels": [0, 1], "recall_ks": [1], "nmi": false, "pi_ratio": false}"#;
+        let g = vec![0.5, 0.0, 10.0, 0.0];
+        let a = run("metrics", gallery, vec![vec![9.0, 0.0], g]).unwrap();
+        assert_eq!(
+            (a.json["recall@1"].as_f64(), a.json["queries"].as_u64()),
+            (Some(0.0), Some(1))
+        );
+    }
+
+    /// A request's mistakes are the caller's, named by the field; an unknown job is the front
+    /// end's own mistake.
+    #[test]
+    fn a_wrong_request_names_its_field() {
+        let e = run("metrics", r#"{"dim": 2, "labels": [0], "recal_ks": [1]}"#, vec![]).unwrap_err();
+        assert!(is_input(&e) && format!("{e:#}").contains("recal_ks"), "{e:#}");
+        assert!(!format!("{e:#}").contains(" at line "), "{e:#}");
+        let e = run(
+            "metrics",
+            r#"{"dim": 2, "labels": [0, 1], "distance": "l1"}"#,
+            vec![vec![0.0; 4]],
+        )
+        .unwrap_err();
+        assert!(is_input(&e) && format!("{e:#}").contains("distance"), "{e:#}");
+        let e = run("score", r#"{"images": {"shape": [1, 1, 2, 2]}}"#, vec![vec![0.0; 4]]).unwrap_err();
+        assert!(is_input(&e) && format!("{e:#}").contains("model: missing"), "{e:#}");
+        let e = run("attacks", "{}", vec![]).unwrap_err();
+        assert!(!is_input(&e) && format!("{e:#}").contains("attacks"), "{e:#}");
+    }
+
+    /// What a front end lists and compares its keywords against is the library's own.
+    #[test]
+    fn defaults_and_presets_are_the_librarys() {
+        let d = run("defaults", "{}", vec![]).unwrap().json;
+        let o = ScoringOptions::default();
+        assert_eq!(d["profile"], o.profile.as_str());
+        assert_eq!(d["method"], o.method.as_str());
+        assert_eq!(
+            (d["queries"].as_u64(), d["batch"].as_u64()),
+            (Some(o.queries as u64), Some(o.batch as u64))
+        );
+        assert_eq!(d["repeats"], crate::scoring::defaults::REPEATS);
+        assert_eq!(d["grid"], crate::html::GRID_QUERIES);
+        let p = run("presets", "{}", vec![]).unwrap().json;
+        let names: Vec<_> = p.as_array().unwrap().iter().map(|e| e[0].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            crate::config::PRESETS.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+        );
+    }
+}
