@@ -49,9 +49,7 @@ pub fn render(msg: &str, words: Words) -> String {
             out.push_str(&rest[..i]);
             out.push_str(&match words {
                 Words::CommandLine => format!("`cargo build --release --features {feature}`"),
-                Words::Python => {
-                    format!("the package built with `maturin develop --release --features {feature}` in python/")
-                }
+                Words::Python => format!("`maturin develop --release --features {feature}` in python/"),
                 Words::Plain => format!("a build with the {feature} feature"),
             });
             rest = &after[j + '⟩'.len_utf8()..];
@@ -115,7 +113,7 @@ mod tests {
             (
                 "no CUDA: build it with ⟨+cuda⟩",
                 "no CUDA: build it with `cargo build --release --features cuda`",
-                "no CUDA: build it with the package built with `maturin develop --release --features cuda` in python/",
+                "no CUDA: build it with `maturin develop --release --features cuda` in python/",
             ),
         ];
         for (message, command_line, python) in cases {

@@ -46,7 +46,7 @@ fn run<'py>(
     };
     let answer = py.allow_threads(|| call(c)).map_err(|e| model::kept_or(&raised, e))?;
     let arrays = answer.arrays.iter().map(|a| to_bytes(py, a)).collect::<PyResult<_>>()?;
-    Ok((answer.json.to_string(), arrays))
+    Ok((answer.json, arrays))
 }
 
 #[pymodule]

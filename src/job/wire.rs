@@ -33,16 +33,20 @@ pub struct Call<'a> {
     pub words: Words,
 }
 
-/// A job's answer: JSON, and float32 arrays when it computes embeddings.
+/// A job's answer: JSON text (as the library writes it: an f32 keeps its short form), and
+/// float32 arrays when it computes embeddings.
 #[derive(Debug, Default)]
 pub struct Answer {
-    pub json: Value,
+    pub json: String,
     pub arrays: Vec<Vec<f32>>,
 }
 
-impl From<Value> for Answer {
-    fn from(json: Value) -> Self {
-        Self { json, arrays: vec![] }
+impl Answer {
+    fn of(v: &impl serde::Serialize) -> Result<Self> {
+        Ok(Self {
+            json: serde_json::to_string(v)?,
+            arrays: vec![],
+        })
     }
 }
 
@@ -56,18 +60,17 @@ pub fn call(mut c: Call) -> Result<Answer> {
     };
     Ok(match c.job {
         "metrics" => metrics(read(c.request)?, std::mem::take(&mut c.arrays))?,
-        "presets" => json!(crate::config::PRESETS).into(),
+        "presets" => Answer::of(&crate::config::PRESETS)?,
         "devices" => {
             let lines = crate::device::list()?;
-            json!(
-                lines
+            Answer::of(
+                &lines
                     .iter()
                     .map(|l| crate::field::render(l, c.words))
-                    .collect::<Vec<_>>()
-            )
-            .into()
+                    .collect::<Vec<_>>(),
+            )?
         }
-        "defaults" => defaults().into(),
+        "defaults" => Answer::of(&defaults())?,
         "train" => {
             let job = TrainJob {
                 words: c.words,
@@ -78,33 +81,31 @@ pub fn call(mut c: Call) -> Result<Answer> {
                     .map_err(|e| crate::input_error(format!("{e:#}")))?
                     .device)
             })?;
-            Value::Null.into()
+            Answer::of(&())?
         }
-        "run_info" => {
-            let r: Folder = read(c.request)?;
-            serde_json::from_str::<Value>(&crate::run_dir::finished_run_json(&r.dir)?)?.into()
-        }
+        // The file's own text: the caller reads its numbers as they were written.
+        "run_info" => Answer {
+            json: crate::run_dir::finished_run_json(&read::<Folder>(c.request)?.dir)?,
+            arrays: vec![],
+        },
         "embed_split" => {
             let e = read::<EmbedJob>(c.request)?.run(open)?.exported;
             Answer {
-                json: json!({"dim": e.dim, "labels": e.labels, "ids": e.ids}),
                 arrays: vec![e.embeddings],
+                ..Answer::of(&json!({"dim": e.dim, "labels": e.labels, "ids": e.ids}))?
             }
         }
         "attack" => {
             let mut job: AttackJob = read(c.request)?;
             job.run.words = c.words;
-            job.run(open)?.json()?.into()
+            Answer::of(&job.run(open)?.json()?)?
         }
         "robustness" => {
             let mut job: RobustnessJob = read(c.request)?;
             job.run.words = c.words;
-            serde_json::to_value(job.run(open)?.scored.record)?.into()
+            Answer::of(&job.run(open)?.scored.record)?
         }
-        "import" => {
-            let record = crate::import::import(&read(c.request)?).map_err(the_callers)?;
-            serde_json::to_value(record)?.into()
-        }
+        "import" => Answer::of(&crate::import::import(&read(c.request)?).map_err(the_callers)?)?,
         "report" => {
             let r: Report = read(c.request)?;
             let opts = crate::html::ReportOptions {
@@ -112,7 +113,7 @@ pub fn call(mut c: Call) -> Result<Answer> {
                 grid_queries: r.grid,
                 ..Default::default()
             };
-            json!(crate::html::refresh(&r.dir, &opts, &open()?)?).into()
+            Answer::of(&crate::html::refresh(&r.dir, &opts, &open()?)?.display().to_string())?
         }
         "score" => score(read(c.request)?, c, open)?,
         "embed_model" => embed_model(read(c.request)?, c, open)?,
@@ -120,13 +121,16 @@ pub fn call(mut c: Call) -> Result<Answer> {
     })
 }
 
-/// A request from JSON; what does not read is the caller's (serde's position left out: the
-/// caller wrote no text).
+/// A request from JSON; what does not read is the caller's, named by its field (serde's
+/// position left out: the caller wrote no text).
 fn read<T: DeserializeOwned>(json: &str) -> Result<T> {
-    serde_json::from_str(json).map_err(|e| {
-        let msg = e.to_string();
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(json)).map_err(|e| {
+        let msg = e.inner().to_string();
         let said = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m);
-        crate::input_error(said)
+        match e.path().to_string().as_str() {
+            "." => crate::input_error(said),
+            field => crate::input_error(format!("{field}: {said}")),
+        }
     })
 }
 
@@ -173,7 +177,8 @@ fn grid() -> usize {
     crate::html::GRID_QUERIES
 }
 
-/// `metrics`: the arrays are the queries, then the gallery when `gallery_labels` is given.
+/// `metrics`: the arrays are the queries, then the gallery when `gallery_labels` is given, a
+/// row for each label.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Metrics {
@@ -199,10 +204,11 @@ fn euclidean() -> String {
 
 fn metrics(r: Metrics, arrays: Vec<Vec<f32>>) -> Result<Answer> {
     let mut arrays = arrays.into_iter();
-    let mut labelled = |labels: Vec<i64>| -> Labelled {
-        let values = arrays.next().unwrap_or_default();
-        let n = values.len().checked_div(r.dim).unwrap_or(labels.len());
-        Labelled { values, n, labels }
+    // A row for each label: the job checks the values against the rows and the width.
+    let mut labelled = |labels: Vec<i64>| Labelled {
+        values: arrays.next().unwrap_or_default(),
+        n: labels.len(),
+        labels,
     };
     let query = labelled(r.labels);
     let gallery = r.gallery_labels.map(&mut labelled);
@@ -222,8 +228,7 @@ fn metrics(r: Metrics, arrays: Vec<Vec<f32>>) -> Result<Answer> {
         eval,
         seed: r.seed,
     };
-    let m = job.run(&crate::default_device()).map_err(the_callers)?;
-    Ok(serde_json::to_value(m)?.into())
+    Answer::of(&job.run(&crate::default_device()).map_err(the_callers)?)
 }
 
 /// Images as the request describes them (their values are an array of the call).
@@ -297,11 +302,12 @@ fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Ans
         progress: r.progress,
     };
     let dev = open()?;
-    Ok(match &r.spec {
-        None => serde_json::to_value(req.robustness(m, sur, images, &dev)?.record)?,
-        Some(spec) => crate::model_scoring::attack_json(&req.attack(spec, m, sur, images, &dev)?)?,
+    match &r.spec {
+        None => Answer::of(&req.robustness(m, sur, images, &dev)?.record),
+        Some(spec) => Answer::of(&crate::model_scoring::attack_json(
+            &req.attack(spec, m, sur, images, &dev)?,
+        )?),
     }
-    .into())
 }
 
 /// `embed_model`: `rdml.embed` on a model and the caller's images (the one array).
@@ -324,8 +330,8 @@ fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) ->
     let images = c.arrays.into_iter().next().unwrap_or_default();
     let e = crate::model_scoring::embed(m, &images, r.shape, r.batch, &open()?)?;
     Ok(Answer {
-        json: json!({"dim": e.dim}),
         arrays: vec![e.data],
+        ..Answer::of(&json!({"dim": e.dim}))?
     })
 }
 
@@ -333,8 +339,8 @@ fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) ->
 mod tests {
     use super::*;
 
-    fn run(job: &str, request: &str, arrays: Vec<Vec<f32>>) -> Result<Answer> {
-        call(Call {
+    fn run(job: &str, request: &str, arrays: Vec<Vec<f32>>) -> Result<Value> {
+        let a = call(Call {
             job,
             request,
             arrays,
@@ -342,11 +348,14 @@ mod tests {
             surrogate: None,
             device: None,
             words: Words::Python,
-        })
+        })?;
+        Ok(serde_json::from_str(&a.json)?)
     }
 
-    fn is_input(e: &anyhow::Error) -> bool {
-        e.chain().any(|c| c.is::<crate::InputError>())
+    fn refusal(job: &str, request: &str, arrays: Vec<Vec<f32>>) -> String {
+        let e = run(job, request, arrays).unwrap_err();
+        assert!(e.chain().any(|c| c.is::<crate::InputError>()), "{e:#}");
+        format!("{e:#}")
     }
 
     /// Two pairs far apart: each item's nearest other is its pair, so recall@1 is 1 when the pairs
@@ -356,47 +365,48 @@ mod tests {
         let points = vec![0.0, 0.0, 1.0, 0.0, 10.0, 0.0, 11.0, 0.0];
         let same = r#"{"dim": 2, "labels": [0, 0, 1, 1], "recall_ks": [1, 2], "nmi": false, "pi_ratio": false}"#;
         let a = run("metrics", same, vec![points.clone()]).unwrap();
-        assert_eq!(a.json["recall@1"], 1.0);
-        assert_eq!(a.json["queries"], 4);
+        assert_eq!((a["recall@1"].as_f64(), a["queries"].as_u64()), (Some(1.0), Some(4)));
         let mixed = r#"{"dim": 2, "labels": [0, 1, 0, 1], "recall_ks": [1], "nmi": false, "pi_ratio": false}"#;
-        assert_eq!(
-            run("metrics", mixed, vec![points.clone()]).unwrap().json["recall@1"],
-            0.0
-        );
+        assert_eq!(run("metrics", mixed, vec![points.clone()]).unwrap()["recall@1"], 0.0);
         let gallery =
             r#"{"dim": 2, "labels": [0], "gallery_labels": [0, 1], "recall_ks": [1], "nmi": false, "pi_ratio": false}"#;
-        let g = vec![0.5, 0.0, 10.0, 0.0];
-        let a = run("metrics", gallery, vec![vec![9.0, 0.0], g]).unwrap();
-        assert_eq!(
-            (a.json["recall@1"].as_f64(), a.json["queries"].as_u64()),
-            (Some(0.0), Some(1))
-        );
+        let a = run("metrics", gallery, vec![vec![9.0, 0.0], vec![0.5, 0.0, 10.0, 0.0]]).unwrap();
+        assert_eq!((a["recall@1"].as_f64(), a["queries"].as_u64()), (Some(0.0), Some(1)));
+        // A gallery of another width is said as that, whatever its length.
+        let said = refusal("metrics", gallery, vec![vec![9.0, 0.0], vec![0.5, 0.0, 10.0]]);
+        assert!(said.contains("gallery: 1 dimensions, the queries have 2"), "{said}");
     }
 
     /// A request's mistakes are the caller's, named by the field; an unknown job is the front
     /// end's own mistake.
     #[test]
     fn a_wrong_request_names_its_field() {
-        let e = run("metrics", r#"{"dim": 2, "labels": [0], "recal_ks": [1]}"#, vec![]).unwrap_err();
-        assert!(is_input(&e) && format!("{e:#}").contains("recal_ks"), "{e:#}");
-        assert!(!format!("{e:#}").contains(" at line "), "{e:#}");
-        let e = run(
+        let said = refusal("metrics", r#"{"dim": 2, "labels": [0], "recal_ks": [1]}"#, vec![]);
+        assert!(said.contains("recal_ks") && !said.contains(" at line "), "{said}");
+        let said = refusal("metrics", r#"{"dim": 2, "labels": [0, 1], "seed": -1}"#, vec![]);
+        assert!(said.starts_with("seed: invalid value"), "{said}");
+        let said = refusal(
+            "attack",
+            r#"{"model": "r", "attack": "CA+", "options": {"batch": "8"}}"#,
+            vec![],
+        );
+        assert!(said.starts_with("options.batch: invalid type"), "{said}");
+        let said = refusal(
             "metrics",
             r#"{"dim": 2, "labels": [0, 1], "distance": "l1"}"#,
             vec![vec![0.0; 4]],
-        )
-        .unwrap_err();
-        assert!(is_input(&e) && format!("{e:#}").contains("distance"), "{e:#}");
-        let e = run("score", r#"{"images": {"shape": [1, 1, 2, 2]}}"#, vec![vec![0.0; 4]]).unwrap_err();
-        assert!(is_input(&e) && format!("{e:#}").contains("model: missing"), "{e:#}");
+        );
+        assert!(said.contains("distance"), "{said}");
+        let said = refusal("score", r#"{"images": {"shape": [1, 1, 2, 2]}}"#, vec![vec![0.0; 4]]);
+        assert!(said.contains("model: missing"), "{said}");
         let e = run("attacks", "{}", vec![]).unwrap_err();
-        assert!(!is_input(&e) && format!("{e:#}").contains("attacks"), "{e:#}");
+        assert!(!e.chain().any(|c| c.is::<crate::InputError>()) && format!("{e:#}").contains("attacks"));
     }
 
     /// What a front end lists and compares its keywords against is the library's own.
     #[test]
     fn defaults_and_presets_are_the_librarys() {
-        let d = run("defaults", "{}", vec![]).unwrap().json;
+        let d = run("defaults", "{}", vec![]).unwrap();
         let o = ScoringOptions::default();
         assert_eq!(d["profile"], o.profile.as_str());
         assert_eq!(d["method"], o.method.as_str());
@@ -406,7 +416,7 @@ mod tests {
         );
         assert_eq!(d["repeats"], crate::scoring::defaults::REPEATS);
         assert_eq!(d["grid"], crate::html::GRID_QUERIES);
-        let p = run("presets", "{}", vec![]).unwrap().json;
+        let p = run("presets", "{}", vec![]).unwrap();
         let names: Vec<_> = p.as_array().unwrap().iter().map(|e| e[0].as_str().unwrap()).collect();
         assert_eq!(
             names,
