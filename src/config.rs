@@ -134,6 +134,34 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "synthetic-two-gaussians",
 ];
 
+/// A toml error of a value read without its text (the config after the overrides) as one line,
+/// its table first (`loss: unknown field …`), where toml's own words end in a line "in `loss`".
+/// A key the table does not know, after an override changed only its kind, is one of the old
+/// kind's: said so.
+fn keyed(e: &toml::de::Error, overrides: &[String]) -> String {
+    let shown = e.to_string();
+    match shown.trim_end().rsplit_once("\nin `") {
+        Some((_, keys)) if e.span().is_none() => {
+            let keys = keys.trim_end_matches('`');
+            let message = e.message().trim_end();
+            let kind_only = overrides
+                .iter()
+                .any(|o| o.replace(' ', "").starts_with(&format!("{keys}.kind=")));
+            if message.starts_with(&format!("{keys}.")) {
+                message.to_string()
+            } else if kind_only && message.starts_with("unknown field") {
+                format!(
+                    "{keys}: {message} (⟨set⟩ {keys}.kind=… changes the kind and keeps the table's other keys, \
+                     which belong to the kind before; give the whole table instead: ⟨set⟩ '{keys}={{kind=\"…\", …}}')"
+                )
+            } else {
+                format!("{keys}: {message}")
+            }
+        }
+        _ => shown.trim_end().to_string(),
+    }
+}
+
 impl Experiment {
     pub fn validate(&self) -> Result<()> {
         self.data.validate()?;
@@ -206,9 +234,13 @@ impl Experiment {
         for o in overrides {
             apply_override(&mut value, o)?;
         }
-        let exp: Experiment = value
-            .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("{origin} with ⟨set⟩ {}: {e}", overrides.join(" ⟨set⟩ ")))?;
+        let exp: Experiment = value.try_into().map_err(|e| {
+            anyhow::anyhow!(
+                "{origin} with ⟨set⟩ {}: {}",
+                overrides.join(" ⟨set⟩ "),
+                keyed(&e, overrides)
+            )
+        })?;
         exp.validate()
             .with_context(|| format!("{origin}: invalid configuration"))?;
         Ok(exp)
@@ -299,6 +331,32 @@ mod tests {
                 "presets/{name}.toml is not in PRESETS"
             );
         }
+    }
+
+    /// An override's mistake is one line with its table first, not toml's trailing "in `loss`".
+    #[test]
+    fn an_override_error_names_its_table_on_one_line() {
+        let said = |o: &str| format!("{:#}", Experiment::load("quickstart", &[o.to_string()]).unwrap_err());
+        let e = said(r#"loss={kind="triplet",margn=1}"#);
+        assert!(
+            e.ends_with("loss: unknown field `margn`, expected one of `distance`, `miner`, `margin`"),
+            "{e}"
+        );
+        let e = said(r#"train.epochs="x""#);
+        assert!(
+            e.ends_with(r#"train.epochs: invalid type: string "x", expected usize"#),
+            "{e}"
+        );
+        let e = said(r#"loss.kind="dro""#);
+        assert!(
+            e.contains("loss: unknown field `distance`") && e.contains("keeps the table's other keys"),
+            "{e}"
+        );
+        let e = said(r#"loss={kind="dro",variant="top-k"}"#);
+        assert!(
+            e.ends_with(r#": loss.k (number of pairs) is required by variant "top-k""#),
+            "{e}"
+        );
     }
 
     /// Seed 000 §4: the training PGD's step is `2ε/i` for `i` iterations.
