@@ -136,30 +136,33 @@ pub const PRESETS: &[(&str, &str)] = presets![
 
 /// A toml error of a value read without its text (the config after the overrides) as one line,
 /// its table first (`loss: unknown field …`), where toml's own words end in a line "in `loss`".
-/// A key the table does not know, after an override changed only its kind, is one of the old
-/// kind's: said so.
 fn keyed(e: &toml::de::Error, overrides: &[String]) -> String {
     let shown = e.to_string();
-    match shown.trim_end().rsplit_once("\nin `") {
-        Some((_, keys)) if e.span().is_none() => {
-            let keys = keys.trim_end_matches('`');
-            let message = e.message().trim_end();
-            let kind_only = overrides
-                .iter()
-                .any(|o| o.replace(' ', "").starts_with(&format!("{keys}.kind=")));
-            if message.starts_with(&format!("{keys}.")) {
-                message.to_string()
-            } else if kind_only && message.starts_with("unknown field") {
-                format!(
-                    "{keys}: {message} (⟨set⟩ {keys}.kind=… changes the kind and keeps the table's other keys, \
-                     which belong to the kind before; give the whole table instead: ⟨set⟩ '{keys}={{kind=\"…\", …}}')"
-                )
-            } else {
-                format!("{keys}: {message}")
-            }
-        }
-        _ => shown.trim_end().to_string(),
+    let shown = shown.trim_end();
+    let keys = match shown.rsplit_once("\nin `") {
+        Some((_, keys)) if e.span().is_none() => keys.trim_end_matches('`'),
+        _ => return shown.to_string(),
+    };
+    let message = e.message().trim_end();
+    if message.starts_with(&format!("{keys}.")) {
+        return message.to_string();
     }
+    format!("{keys}: {message}{}", kind_hint(keys, message, overrides))
+}
+
+/// A key the table `keys` does not know, after an override changed only its kind, is one of
+/// the old kind's: said so, with the form that replaces the whole table.
+fn kind_hint(keys: &str, message: &str, overrides: &[String]) -> String {
+    let kind_only = overrides
+        .iter()
+        .any(|o| o.replace(' ', "").starts_with(&format!("{keys}.kind=")));
+    if !(kind_only && message.starts_with("unknown field")) {
+        return String::new();
+    }
+    format!(
+        " (⟨set⟩ {keys}.kind=… changes the kind and keeps the table's other keys, which belong to the kind \
+         before; give the whole table instead: ⟨set⟩ {keys}={{kind=…, …}})"
+    )
 }
 
 impl Experiment {
