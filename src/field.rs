@@ -1,8 +1,8 @@
 //! The options a message names, in each front end's own words. Library messages write an
 //! option as `⟨name⟩` (one that takes a value) or `⟨name!⟩` (a switch); the command line says
 //! `--name`, Python `name=` and `name=True` (its keyword, `-` read as `_`). A build with a cargo
-//! feature is `⟨+feature⟩`: `cargo build` of the command, `maturin develop` of the package.
-//! Nothing else in a message changes.
+//! feature is `⟨+feature⟩`, said in the words of the front end that runs ([`set_build_words`]:
+//! how the command is built is not how the package is). Nothing else in a message changes.
 
 /// Reads a request's field from the text the command line writes it as (`--split test`,
 /// `--arch resnet18`), with that parser's message (for `#[serde(deserialize_with)]`).
@@ -34,6 +34,22 @@ pub enum Words {
     Plain,
 }
 
+/// How this process's front end says a build with a cargo feature, set once at its start.
+static BUILD_WORDS: std::sync::OnceLock<fn(&str) -> String> = std::sync::OnceLock::new();
+
+/// The front end's own words for a build with `feature` (the first call sets them); without
+/// them, and on a page both front ends' users read, "a build with the cuda feature".
+pub fn set_build_words(words: fn(&str) -> String) {
+    let _ = BUILD_WORDS.set(words);
+}
+
+fn build_words(feature: &str, words: Words) -> String {
+    match (words, BUILD_WORDS.get()) {
+        (Words::CommandLine | Words::Python, Some(say)) => say(feature),
+        _ => format!("a build with the {feature} feature"),
+    }
+}
+
 /// `msg` with every `⟨…⟩` rendered in `words`; a `⟨` without its `⟩` is left as it is.
 pub fn render(msg: &str, words: Words) -> String {
     let mut out = String::with_capacity(msg.len());
@@ -47,11 +63,7 @@ pub fn render(msg: &str, words: Words) -> String {
             .filter(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_lowercase()))
         {
             out.push_str(&rest[..i]);
-            out.push_str(&match words {
-                Words::CommandLine => format!("`cargo build --release --features {feature}`"),
-                Words::Python => format!("`maturin develop --release --features {feature}` in python/"),
-                Words::Plain => format!("a build with the {feature} feature"),
-            });
+            out.push_str(&build_words(feature, words));
             rest = &after[j + '⟩'.len_utf8()..];
             continue;
         }
@@ -102,30 +114,33 @@ pub fn render(msg: &str, words: Words) -> String {
 mod tests {
     use super::*;
 
+    /// Python's words here; the command line's are tested with the command (`src/cli`).
     #[test]
     fn each_front_end_names_options_in_its_own_words() {
-        let cases = [
-            (
-                "pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), or choose another ⟨out⟩; ⟨embedding_dim⟩ 64",
-                "pass --resume to continue it (with more --epochs), or choose another --out; --embedding-dim 64",
-                "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim=64",
-            ),
-            (
-                "no CUDA: build it with ⟨+cuda⟩",
-                "no CUDA: build it with `cargo build --release --features cuda`",
-                "no CUDA: build it with `maturin develop --release --features cuda` in python/",
-            ),
-        ];
-        for (message, command_line, python) in cases {
-            assert_eq!(render(message, Words::CommandLine), command_line);
-            assert_eq!(render(message, Words::Python), python);
-        }
+        let message = "pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), or choose another ⟨out⟩; ⟨embedding_dim⟩ 64";
+        assert_eq!(
+            render(message, Words::Python),
+            "pass resume=True to continue it (with more epochs=), or choose another out=; embedding_dim=64"
+        );
+        assert_eq!(
+            render(message, Words::Plain),
+            "pass resume to continue it (with more epochs), or choose another out; embedding_dim 64"
+        );
+        set_build_words(|f| format!("<the front end's build with {f}>"));
+        let message = "no CUDA: build it with ⟨+cuda⟩";
+        assert_eq!(
+            render(message, Words::Python),
+            "no CUDA: build it with <the front end's build with cuda>"
+        );
+        assert_eq!(
+            render(message, Words::Plain),
+            "no CUDA: build it with a build with the cuda feature"
+        );
         assert_eq!(render("a ⟨ alone", Words::Python), "a ⟨ alone");
-        assert_eq!(render("choose another ⟨out⟩", Words::Plain), "choose another out");
         // A `⟨` of the user's (a path) is not a token; the token after it still is.
         assert_eq!(
-            render("out⟨old.json exists; pass ⟨overwrite!⟩", Words::CommandLine),
-            "out⟨old.json exists; pass --overwrite"
+            render("out⟨old.json exists; pass ⟨overwrite!⟩", Words::Python),
+            "out⟨old.json exists; pass overwrite=True"
         );
     }
 }

@@ -14,6 +14,7 @@ fn main() {
         // SAFETY: no other thread exists yet.
         unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
+    rdml::field::set_build_words(cli::build_words);
     let cli = Cli::parse();
     // A failure on the device (out of memory above all) surfaces as a panic at the next read
     // from it; report it as an error, with advice where there is some.

@@ -54,6 +54,7 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Ctrl-C between batches: Python's handler runs (and its KeyboardInterrupt is raised again
     // by `raise`) when a training or attack loop asks, with the GIL taken for that moment.
     rdml::progress::set_interrupt(Some(Box::new(|| Python::with_gil(|py| py.check_signals().is_err()))));
+    rdml::field::set_build_words(words::build_words);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
     Ok(())

@@ -74,3 +74,8 @@ pub fn to_bytes<'py>(py: Python<'py>, v: &[f32]) -> PyResult<Bound<'py, PyBytes>
         Ok(())
     })
 }
+
+/// A build of the package with a cargo feature, as its user types it (`⟨+cuda⟩` in library text).
+pub fn build_words(feature: &str) -> String {
+    format!("`maturin develop --release --features {feature}` in python/")
+}

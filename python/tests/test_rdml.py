@@ -118,6 +118,8 @@ def test_presets_devices_and_report(run):
     assert "quickstart" in p and "[model]" in p["quickstart"]
     d = rdml.devices()
     assert d[0].startswith("cpu") and d[-1].startswith("auto")
+    # A build with a feature in the package's words (this build has no CUDA).
+    assert "`maturin develop --release --features cuda` in python/" in d[-1], d[-1]
     assert rdml.open(run.path).report(grid=2).endswith("report.html")
 
 

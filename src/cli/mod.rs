@@ -159,6 +159,11 @@ pub fn run(cli: Cli) -> Result<Outcome> {
     dispatch(cli.cmd, cli.device.as_deref(), cli.quiet)
 }
 
+/// A build of the command with a cargo feature, as its user types it (`⟨+cuda⟩` in library text).
+pub fn build_words(feature: &str) -> String {
+    format!("`cargo build --release --features {feature}`")
+}
+
 /// The refusal of `--device` by a command that computes nothing.
 fn no_device(flag: Option<&str>, command: &str) -> Result<()> {
     anyhow::ensure!(
@@ -172,6 +177,28 @@ fn no_device(flag: Option<&str>, command: &str) -> Result<()> {
 mod tests {
     use super::Cli;
     use clap::CommandFactory;
+
+    /// Library text in the command line's words: options as flags, a build as cargo's.
+    #[test]
+    fn library_text_in_the_command_lines_words() {
+        use rdml::field::{Words, render};
+        rdml::field::set_build_words(super::build_words);
+        assert_eq!(
+            render(
+                "pass ⟨resume!⟩ to continue it (with more ⟨epochs⟩), or choose another ⟨out⟩; ⟨embedding_dim⟩ 64",
+                Words::CommandLine
+            ),
+            "pass --resume to continue it (with more --epochs), or choose another --out; --embedding-dim 64"
+        );
+        assert_eq!(
+            render("no CUDA: build it with ⟨+cuda⟩", Words::CommandLine),
+            "no CUDA: build it with `cargo build --release --features cuda`"
+        );
+        assert_eq!(
+            render("out⟨old.json exists; pass ⟨overwrite!⟩", Words::CommandLine),
+            "out⟨old.json exists; pass --overwrite"
+        );
+    }
 
     /// `--help` says what every option of every command does.
     #[test]
