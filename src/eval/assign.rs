@@ -7,10 +7,9 @@ use anyhow::Result;
 use burn::tensor::Device;
 use rayon::prelude::*;
 
-/// Each row's squared norm, summed 16 lanes wide.
-pub(super) fn squared_norms(x: &Embeddings) -> Vec<f32> {
-    x.data
-        .par_chunks(x.dim.max(1))
+/// Each row's squared norm (rows of `dim` values), summed 16 lanes wide.
+pub(super) fn squared_norms(data: &[f32], dim: usize) -> Vec<f32> {
+    data.par_chunks(dim.max(1))
         .map(|r| {
             let mut lanes = [0f32; 16];
             let chunks = r.chunks_exact(16);
@@ -64,17 +63,15 @@ const NEAREST_BYTES: usize = 1 << 20;
 fn nearest_in_cache(x: &Embeddings, xn: &[f32], centres: &[f32], k: usize) -> Vec<u32> {
     use crate::kernel::dots::{Finish, Packed, dots_packed};
     let d = x.dim;
-    let cn = squared_norms(&Embeddings {
-        data: centres.to_vec(),
-        n: k,
-        dim: d,
-    });
+    let cn = squared_norms(centres, d);
     let packed = Packed::new(centres, d);
     let rows = (NEAREST_BYTES / (4 * k)).clamp(6, 384);
-    x.data
-        .par_chunks(rows * d)
+    let mut assign = vec![0u32; x.n];
+    assign
+        .par_chunks_mut(rows)
+        .zip(x.data.par_chunks(rows * d))
         .enumerate()
-        .map_init(Vec::new, |out, (c, xs)| {
+        .for_each_init(Vec::new, |out, (c, (nearest, xs))| {
             let n = xs.len() / d;
             out.resize(n * k, 0.0);
             let finish = Finish::Squared {
@@ -82,10 +79,11 @@ fn nearest_in_cache(x: &Embeddings, xn: &[f32], centres: &[f32], k: usize) -> Ve
                 b: &cn,
             };
             dots_packed(xs, &packed, out, k, finish);
-            out.chunks(k).map(argmin).collect::<Vec<u32>>()
-        })
-        .flatten_iter()
-        .collect()
+            for (slot, row) in nearest.iter_mut().zip(out.chunks(k)) {
+                *slot = argmin(row);
+            }
+        });
+    assign
 }
 
 #[cfg(test)]
@@ -120,6 +118,6 @@ mod tests {
         let centres: Vec<f32> = (0..k * d).map(|i| v(i + 5 * n * d)).collect();
         let cent = Embeddings::new(centres.clone(), k, d).unwrap();
         let scan = scan_rows(&x, &cent, &crate::default_device(), |_, row| argmin(row)).unwrap();
-        assert_eq!(nearest_in_cache(&x, &squared_norms(&x), &centres, k), scan);
+        assert_eq!(nearest_in_cache(&x, &squared_norms(&x.data, x.dim), &centres, k), scan);
     }
 }

@@ -54,7 +54,7 @@ pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device
         centres.extend_from_slice(train.row(i));
     }
     let mut assign = vec![u32::MAX; train.n];
-    let train_norms = squared_norms(train);
+    let train_norms = squared_norms(&train.data, d);
     for _ in 0..iters.max(1) {
         let new = nearest(train, &train_norms, &centres, k, device)?;
         let changed = new != assign;
@@ -65,7 +65,7 @@ pub fn kmeans(x: &Embeddings, k: usize, iters: usize, seed: u64, device: &Device
         centres = means(train, &assign, centres, k, &mut rng);
     }
     match sample {
-        Some(_) => nearest(x, &squared_norms(x), &centres, k, device),
+        Some(_) => nearest(x, &squared_norms(&x.data, d), &centres, k, device),
         None => Ok(assign),
     }
 }
