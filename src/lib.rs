@@ -77,6 +77,15 @@ pub fn not_found(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(std::io::Error::new(std::io::ErrorKind::NotFound, msg.into()))
 }
 
+/// Whether `e` says a file or folder is not there (an `io::Error` of kind `NotFound` anywhere in
+/// its chain: [`not_found`]'s, or the system's).
+pub fn is_not_found(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+    })
+}
+
 /// `Err(input_error(...))` unless `cond`.
 #[macro_export]
 macro_rules! ensure_input {

@@ -22,7 +22,7 @@ fn raise(e: anyhow::Error) -> PyErr {
     if e.chain().any(|c| c.to_string() == rdml::progress::INTERRUPTED) {
         return PyKeyboardInterrupt::new_err(msg);
     }
-    if missing(&e) {
+    if rdml::is_not_found(&e) {
         PyFileNotFoundError::new_err(msg)
     } else {
         // A device out of memory: the command line's advice, not cubecl's skipped kernels.
@@ -34,18 +34,11 @@ fn raise(e: anyhow::Error) -> PyErr {
 /// An error in what the caller passed (a config, a spec, a shape), unless it names a file or
 /// folder that is not there.
 fn invalid(e: anyhow::Error) -> PyErr {
-    if missing(&e) {
+    if rdml::is_not_found(&e) {
         PyFileNotFoundError::new_err(python_words(&e))
     } else {
         PyValueError::new_err(python_words(&e))
     }
-}
-
-fn missing(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
-    })
 }
 
 /// The library's message, its options named as keywords (`overwrite=True`, not `--overwrite`).

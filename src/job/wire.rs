@@ -53,11 +53,7 @@ impl Answer {
 /// Runs the job `c` names.
 pub fn call(mut c: Call) -> Result<Answer> {
     let device = c.device;
-    let open = move || -> Result<Device> {
-        Ok(crate::device::open(device, &[])
-            .map_err(|e| crate::input_error(format!("{e:#}")))?
-            .device)
-    };
+    let open = move || open_device(device, &[]);
     Ok(match c.job {
         "metrics" => metrics(read(c.request)?, std::mem::take(&mut c.arrays))?,
         "presets" => Answer::of(&crate::config::PRESETS)?,
@@ -76,11 +72,7 @@ pub fn call(mut c: Call) -> Result<Answer> {
                 words: c.words,
                 ..read(c.request)?
             };
-            job.run_on(|exp| {
-                Ok(crate::device::open(device, &[exp.train.device])
-                    .map_err(|e| crate::input_error(format!("{e:#}")))?
-                    .device)
-            })?;
+            job.run_on(|exp| open_device(device, &[exp.train.device]))?;
             Answer::of(&())?
         }
         // The file's own text: the caller reads its numbers as they were written.
@@ -121,6 +113,13 @@ pub fn call(mut c: Call) -> Result<Answer> {
     })
 }
 
+/// The device the caller named, else the one the configs name (a wrong name is the caller's).
+fn open_device(flag: Option<&str>, named: &[Option<crate::device::DeviceChoice>]) -> Result<Device> {
+    Ok(crate::device::open(flag, named)
+        .map_err(|e| crate::input_error(format!("{e:#}")))?
+        .device)
+}
+
 /// A request from JSON; what does not read is the caller's, named by its field (serde's
 /// position left out: the caller wrote no text).
 fn read<T: DeserializeOwned>(json: &str) -> Result<T> {
@@ -137,11 +136,7 @@ fn read<T: DeserializeOwned>(json: &str) -> Result<T> {
 /// An error of a job whose every failure comes from what the caller passed (a file that is not
 /// there stays that error).
 fn the_callers(e: anyhow::Error) -> anyhow::Error {
-    let missing = e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
-    });
-    if missing || e.chain().any(|c| c.is::<crate::InputError>()) {
+    if crate::is_not_found(&e) || e.chain().any(|c| c.is::<crate::InputError>()) {
         e
     } else {
         crate::input_error(format!("{e:#}"))
