@@ -30,7 +30,8 @@ struct Batch {
 impl Batch {
     fn run(&self, cfg: &DefenseConfig, state: &DefenseState) -> Perturbed {
         let rng = &mut ChaCha8Rng::seed_from_u64(0);
-        perturb(cfg, &self.exp.loss, &self.net, &self.x, &self.labels, state, rng).unwrap()
+        let model = rdml::attack::oracle::Net::new(&self.net, 0);
+        perturb(cfg, &self.exp.loss, &[&model], &self.x, &self.labels, state, rng).unwrap()
     }
 }
 
@@ -443,7 +444,7 @@ fn defended(b: &Batch, cfg: &DefenseConfig) -> f32 {
     let (net, x) = trainable(b);
     let params = rdml::loss::LossParams::new(&b.exp.loss, &x.device());
     let rng = &mut ChaCha8Rng::seed_from_u64(0);
-    let out = rdml::defense::defended_loss(
+    let out = rdml::train::defended::defended_loss(
         cfg,
         &b.exp.loss,
         &net,

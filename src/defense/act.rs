@@ -3,8 +3,8 @@
 //! `d(p̃, ñ)`, Eq. 4) while the anchor stays clean, and the model learns to separate them again
 //! with `L_T(a, p̃, ñ)` (Eq. 2).
 
-use super::triplets::{TripletLayout, adversarial_outcome, perturb_mined};
-use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
+use super::triplets::{TripletLayout, adversarial_outer, perturb_mined};
+use super::unit::{Budget, DefendedLoss, Defense, Inner, Outer, Plan};
 use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
@@ -25,16 +25,16 @@ impl Defense for Act {
         true
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
         let pgd = self.pgd(step.state);
         perturb_mined(step, &pgd, (false, true, true), |layout, distance| {
             Box::new(Collapse { layout, distance })
         })
+        .map(Plan::adversarial)
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        adversarial_outcome(step, &pert, None)
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        adversarial_outer(plan, emb, step)
     }
 }
 

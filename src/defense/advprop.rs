@@ -3,8 +3,9 @@
 
 use super::generated::Generated;
 use super::mdprop::Propagation;
-use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
+use super::unit::{Budget, DefendedLoss, Defense, DefenseState, Inner, Outer, Plan};
 use anyhow::Result;
+use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 /// AdvProp-D's parameters (`[defense] kind = "advprop"`): the PGD budget alone.
@@ -13,9 +14,9 @@ use serde::{Deserialize, Serialize};
 pub struct Advprop(pub Budget);
 
 impl Advprop {
-    fn propagation(&self, step: &Step) -> Propagation {
+    fn propagation(&self, state: &DefenseState) -> Propagation {
         Propagation {
-            pgd: self.pgd(step.state),
+            pgd: self.pgd(state),
             distributions: self.distributions(),
             separate_bn: true,
         }
@@ -31,11 +32,11 @@ impl Defense for Advprop {
         vec![Generated::Stax]
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        self.propagation(step).perturb(step)
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        self.propagation(step.state).inner(step)
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        self.propagation(step).loss(step)
+    fn outer(&self, _plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        self.propagation(step.state).outer(emb, step)
     }
 }

@@ -5,7 +5,7 @@
 //! loss vanishes. Training: `L_T(Ã, P, N) + L_TR` after ANP (Eq. 13–14), `L_T(A, P̃, Ñ)` after CAP.
 
 use super::triplets::{self, TripletLayout, TripletPlan, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Inner, Outer, Plan, one};
 use crate::attack::budget::Pgd;
 use crate::attack::objective::{Objective, StopRule};
 pub use crate::eval::diagnostics::{collapseness, weighted_mean};
@@ -102,19 +102,22 @@ impl Defense for CaTrideConfig {
         true
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
+    fn scheduled(&self) -> bool {
+        self.progressive || self.margin_schedule != MarginSchedule::Off
+    }
+
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        let clean = Clean::of(step.model()?, &step.x)?;
         let plan = plan(self, step.loss, &clean, step.labels, step.state, step.rng)?;
-        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+        perturb_triplets(step, clean, plan, &self.pgd(step.state)).map(Plan::adversarial)
     }
 
     /// `L_T(A, P̃, Ñ)` after CAP; after ANP, plus `L_TR` (Eq. 13–14).
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
         if is_cap(self.mode, step.state) {
-            triplets::adversarial_outcome(step, &pert, None)
+            triplets::adversarial_outer(plan, emb, step)
         } else {
-            anp_outer(self, step, &pert)
+            anp_outer(self, step, plan, one(emb)?)
         }
     }
 
@@ -360,9 +363,8 @@ fn plan(
 
 /// The outer loss after ANP: the triplet loss on the perturbed triplets plus the top-rank
 /// triplet term `L_TR` (Eq. 13), which "w/o TPR" drops.
-fn anp_outer(c: &CaTrideConfig, step: &Step, pert: &Perturbed) -> Result<DefendedLoss> {
-    let loss_cfg = step.loss;
-    let emb = step.net.forward(pert.adversarial.clone().autodiff());
+fn anp_outer(c: &CaTrideConfig, step: &Outer, plan: &Plan, emb: Tensor<2>) -> Result<DefendedLoss> {
+    let (loss_cfg, pert) = (step.loss, &plan.perturbed);
     if !c.tpr {
         return triplets::triplet_outcome(loss_cfg, pert, emb, None);
     }

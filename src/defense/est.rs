@@ -3,13 +3,13 @@
 //! attack, from the clean point), and the configured loss — with its own miner — is computed on
 //! the shifted embeddings only.
 
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Inner, Outer, Perturbed, Plan, one};
 use crate::attack::budget::Pgd;
-use crate::attack::engine::Request;
+use crate::attack::engine::{Model, Request};
 use crate::attack::objective::shift::EmbeddingShift;
+use crate::attack::oracle::Oracle;
 use crate::eval::diagnostics;
 use crate::loss;
-use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
@@ -24,23 +24,23 @@ impl Defense for Est {
         self.0
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        let model = step.model()?;
+        let clean = Clean::of(model, &step.x)?;
         let x = step.x.clone().without_autodiff();
-        let adversarial = shift(step.net, &self.pgd(step.state), &x, &clean.emb)?;
-        Ok(Perturbed {
+        let adversarial = shift(model, &self.pgd(step.state), &x, &clean.emb)?;
+        Ok(Plan::adversarial(Perturbed {
             triplets: None,
             dim: clean.dim(),
             clean,
             original: x,
             adversarial,
-        })
+        }))
     }
 
     /// The configured loss on the training-mode embeddings of the shifted batch.
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        let emb = step.net.forward(pert.adversarial.clone().autodiff());
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        let emb = one(emb)?;
         let out = loss::compute(step.loss, emb.clone(), step.labels, step.params, step.rng)?;
         let adv_loss = out.loss.clone().detach().without_autodiff();
         // Diagnostics on the triplets the loss trained on (losses without triplets: SPC-2 pairs
@@ -49,7 +49,8 @@ impl Defense for Est {
             .triplets
             .unwrap_or_else(|| diagnostics::spc2_random_triplets(step.labels));
         let (distance, margin) = super::triplets::triplet_params(step.loss);
-        let diag = diagnostics::batch_on_device(&pert.clean.emb, &tr, distance, Some((&emb, &tr, margin)));
+        let clean = &plan.perturbed.clean.emb;
+        let diag = diagnostics::batch_on_device(clean, &tr, distance, Some((&emb, &tr, margin)));
         Ok(DefendedLoss {
             loss: out.loss,
             adv_loss,
@@ -59,7 +60,7 @@ impl Defense for Est {
 }
 
 /// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings.
-pub fn shift(net: &EmbeddingNet, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
+pub fn shift(model: &dyn Oracle, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
     let obj = EmbeddingShift::new(clean.clone().detach());
-    Request::new(net, &obj, pgd).run(x)
+    Request::on(Model::Oracle(model), &obj, pgd).run(x)
 }

@@ -8,8 +8,8 @@
 
 use super::madry::MaxHardness;
 use super::memory::{Memory, saved_number};
-use super::triplets::{adversarial_outcome, perturb_mined};
-use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
+use super::triplets::{adversarial_outer, perturb_mined};
+use super::unit::{Budget, DefendedLoss, Defense, Inner, Outer, Plan};
 use anyhow::{Result, ensure};
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ impl Defense for Curriculum {
         })
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
         let mean = step.memory.get::<RunningLoss>().map_or(0.0, |m| m.mean);
         let scale = mean.clamp(0.0, 1.0);
         let mut pgd = self.pgd(step.state);
@@ -96,11 +96,11 @@ impl Defense for Curriculum {
         perturb_mined(step, &pgd, (true, true, true), |layout, distance| {
             Box::new(MaxHardness { layout, distance })
         })
+        .map(Plan::adversarial)
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        adversarial_outcome(step, &pert, None)
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        adversarial_outer(plan, emb, step)
     }
 }
 
@@ -110,7 +110,6 @@ mod tests {
     use crate::config::Experiment;
     use crate::defense::{DefenseConfig, DefenseState};
     use crate::train::Trainer;
-    use burn::module::Module;
     use rand::SeedableRng;
 
     fn experiment() -> Experiment {
@@ -151,16 +150,8 @@ mod tests {
         let x = x.without_autodiff();
         let mut moved = |mean: f32| {
             let state = DefenseState::default().remembering("mean", mean);
-            let p = crate::defense::perturb(
-                &defense,
-                &exp.loss,
-                &trainer.net.valid(),
-                &x,
-                &b.labels,
-                &state,
-                &mut rng,
-            )
-            .unwrap();
+            let net = crate::attack::oracle::Net::new(&trainer.net, 0);
+            let p = crate::defense::perturb(&defense, &exp.loss, &[&net], &x, &b.labels, &state, &mut rng).unwrap();
             let d: Vec<f32> =
                 crate::host::read(&(p.adversarial - p.original).abs().flatten::<1>(0, 3).unsqueeze_dim(0)).unwrap();
             d.into_iter().fold(0f32, f32::max)

@@ -19,9 +19,9 @@
 //!   images, and a forward of the shifted and clean images.
 
 use super::triplets::{self, TripletLayout, select_rows};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Perturbed, Plan, one};
 use crate::attack::budget::Pgd;
-use crate::attack::engine::Request;
+use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
 use crate::loss::LossConfig;
 use crate::loss::miner::Triplets;
@@ -46,12 +46,11 @@ impl Defense for Joint {
     fn validate(&self, loss: &LossConfig) -> Result<()> {
         tuple_loss_only("formulation-1", loss)
     }
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        perturb(Formulation::Joint, step, &self.pgd(step.state))
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        perturb(Formulation::Joint, step, &self.pgd(step.state)).map(Plan::adversarial)
     }
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        triplets::adversarial_outcome(step, &pert, None)
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        triplets::adversarial_outer(plan, emb, step)
     }
 }
 
@@ -62,12 +61,11 @@ impl Defense for PerSample {
     fn validate(&self, loss: &LossConfig) -> Result<()> {
         tuple_loss_only("formulation-2", loss)
     }
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        perturb(Formulation::PerSample, step, &self.pgd(step.state))
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        perturb(Formulation::PerSample, step, &self.pgd(step.state)).map(Plan::adversarial)
     }
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        triplets::adversarial_outcome(step, &pert, None)
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        triplets::adversarial_outer(plan, emb, step)
     }
 }
 
@@ -91,15 +89,16 @@ impl Defense for RegularizedConfig {
         }
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        perturb(Formulation::Regularized, step, &self.pgd(step.state))
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        let pgd = self.pgd(step.state);
+        let perturbed = perturb(Formulation::Regularized, step, &pgd)?;
+        with_shift(step, &pgd, perturbed)
     }
 
     /// The clean tuple loss plus the regulariser.
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        let (emb, reg) = regularised(step, &self.pgd(step.state), &pert, self.lambda)?;
-        triplets::triplet_outcome(step.loss, &pert, emb, Some(reg))
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        let (emb, reg) = regularised(plan, one(emb)?, step, self.lambda)?;
+        triplets::triplet_outcome(step.loss, &plan.perturbed, emb, Some(reg))
     }
 
     fn validate(&self, loss: &LossConfig) -> Result<()> {
@@ -147,8 +146,8 @@ impl Objective for TupleLoss {
 
 /// The inner maximisation of formulation `f` on the step's batch with the triplets mined on its
 /// clean embeddings: the stacked `[a, p, n]` rows before and after.
-fn perturb(f: Formulation, step: &mut Step, pgd: &Pgd) -> Result<Perturbed> {
-    let clean = Clean::of(step.net, &step.x);
+fn perturb(f: Formulation, step: &mut Inner, pgd: &Pgd) -> Result<Perturbed> {
+    let clean = Clean::of(step.model()?, &step.x)?;
     let tr = clean.mine(step.loss, step.labels, step.rng)?;
     let (original, adversarial) = inner(f, step, &tr, pgd)?;
     Ok(Perturbed {
@@ -161,8 +160,8 @@ fn perturb(f: Formulation, step: &mut Step, pgd: &Pgd) -> Result<Perturbed> {
 }
 
 /// Formulation `f`'s images: the stacked `[a, p, n]` rows of `tr` before and after.
-fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tensor<4>, Tensor<4>)> {
-    let (net, loss_cfg) = (step.net, step.loss);
+fn inner(f: Formulation, step: &Inner, tr: &Triplets, pgd: &Pgd) -> Result<(Tensor<4>, Tensor<4>)> {
+    let (model, loss_cfg) = (Model::Oracle(step.model()?), step.loss);
     let x = &step.x.clone().without_autodiff();
     let stacked = TripletLayout::gather_index(tr);
     let original = select_rows(x, &stacked);
@@ -174,7 +173,7 @@ fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tenso
                 triplets: tr.clone(),
                 loss: loss_cfg.clone(),
             };
-            let z = Request::new(net, &obj, pgd).run(x)?;
+            let z = Request::on(model, &obj, pgd).run(x)?;
             select_rows(&z, &stacked)
         }
         // Rows [z; x]: each anchor's z meets the clean positives and negatives of its tuples, so
@@ -193,7 +192,7 @@ fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tenso
             for &a in &tr.anchor {
                 movable[a] = true;
             }
-            let z = Request::new(net, &obj, pgd).movable(Some(&movable)).run(&rows)?;
+            let z = Request::on(model, &obj, pgd).movable(Some(&movable)).run(&rows)?;
             let t = tr.len();
             let anchors = select_rows(&z, &tr.anchor_rows());
             let rest = original.clone().narrow(0, t, 2 * t);
@@ -204,24 +203,34 @@ fn inner(f: Formulation, step: &Step, tr: &Triplets, pgd: &Pgd) -> Result<(Tenso
     Ok((original, adversarial))
 }
 
-/// The training-mode embeddings of the perturbed rows and Eq. 13's regulariser
-/// `λ·(1/n) Σ_i d_θ(z_i, x_i)`, `z_i` the embedding-shift attack under `pgd` on every image of
-/// the batch (the equation sums over all n samples, not only anchors). One forward of
-/// `[perturbed; z; x]`.
-pub(crate) fn regularised(step: &Step, pgd: &Pgd, pert: &Perturbed, lambda: f32) -> Result<(Tensor<2>, Tensor<1>)> {
-    let (net, distance) = (step.net, step.loss.distance());
-    let first = pert.adversarial.clone();
-    let xb = step.x.clone().without_autodiff();
-    let z = super::est::shift(net, pgd, &xb, &pert.clean.emb)?;
-    let (m, n) = (first.dims()[0], xb.dims()[0]);
-    let all = net.forward(Tensor::cat(
-        vec![first, z, xb].into_iter().map(|v| v.autodiff()).collect(),
-        0,
-    ));
+/// Formulation 3's plan: the perturbed rows, `z` (the embedding-shift attack under `pgd` on
+/// every image of the batch) and the batch, in one training-mode forward of `[perturbed; z; x]`.
+pub(crate) fn with_shift(step: &Inner, pgd: &Pgd, perturbed: Perturbed) -> Result<Plan> {
+    let x = step.x.clone().without_autodiff();
+    let z = super::est::shift(step.model()?, pgd, &x, &perturbed.clean.emb)?;
+    let images = Tensor::cat(vec![perturbed.adversarial.clone(), z, x], 0);
+    Ok(Plan {
+        perturbed,
+        forwards: vec![Forward { images, bn_set: 0 }],
+    })
+}
+
+/// From the embeddings `all` of [`with_shift`]'s forward: those of the perturbed rows, and Eq.
+/// 13's regulariser `λ·(1/n) Σ_i d_θ(z_i, x_i)` (the equation sums over all n samples of the
+/// batch, not only anchors).
+pub(crate) fn regularised(plan: &Plan, all: Tensor<2>, step: &Outer, lambda: f32) -> Result<(Tensor<2>, Tensor<1>)> {
+    let (m, n) = (plan.perturbed.adversarial.dims()[0], step.labels.len());
+    anyhow::ensure!(
+        all.dims()[0] == m + 2 * n,
+        "formulation 3: {} embeddings; expected {} ({m} perturbed rows, then the {n} shifted and the {n} clean images)",
+        all.dims()[0],
+        m + 2 * n
+    );
     let (e_first, e_z, e_x) = (
         all.clone().narrow(0, 0, m),
         all.clone().narrow(0, m, n),
         all.narrow(0, m + n, n),
     );
+    let distance = step.loss.distance();
     Ok((e_first, distance.rows(e_z, e_x).mean().mul_scalar(lambda)))
 }

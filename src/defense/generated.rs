@@ -4,7 +4,7 @@
 
 use crate::attack::objective::Objective;
 use crate::attack::objective::targets::{TowardSets, TowardTargets};
-use crate::model::EmbeddingNet;
+use crate::attack::oracle::Oracle;
 use anyhow::Result;
 use burn::tensor::{Tensor, TensorData};
 use rand::Rng;
@@ -52,22 +52,28 @@ pub struct UxBank {
 }
 
 impl UxBank {
+    /// Every item of `set` embedded by `model` (its clean set, evaluation mode), `batch` at a time.
     pub fn build(
-        net: &EmbeddingNet,
+        model: &dyn Oracle,
         set: &crate::data::ImageSet,
         batch: usize,
         device: &burn::tensor::Device,
     ) -> Result<Self> {
-        let e = crate::eval::embed(net, set, batch, device)?;
+        let e = crate::attack::context::embed_set(model, set, batch, &device.clone().without_autodiff())?;
+        Ok(Self::of(e.data, e.dim, &set.labels))
+    }
+
+    /// The bank of training-set features `features` (`labels.len()` rows of `dim`).
+    pub fn of(features: Vec<f32>, dim: usize, labels: &[u32]) -> Self {
         let mut by_class: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, &l) in set.labels.iter().enumerate() {
+        for (i, &l) in labels.iter().enumerate() {
             by_class.entry(l).or_default().push(i);
         }
-        Ok(Self {
-            features: e.data,
-            dim: e.dim,
+        Self {
+            features,
+            dim,
             by_class,
-        })
+        }
     }
 
     /// `S_U` of the item at training position `item` with label `label`: its class's other items
@@ -86,8 +92,12 @@ pub struct UxMemory {
 }
 
 impl super::memory::Memory for UxMemory {
+    fn needs_training_set(&self) -> bool {
+        true
+    }
+
     fn start_epoch(&mut self, at: &super::memory::EpochStart) -> Result<()> {
-        self.bank = Some(UxBank::build(at.net, at.train, at.batch, at.device)?);
+        self.bank = Some(UxBank::build(at.model, at.train, at.batch, at.device)?);
         Ok(())
     }
 

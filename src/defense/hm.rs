@@ -7,7 +7,7 @@
 
 use super::memory::{Memory, Nothing, saved_number};
 use super::triplets::{self, TripletLayout, TripletPlan, hardness, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Plan, one};
 use crate::attack::objective::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::device_miner;
@@ -90,8 +90,8 @@ impl Defense for HmConfig {
         }
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        let clean = Clean::of(step.model()?, &step.x)?;
         let device = step.x.device().without_autodiff();
         let prev_loss = step.memory.get::<Lga>().map_or(Lga::START, |m| m.prev_loss);
         let (triplets, objective) = plan(self, step.loss, &clean, step.labels, prev_loss, &device, step.rng)?;
@@ -103,14 +103,28 @@ impl Defense for HmConfig {
             objective,
             movable,
         };
-        perturb_triplets(step, clean, plan, &self.pgd(step.state))
+        let perturbed = perturb_triplets(step, clean, plan, &self.pgd(step.state))?;
+        if self.ics.is_none() {
+            return Ok(Plan::adversarial(perturbed));
+        }
+        // ICS: one training-mode forward of `[ã, p̃, ñ, a, p]`.
+        let idx = perturbed
+            .triplets
+            .as_ref()
+            .map(|tr| Rows::concat(&[&tr.anchor_rows(), &tr.positive]))
+            .unwrap_or_default();
+        let clean_ap = triplets::select_rows(&step.x.clone().without_autodiff(), &idx);
+        let images = Tensor::cat(vec![perturbed.adversarial.clone(), clean_ap], 0);
+        Ok(Plan {
+            perturbed,
+            forwards: vec![Forward { images, bn_set: 0 }],
+        })
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
         match self.ics {
-            Some(lambda) => outer_with_ics(step, pert, lambda),
-            None => triplets::adversarial_outcome(step, &pert, None),
+            Some(lambda) => outer_with_ics(step, plan, one(emb)?, lambda),
+            None => triplets::adversarial_outer(plan, emb, step),
         }
     }
 }
@@ -336,23 +350,22 @@ pub fn plan(
     Ok((tr, Box::new(obj)))
 }
 
-/// `L_T(ã, p̃, ñ) + λ·L_T(a, ã, p; 0)`: one training-mode forward of `[ã, p̃, ñ, a, p]`.
-fn outer_with_ics(step: &Step, pert: Perturbed, lambda: f32) -> Result<DefendedLoss> {
-    let (loss_cfg, net, x) = (step.loss, step.net, &step.x);
-    let (distance, _) = triplets::triplet_params(loss_cfg);
+/// `L_T(ã, p̃, ñ) + λ·L_T(a, ã, p; 0)` from the training-mode embeddings `all` of `[ã, p̃, ñ, a, p]`.
+fn outer_with_ics(step: &Outer, plan: &Plan, all: Tensor<2>, lambda: f32) -> Result<DefendedLoss> {
+    let pert = &plan.perturbed;
+    let (distance, _) = triplets::triplet_params(step.loss);
     let t = pert.triplets.as_ref().map_or(0, |tr| tr.len());
-    let idx = pert
-        .triplets
-        .as_ref()
-        .map(|tr| Rows::concat(&[&tr.anchor_rows(), &tr.positive]))
-        .unwrap_or_default();
-    let clean_ap = triplets::select_rows(x, &idx);
-    let all = net.forward(Tensor::cat(vec![pert.adversarial.clone().autodiff(), clean_ap], 0));
+    anyhow::ensure!(
+        all.dims()[0] == 5 * t,
+        "HM with ICS: {} embeddings for {t} triplets; expected {}",
+        all.dims()[0],
+        5 * t
+    );
     let adv_e = all.clone().narrow(0, 0, 3 * t);
     let (a, p) = (all.clone().narrow(0, 3 * t, t), all.narrow(0, 4 * t, t));
     let a_adv = adv_e.clone().narrow(0, 0, t);
     let ics = relu(distance.rows(a.clone(), a_adv) - distance.rows(a, p))
         .mean()
         .mul_scalar(lambda);
-    triplets::triplet_outcome(loss_cfg, &pert, adv_e, Some(ics))
+    triplets::triplet_outcome(step.loss, pert, adv_e, Some(ics))
 }

@@ -2,8 +2,8 @@
 //! (a, p, n) are all perturbed to maximise the triplet hardness `d(ã,p̃) − d(ã,ñ)`, and the model
 //! is trained on the triplet loss of the perturbed triplet.
 
-use super::triplets::{TripletLayout, adversarial_outcome, hardness, perturb_mined};
-use super::unit::{Budget, DefendedLoss, Defense, Perturbed, Step};
+use super::triplets::{TripletLayout, adversarial_outer, hardness, perturb_mined};
+use super::unit::{Budget, DefendedLoss, Defense, Inner, Outer, Plan};
 use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
 use anyhow::Result;
@@ -24,16 +24,16 @@ impl Defense for Madry {
         true
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
         let pgd = self.pgd(step.state);
         perturb_mined(step, &pgd, (true, true, true), |layout, distance| {
             Box::new(MaxHardness { layout, distance })
         })
+        .map(Plan::adversarial)
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        adversarial_outcome(step, &pert, None)
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        adversarial_outer(plan, emb, step)
     }
 }
 

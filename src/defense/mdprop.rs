@@ -8,17 +8,15 @@
 
 use super::generated::{Generated, UxMemory, UxTargets, pick_targets, ux_objective};
 use super::memory::{Memory, Nothing};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Perturbed, Plan};
 use crate::attack::budget::Pgd;
-use crate::attack::engine::Request;
+use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardTargets;
 use crate::eval::diagnostics;
 use crate::loss::{self, LossConfig};
-use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result};
 use burn::tensor::Tensor;
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// MDProp's parameters (`[defense] kind = "mdprop"`).
@@ -81,19 +79,19 @@ impl Defense for MdpropConfig {
         }
     }
 
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        self.propagation(step).perturb(step)
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        self.propagation(step.state).inner(step)
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        self.propagation(step).loss(step)
+    fn outer(&self, _plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        self.propagation(step.state).outer(emb, step)
     }
 }
 
 impl MdpropConfig {
-    fn propagation(&self, step: &Step) -> Propagation {
+    fn propagation(&self, state: &super::unit::DefenseState) -> Propagation {
         Propagation {
-            pgd: self.pgd(step.state),
+            pgd: self.pgd(state),
             distributions: self.distributions.clone(),
             separate_bn: self.separate_bn,
         }
@@ -117,90 +115,94 @@ impl Propagation {
 
     /// The generated batches, one per distribution, on the plain device. STAX and MTAX targets
     /// are batch items of other classes (Eq. 3's `S_B`); UX targets come from the training-set
-    /// bank.
-    pub fn generate(
-        &self,
-        net: &EmbeddingNet,
-        x: &Tensor<4>,
-        clean: &Clean,
-        labels: &[u32],
-        ux: Option<UxTargets>,
-        rng: &mut ChaCha8Rng,
-    ) -> Result<Vec<Tensor<4>>> {
-        let x = x.clone().without_autodiff();
+    /// bank. Distribution `k` is generated through its own BN set's oracle.
+    pub fn generate(&self, step: &mut Inner, clean: &Clean) -> Result<Vec<Tensor<4>>> {
+        let x = step.x.clone().without_autodiff();
+        let labels = step.labels;
         let mut out = vec![];
         for (k, g) in self.distributions.iter().enumerate() {
             let objective: Box<dyn Objective> = match g.targets() {
                 (t, true) => {
-                    let ux = ux.context(
-                        "UX targets come from the training set's features, which only `rdml train` supplies",
+                    let ux = ux_targets(step).context(
+                        "UX targets come from the training set's features: `rdml train` embeds the training set at \
+                         each epoch's start; a defense in one's own loop is told it by its start_epoch",
                     )?;
-                    ux_objective(ux, labels, t, rng, &x.device())?
+                    ux_objective(ux, labels, t, step.rng, &x.device())?
                 }
                 (t, false) => Box::new(TowardTargets {
-                    targets: pick_targets(labels, t.unwrap_or(1), false, rng)
+                    targets: pick_targets(labels, t.unwrap_or(1), false, step.rng)
                         .iter()
                         .map(|idx| clean.rows(idx))
                         .collect(),
                 }),
             };
-            out.push(
-                Request::new(net, objective.as_ref(), &self.pgd)
-                    .bn_set(self.bn_set(k))
-                    .run(&x)?,
-            );
+            let model = Model::Oracle(step.model_at(self.bn_set(k))?);
+            out.push(Request::on(model, objective.as_ref(), &self.pgd).run(&x)?);
         }
         Ok(out)
     }
 
-    /// The first generated distribution (the others differ only in their objective).
-    pub fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
+    /// The clean batch and each generated distribution, to be embedded in training mode through
+    /// their own BN sets (or, without separate BNs, all through set 0 in one forward of the
+    /// concatenated batches: BN statistics of the mixture, as a network without separate BNs
+    /// sees them). The perturbed rows shown are the first distribution's.
+    pub fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        let clean = Clean::of(step.model()?, &step.x)?;
         let x = step.x.clone().without_autodiff();
-        let generated = self.generate(step.net, &x, &clean, step.labels, ux_targets(step), step.rng)?;
-        let adversarial = generated.into_iter().next().unwrap_or_else(|| x.clone());
-        Ok(Perturbed {
-            triplets: None,
-            dim: clean.dim(),
-            clean,
-            original: x,
-            adversarial,
+        let generated = self.generate(step, &clean)?;
+        let adversarial = generated.first().cloned().unwrap_or_else(|| x.clone());
+        let forwards = if self.separate_bn {
+            std::iter::once(Forward {
+                images: x.clone(),
+                bn_set: 0,
+            })
+            .chain(generated.into_iter().enumerate().map(|(k, images)| Forward {
+                images,
+                bn_set: self.bn_set(k),
+            }))
+            .collect()
+        } else {
+            let all = std::iter::once(x.clone()).chain(generated).collect::<Vec<_>>();
+            vec![Forward {
+                images: Tensor::cat(all, 0),
+                bn_set: 0,
+            }]
+        };
+        Ok(Plan {
+            perturbed: Perturbed {
+                triplets: None,
+                dim: clean.dim(),
+                clean,
+                original: x,
+                adversarial,
+            },
+            forwards,
         })
     }
 
-    /// Eq. 5 with the configured loss, each distribution through its own BN set in training mode
-    /// (or, without separate BNs, all through set 0 in one forward).
-    pub fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let (net, labels) = (step.net, step.labels);
-        let x = step.x.clone();
-        let clean = Clean::of(net, &x);
-        let generated = self.generate(net, &x, &clean, labels, ux_targets(step), step.rng)?;
-        let n = labels.len();
-        let embeddings: Vec<Tensor<2>> = if !self.separate_bn {
-            let all = std::iter::once(x)
-                .chain(generated.into_iter().map(|g| g.autodiff()))
-                .collect::<Vec<_>>();
-            let k = all.len();
-            let e = net.forward_set(Tensor::cat(all, 0), 0);
-            (0..k).map(|i| e.clone().narrow(0, i * n, n)).collect()
-        } else {
-            std::iter::once(net.forward_set(x, 0))
-                .chain(
-                    generated
-                        .into_iter()
-                        .enumerate()
-                        .map(|(k, xk)| net.forward_set(xk.autodiff(), self.bn_set(k))),
-                )
-                .collect()
+    /// Eq. 5 with the configured loss over the clean and each generated distribution's
+    /// training-mode embeddings.
+    pub fn outer(&self, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        let n = step.labels.len();
+        let k = 1 + self.distributions.len();
+        let embeddings: Vec<Tensor<2>> = match emb.as_slice() {
+            [all] if !self.separate_bn && all.dims()[0] == k * n => {
+                (0..k).map(|i| all.clone().narrow(0, i * n, n)).collect()
+            }
+            _ if self.separate_bn && emb.len() == k && emb.iter().all(|e| e.dims()[0] == n) => emb,
+            _ => anyhow::bail!(
+                "MDProp: embeddings of {:?} rows for {k} distributions of {n} images",
+                emb.iter().map(|e| e.dims()[0]).collect::<Vec<_>>()
+            ),
         };
         let mut embeddings = embeddings.into_iter();
         let emb = embeddings.next().context("MDProp: no clean embeddings")?;
-        let tr = diagnostics::spc2_random_triplets(labels);
+        let tr = diagnostics::spc2_random_triplets(step.labels);
         let diag = diagnostics::batch_on_device(&emb, &tr, step.loss.distance(), None);
-        let mut total = loss::compute(step.loss, emb, labels, step.params, step.rng)?.loss;
+        let mut total = loss::compute(step.loss, emb, step.labels, step.params, step.rng)?.loss;
         let mut adv_total = Tensor::<1>::zeros([1], &total.device().without_autodiff());
         for e in embeddings {
-            let l = loss::compute(step.loss, e, labels, step.params, step.rng)?.loss;
+            let l = loss::compute(step.loss, e, step.labels, step.params, step.rng)?.loss;
             adv_total = adv_total + l.clone().detach().without_autodiff();
             total = total + l;
         }
@@ -213,10 +215,8 @@ impl Propagation {
 }
 
 /// The UX targets of a step: the bank its memory holds, and the batch items' positions.
-fn ux_targets<'a>(step: &Step<'a>) -> Option<UxTargets<'a>> {
-    let bank = step.memory.get::<UxMemory>()?.bank.as_ref()?;
-    Some(UxTargets {
-        bank,
-        items: step.items,
-    })
+fn ux_targets<'a>(step: &Inner<'a>) -> Option<UxTargets<'a>> {
+    let (memory, items): (&'a dyn Memory, &'a [usize]) = (step.memory, step.items);
+    let bank = memory.get::<UxMemory>()?.bank.as_ref()?;
+    Some(UxTargets { bank, items })
 }

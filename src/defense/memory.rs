@@ -4,8 +4,8 @@
 //! holds it without knowing what it is, tells it of each epoch's start and each step's outcome,
 //! and saves what it says into the checkpoint.
 
+use crate::attack::oracle::Oracle;
 use crate::data::ImageSet;
-use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
 use serde_json::{Map, Value};
@@ -13,8 +13,8 @@ use std::any::Any;
 
 /// An epoch about to start, as a memory sees it.
 pub struct EpochStart<'a> {
-    /// The model as the epoch starts.
-    pub net: &'a EmbeddingNet,
+    /// The model as the epoch starts (clean set, evaluation mode).
+    pub model: &'a dyn Oracle,
     pub train: &'a ImageSet,
     /// Items per forward pass when it embeds a set.
     pub batch: usize,
@@ -22,7 +22,13 @@ pub struct EpochStart<'a> {
 }
 
 /// A defense's state between steps.
-pub trait Memory: Any {
+pub trait Memory: Any + Send {
+    /// Whether [`Memory::start_epoch`] reads the training set (MDProp's UX bank embeds it); a
+    /// caller that trains in its own loop must then give it.
+    fn needs_training_set(&self) -> bool {
+        false
+    }
+
     /// Before an epoch's first step.
     fn start_epoch(&mut self, _at: &EpochStart) -> Result<()> {
         Ok(())

@@ -1,6 +1,8 @@
-//! Robust training: each defense is an inner maximisation (an objective for the attack engine
-//! plus which batch rows move) and the outer loss the model is trained on, one file per paper
-//! method behind the [`Defense`] trait; [`DefenseConfig`] lists them, one line each.
+//! Robust training: each defense is an inner maximisation over the model's oracle (an objective
+//! for the attack engine plus which batch rows move) and an outer loss over the embeddings the
+//! model is trained on, one file per paper method behind the [`Defense`] trait; [`DefenseConfig`]
+//! lists them, one line each. No defense holds a network: rdml's trainer and a PyTorch loop are
+//! two callers of the same two halves.
 
 pub mod act;
 pub mod advprop;
@@ -22,11 +24,11 @@ pub use generated::{Generated, UxBank, UxTargets};
 pub use hm::{Destination, HmObjective};
 pub use memory::{EpochStart, Memory};
 pub use triplets::{TripletLayout, hardness};
-pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Perturbed, Step};
+pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Forward, Inner, Outer, Perturbed, Plan};
 
 use crate::attack::budget::Pgd;
-use crate::loss::{LossConfig, LossParams, TupleLoss};
-use crate::model::EmbeddingNet;
+use crate::attack::oracle::Oracle;
+use crate::loss::{LossConfig, TupleLoss};
 use anyhow::{Result, bail};
 use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
@@ -83,60 +85,29 @@ impl DefenseConfig {
     }
 }
 
-/// Runs only the defense's inner maximisation (on a plain device), with a fresh memory that
-/// holds what `state` saved of it.
+/// Runs only the defense's inner maximisation on `models` (one oracle per batch-norm set),
+/// with a fresh memory that holds what `state` saved of it.
 pub fn perturb(
     cfg: &DefenseConfig,
     loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
+    models: &[&dyn Oracle],
     x: &Tensor<4>,
     labels: &[u32],
     state: &DefenseState,
     rng: &mut ChaCha8Rng,
 ) -> Result<Perturbed> {
-    let params = LossParams::new(loss_cfg, &x.device());
     let mut memory = cfg.unit().memory();
     memory.restore(&state.memory)?;
     let items: Vec<usize> = (0..labels.len()).collect();
-    let mut step = Step {
+    let mut step = Inner {
         loss: loss_cfg,
-        params: &params,
-        net,
-        x: x.clone(),
+        models,
+        x: x.clone().without_autodiff(),
         labels,
         items: &items,
         state,
         memory: memory.as_ref(),
         rng,
     };
-    cfg.unit().perturb(&mut step)
-}
-
-/// Runs the defense's inner maximisation on the batch `x` (autodiff device; `items`: its
-/// training-set positions) and returns the outer loss on the training-mode forward of the
-/// perturbed batch.
-#[allow(clippy::too_many_arguments)]
-pub fn defended_loss(
-    cfg: &DefenseConfig,
-    loss_cfg: &LossConfig,
-    net: &EmbeddingNet,
-    params: &LossParams,
-    x: Tensor<4>,
-    (labels, items): (&[u32], &[usize]),
-    state: &DefenseState,
-    memory: &dyn Memory,
-    rng: &mut ChaCha8Rng,
-) -> Result<DefendedLoss> {
-    let mut step = Step {
-        loss: loss_cfg,
-        params,
-        net,
-        x,
-        labels,
-        items,
-        state,
-        memory,
-        rng,
-    };
-    cfg.unit().loss(&mut step)
+    Ok(cfg.unit().inner(&mut step)?.perturbed)
 }

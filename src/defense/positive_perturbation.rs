@@ -6,8 +6,8 @@
 //! (Eq. 13, over every image of the batch) are options.
 
 use super::triplets::{self, TripletLayout, triplet_params};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Perturbed, Step};
-use crate::attack::engine::Request;
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Inner, Outer, Perturbed, Plan, one};
+use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Rows, Triplets};
@@ -48,31 +48,35 @@ impl Defense for PositivePerturbationConfig {
     }
 
     /// The stacked rows of the mined tuples before and after `ρ`.
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed> {
-        let clean = Clean::of(step.net, &step.x);
+    fn inner(&self, step: &mut Inner) -> Result<Plan> {
+        let model = step.model()?;
+        let clean = Clean::of(model, &step.x)?;
         let tr = clean.mine(step.loss, step.labels, step.rng)?;
         let (rows, rho, movable) = plan(self, step.loss, &tr, step.rng);
         let original = triplets::select_rows(&step.x.clone().without_autodiff(), &rows);
         let pgd = self.pgd(step.state);
         let adversarial = if movable.iter().any(|&m| m) && pgd.step > 0.0 {
-            Request::new(step.net, &rho, &pgd)
+            Request::on(Model::Oracle(model), &rho, &pgd)
                 .movable(Some(&movable))
                 .run(&original)?
         } else {
             original.clone()
         };
-        Ok(Perturbed {
+        let perturbed = Perturbed {
             triplets: Some(tr),
             dim: clean.dim(),
             clean,
             original,
             adversarial,
-        })
+        };
+        match self.regularizer {
+            Some(_) => super::formulations::with_shift(step, &pgd, perturbed),
+            None => Ok(Plan::adversarial(perturbed)),
+        }
     }
 
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss> {
-        let pert = self.perturb(step)?;
-        outer(self, step, pert)
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss> {
+        outer(self, step, plan, one(emb)?)
     }
 
     fn validate(&self, loss: &LossConfig) -> Result<()> {
@@ -179,23 +183,23 @@ pub fn plan(
 
 /// The configured tuple loss (triplet or contrastive) on the stacked rows, per pair for the
 /// contrastive anchor target, plus formulation 3's regulariser when asked.
-fn outer(c: &PositivePerturbationConfig, step: &Step, pert: Perturbed) -> Result<DefendedLoss> {
-    let loss_cfg = step.loss;
+fn outer(c: &PositivePerturbationConfig, step: &Outer, plan: &Plan, emb: Tensor<2>) -> Result<DefendedLoss> {
+    let (loss_cfg, pert) = (step.loss, &plan.perturbed);
     let (emb, reg) = match c.regularizer {
         Some(lambda) => {
-            let (e, r) = super::formulations::regularised(step, &c.pgd(step.state), &pert, lambda)?;
+            let (e, r) = super::formulations::regularised(plan, emb, step, lambda)?;
             (e, Some(r))
         }
-        None => (step.net.forward(pert.adversarial.clone().autodiff()), None),
+        None => (emb, None),
     };
     let (pos_margin, neg_margin) = match loss_cfg.unit().tuple() {
         Some(TupleLoss::Contrastive { pos_margin, neg_margin }) if per_pair(c, loss_cfg) => (pos_margin, neg_margin),
-        _ => return triplets::triplet_outcome(loss_cfg, &pert, emb, reg),
+        _ => return triplets::triplet_outcome(loss_cfg, pert, emb, reg),
     };
     let t = pert.triplets.as_ref().map_or(0, Triplets::len);
     let second = emb.clone().narrow(0, 3 * t, t);
     let (a, p, n) = TripletLayout { t }.split(emb.clone().narrow(0, 0, 3 * t));
     let distance = triplet_params(loss_cfg).0;
     let main = crate::loss::contrastive::contrastive_pairs(a, p, second, n, distance, pos_margin, neg_margin);
-    triplets::tuple_outcome(loss_cfg, &pert, emb.narrow(0, 0, 3 * t), main, reg)
+    triplets::tuple_outcome(loss_cfg, pert, emb.narrow(0, 0, 3 * t), main, reg)
 }

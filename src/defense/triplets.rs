@@ -1,9 +1,9 @@
 //! What the triplet defenses share: mined triplets stacked as rows `[a, p, n]`, their hardness,
 //! the PGD over those rows, and the tuple loss and diagnostics of the outer step.
 
-use super::unit::{DefendedLoss, Perturbed, Step};
+use super::unit::{DefendedLoss, Inner, Outer, Perturbed, Plan, one};
 use crate::attack::budget::Pgd;
-use crate::attack::engine::Request;
+use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
 use crate::eval::diagnostics;
 use crate::loss::distance::Distance;
@@ -72,12 +72,12 @@ pub(crate) struct TripletPlan {
 /// The inner maximisation of Madry and ACT: the loss's triplets mined on the clean embeddings,
 /// the thirds `moving` (a, p, n) free, `objective` built for their layout and the loss's distance.
 pub(crate) fn perturb_mined(
-    step: &mut Step,
+    step: &mut Inner,
     pgd: &Pgd,
     (a, p, n): (bool, bool, bool),
     objective: impl FnOnce(TripletLayout, Distance) -> Box<dyn Objective>,
 ) -> anyhow::Result<Perturbed> {
-    let clean = super::unit::Clean::of(step.net, &step.x);
+    let clean = super::unit::Clean::of(step.model()?, &step.x)?;
     let triplets = clean.mine(step.loss, step.labels, step.rng)?;
     let layout = TripletLayout { t: triplets.len() };
     let plan = TripletPlan {
@@ -90,7 +90,7 @@ pub(crate) fn perturb_mined(
 
 /// Runs `plan`'s PGD under `pgd` over the stacked rows of its triplets.
 pub(crate) fn perturb_triplets(
-    step: &Step,
+    step: &Inner,
     clean: super::unit::Clean,
     plan: TripletPlan,
     pgd: &Pgd,
@@ -100,7 +100,7 @@ pub(crate) fn perturb_triplets(
     let adversarial = if pgd.step == 0.0 || !plan.movable.iter().any(|&m| m) {
         original.clone()
     } else {
-        Request::new(step.net, plan.objective.as_ref(), pgd)
+        Request::on(Model::Oracle(step.model()?), plan.objective.as_ref(), pgd)
             .movable(Some(&plan.movable))
             .run(&original)?
     };
@@ -125,14 +125,10 @@ pub(crate) fn tuple_loss(loss_cfg: &LossConfig, emb: &Tensor<2>, triplets: &Trip
     }
 }
 
-/// The tuple loss of the training-mode embeddings of the perturbed rows, plus `extra`.
-pub(crate) fn adversarial_outcome(
-    step: &Step,
-    pert: &Perturbed,
-    extra: Option<Tensor<1>>,
-) -> anyhow::Result<DefendedLoss> {
-    let emb = step.net.forward(pert.adversarial.clone().autodiff());
-    triplet_outcome(step.loss, pert, emb, extra)
+/// The outer loss of the defenses trained on their perturbed triplets alone: the tuple loss of
+/// the training-mode embeddings of the plan's one forward (its adversarial rows).
+pub(crate) fn adversarial_outer(plan: &Plan, emb: Vec<Tensor<2>>, step: &Outer) -> anyhow::Result<DefendedLoss> {
+    triplet_outcome(step.loss, &plan.perturbed, one(emb)?, None)
 }
 
 /// The shared tail of the tuple defenses: train on the configured tuple loss over the stacked

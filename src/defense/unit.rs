@@ -1,15 +1,18 @@
-//! The interface every defense implements: an inner maximisation (which rows of a training batch
-//! move, toward what, under which budget) and the outer loss the model is trained on; with the
-//! budget, the training step a defense sees and what it returns.
+//! The interface every defense implements: an inner maximisation over the model's oracle (which
+//! rows of a training batch move, toward what, under which budget; the model is asked only what
+//! an attack asks: embed, and a vector–Jacobian product) and an outer loss over the embeddings
+//! the model gives in training mode, whose gradient rdml computes. Who owns the parameters does
+//! the rest: rdml's trainer carries the gradient through its network, a PyTorch loop through its
+//! module. With the budget, the two halves of a step as a defense sees them, and what it returns.
 
 use super::generated::Generated;
 use super::memory::{Memory, Nothing};
 use crate::attack::budget::{Norm, Pgd};
+use crate::attack::oracle::Oracle;
 use crate::eval::diagnostics::DeviceDiagnostics;
 use crate::loss::distance::Distance;
 use crate::loss::miner::{Mining, Triplets};
 use crate::loss::{self, LossConfig, LossParams};
-use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::tensor::Tensor;
 use rand_chacha::ChaCha8Rng;
@@ -28,6 +31,12 @@ pub trait Defense {
     /// Checks the parameters beyond the budget, against the loss they train with.
     fn validate(&self, _loss: &LossConfig) -> Result<()> {
         Ok(())
+    }
+
+    /// Whether its steps follow the epoch ([`DefenseState::epoch`]: CA-TRIDE's progressive step
+    /// and margin schedule), so that a caller's loop must say when each epoch starts.
+    fn scheduled(&self) -> bool {
+        false
     }
 
     /// Whether it perturbs mined triplets and so trains on the triplet loss.
@@ -51,12 +60,14 @@ pub trait Defense {
         Box::new(Nothing)
     }
 
-    /// The inner maximisation alone (evaluation-mode model, plain device).
-    fn perturb(&self, step: &mut Step) -> Result<Perturbed>;
+    /// The inner maximisation over the model's oracles (evaluation mode, nothing of the model
+    /// changed): the perturbed rows next to the originals, and what the model is to embed in
+    /// training mode for [`Defense::outer`].
+    fn inner(&self, step: &mut Inner) -> Result<Plan>;
 
-    /// The inner maximisation, then the outer loss on the training-mode forward of the
-    /// perturbed batch (for the triplet defenses, `triplets::adversarial_outcome`).
-    fn loss(&self, step: &mut Step) -> Result<DefendedLoss>;
+    /// The outer loss, a function of `emb`: the training-mode embeddings of `plan.forwards`, one
+    /// tensor each, in order (for the triplet defenses, `triplets::adversarial_outer`).
+    fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss>;
 }
 
 /// The PGD budget alone (`eps`, `step`, `steps` in pixel units): the parameters of Madry, EST,
@@ -117,21 +128,85 @@ impl DefenseState {
     }
 }
 
-/// One defended training step as a defense sees it.
-pub struct Step<'a> {
+/// The inner half of a defended step as a defense sees it.
+pub struct Inner<'a> {
     /// The configured loss (and its miner).
     pub loss: &'a LossConfig,
-    pub params: &'a LossParams,
-    pub net: &'a EmbeddingNet,
-    /// The batch, on the autodiff device.
+    /// The model as the attacks see it, one oracle per batch-norm set (index: the set; set 0
+    /// the clean one, the only one a model without several sets has).
+    pub models: &'a [&'a dyn Oracle],
+    /// The batch, `[b, c, h, w]` in [0, 1] on a plain device.
     pub x: Tensor<4>,
     pub labels: &'a [u32],
     /// The batch items' positions in the training set.
     pub items: &'a [usize],
     pub state: &'a DefenseState,
-    /// The defense's own memory ([`Defense::memory`]), as the trainer keeps it.
+    /// The defense's own memory ([`Defense::memory`]), as its caller keeps it.
     pub memory: &'a dyn Memory,
     pub rng: &'a mut ChaCha8Rng,
+}
+
+impl<'a> Inner<'a> {
+    /// The model inferring with its clean batch-norm set.
+    pub fn model(&self) -> Result<&'a dyn Oracle> {
+        self.model_at(0)
+    }
+
+    /// The model inferring with batch-norm set `set`.
+    pub fn model_at(&self, set: usize) -> Result<&'a dyn Oracle> {
+        self.models.get(set).copied().ok_or_else(|| {
+            crate::input_error(format!(
+                "the defense generates with batch-norm set {set}, but the model was given with {} set(s)",
+                self.models.len()
+            ))
+        })
+    }
+}
+
+/// What the inner maximisation hands to the outer loss: the perturbed rows, and what the model
+/// embeds in training mode (each a batch of images and the batch-norm set it goes through).
+pub struct Plan {
+    pub perturbed: Perturbed,
+    pub forwards: Vec<Forward>,
+}
+
+impl Plan {
+    /// The plan of a defense trained on its adversarial rows alone, through the clean set.
+    pub fn adversarial(perturbed: Perturbed) -> Self {
+        let forwards = vec![Forward {
+            images: perturbed.adversarial.clone(),
+            bn_set: 0,
+        }];
+        Self { perturbed, forwards }
+    }
+}
+
+/// One training-mode forward of the outer step: images (plain device) and the batch-norm set.
+#[derive(Clone)]
+pub struct Forward {
+    pub images: Tensor<4>,
+    pub bn_set: usize,
+}
+
+/// The outer half of a defended step as a defense sees it.
+pub struct Outer<'a> {
+    pub loss: &'a LossConfig,
+    pub params: &'a LossParams,
+    pub labels: &'a [u32],
+    pub state: &'a DefenseState,
+    pub rng: &'a mut ChaCha8Rng,
+}
+
+/// The one embedding tensor of a plan with one forward.
+pub fn one(emb: Vec<Tensor<2>>) -> Result<Tensor<2>> {
+    let n = emb.len();
+    let mut it = emb.into_iter();
+    match (it.next(), n) {
+        (Some(e), 1) => Ok(e),
+        _ => Err(crate::input_error(format!(
+            "the outer loss takes the embeddings of one forward, got {n}"
+        ))),
+    }
 }
 
 /// What one defended training step produces: the loss to minimise and the diagnostics.
@@ -163,12 +238,12 @@ pub struct Clean {
 }
 
 impl Clean {
-    pub fn of(net: &EmbeddingNet, x: &Tensor<4>) -> Self {
-        use burn::module::Module;
-        Self {
-            emb: net.valid().forward(x.clone().without_autodiff()),
+    /// The clean embeddings of `x` by `model` (its clean set, evaluation mode).
+    pub fn of(model: &dyn Oracle, x: &Tensor<4>) -> Result<Self> {
+        Ok(Self {
+            emb: model.embed(x.clone().without_autodiff())?,
             host: std::cell::OnceCell::new(),
-        }
+        })
     }
 
     pub fn dim(&self) -> usize {

@@ -8,6 +8,7 @@ use crate::eval::batch_tensor;
 use crate::run_dir::{self, RunDir, RunLog, Start, config_diff};
 use anyhow::{Context, Result, bail, ensure};
 
+pub mod defended;
 mod epoch;
 mod load;
 mod record;

@@ -5,7 +5,7 @@ use super::record::CheckpointState;
 use crate::atomic::write_json;
 use crate::config::Experiment;
 use crate::defense::{self as defense_mod, DefenseState, EpochStart, Memory};
-use crate::eval::diagnostics::{self, DeviceDiagnostics};
+use crate::eval::diagnostics::DeviceDiagnostics;
 use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossParams};
 use crate::model::EmbeddingNet;
@@ -86,8 +86,9 @@ impl Trainer {
 
     /// Tells the defense's memory an epoch starts (MDProp's UX embeds the training set).
     pub fn start_epoch(&mut self, exp: &Experiment, train: &crate::data::ImageSet, device: &Device) -> Result<()> {
+        let model = crate::attack::oracle::Net::new(&self.net, 0);
         let at = EpochStart {
-            net: &self.net,
+            model: &model,
             train,
             batch: exp.eval.batch_size,
             device,
@@ -105,34 +106,20 @@ impl Trainer {
         items: &[usize],
         rng: &mut rand_chacha::ChaCha8Rng,
     ) -> Result<(Self, f64, DeviceDiagnostics)> {
-        let (loss_t, diag) = match &exp.defense {
-            Some(d) => {
-                let out = defense_mod::defended_loss(
-                    d,
-                    &exp.loss,
-                    &self.net,
-                    &self.loss_params,
-                    images,
-                    (labels, items),
-                    &self.defense_state,
-                    self.defense_memory.as_ref(),
-                    rng,
-                )?;
-                self.defense_memory.after_step(&out.adv_loss);
-                self.defense_state.steps_done += 1;
-                (out.loss, out.diag)
-            }
-            None => {
-                let emb = self.net.forward(images);
-                let out = loss::compute(&exp.loss, emb.clone(), labels, &self.loss_params, rng)?;
-                let tr = match &out.triplets {
-                    Some(t) => t.clone(),
-                    None => diagnostics::spc2_random_triplets(labels),
-                };
-                let diag = diagnostics::batch_on_device(&emb, &tr, exp.loss.distance(), None);
-                (out.loss, diag)
-            }
-        };
+        let (loss_t, diag, adv_loss) = super::defended::step_loss(
+            exp.defense.as_ref(),
+            &exp.loss,
+            &self.net,
+            &self.loss_params,
+            images,
+            (labels, items),
+            (&self.defense_state, self.defense_memory.as_ref()),
+            rng,
+        )?;
+        if let Some(adv) = adv_loss {
+            self.defense_memory.after_step(&adv);
+            self.defense_state.steps_done += 1;
+        }
         let out = loss::LossOutput {
             loss: loss_t,
             triplets: None,
