@@ -25,9 +25,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _rdml
+from ._loop import Defense, Loss, batch_norm_set, split_batch_norm
 
 __version__ = _rdml.__version__
-__all__ = ["Run", "attack", "devices", "embed", "import_torch", "metrics", "open", "presets", "robustness", "train"]
+__all__ = ["Defense", "Loss", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",
+           "presets", "robustness", "split_batch_norm", "train"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -49,6 +49,58 @@ fn run<'py>(
     Ok((answer.json, arrays))
 }
 
+/// A job that lives across the calls of the caller's own loop (`rdml.Defense`, `rdml.Loss`):
+/// [`rdml::job::wire::Session`], one call at a time.
+#[pyclass(module = "rdml._rdml")]
+struct Session {
+    inner: Mutex<rdml::job::wire::Session>,
+}
+
+#[pymethods]
+impl Session {
+    /// The session `kind` (`defense`, `loss`) of `request` (JSON, the library's field names).
+    #[new]
+    #[pyo3(signature = (kind, request, device=None))]
+    fn new(kind: &str, request: &str, device: Option<String>) -> PyResult<Self> {
+        let s = rdml::job::wire::Session::open(kind, request, device.as_deref()).map_err(words::invalid_or_raise)?;
+        Ok(Self { inner: Mutex::new(s) })
+    }
+
+    /// The session's `method` on `request` with float32 `arrays` and the caller's `models` (one
+    /// per batch-norm set): `(the answer as JSON, its arrays as bytes)`.
+    #[pyo3(signature = (method, request, arrays, models))]
+    #[allow(clippy::type_complexity)]
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        method: &str,
+        request: &str,
+        arrays: Vec<Bound<'py, PyBytes>>,
+        models: Vec<Py<PyAny>>,
+    ) -> PyResult<(String, Vec<Bound<'py, PyBytes>>)> {
+        let arrays = arrays
+            .iter()
+            .map(|a| floats(a.as_bytes(), "arrays"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let raised = Arc::new(Mutex::new(None));
+        let models = models
+            .into_iter()
+            .map(|m| model::PyModel::boxed(py, m, &raised))
+            .collect::<PyResult<Vec<_>>>()?;
+        let c = rdml::job::wire::SessionCall {
+            method,
+            request,
+            arrays,
+            models,
+        };
+        let answer = py
+            .allow_threads(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).call(c))
+            .map_err(|e| model::kept_or(&raised, e))?;
+        let arrays = answer.arrays.iter().map(|a| to_bytes(py, a)).collect::<PyResult<_>>()?;
+        Ok((answer.json, arrays))
+    }
+}
+
 #[pymodule]
 fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Ctrl-C between batches: Python's handler runs (and its KeyboardInterrupt is raised again
@@ -57,5 +109,6 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     rdml::field::set_build_words(words::build_words);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_class::<Session>()?;
     Ok(())
 }

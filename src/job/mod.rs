@@ -5,6 +5,7 @@
 
 pub mod attack;
 pub mod embed;
+pub mod harden;
 pub mod metrics;
 pub mod robustness;
 pub mod train;

@@ -16,6 +16,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
+pub mod session;
+pub use session::{Session, SessionCall};
+
 /// One job as the front end asks for it.
 pub struct Call<'a> {
     /// `metrics`, `train`, `attack`, … (see [`call`]).
@@ -108,6 +111,8 @@ pub fn call(mut c: Call) -> Result<Answer> {
             Answer::of(&crate::html::refresh(&r.dir, &opts, &open()?)?.display().to_string())?
         }
         "score" => score(read(c.request)?, c, open)?,
+        "trainer_step" => trainer_step(read(c.request)?, c.arrays, open)?,
+        "preset_tables" => preset_tables(&read::<Preset>(c.request)?.name)?,
         "embed_model" => embed_model(read(c.request)?, c, open)?,
         other => bail!("no job named {other:?}"),
     })
@@ -328,6 +333,51 @@ fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) ->
         arrays: vec![e.data],
         ..Answer::of(&json!({"dim": e.dim}))?
     })
+}
+
+/// `trainer_step`: rdml's own trainer on one batch ([`crate::job::harden::reference`]); the
+/// one array holds the images.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrainerStep {
+    #[serde(flatten)]
+    step: crate::job::harden::reference::ReferenceRequest,
+    images: Shaped,
+}
+
+fn trainer_step(r: TrainerStep, arrays: Vec<Vec<f32>>, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
+    let s = r.images.with(arrays.into_iter().next());
+    let images = crate::job::harden::Images {
+        values: s.images,
+        shape: s.shape,
+        labels: s.labels,
+    };
+    let mut out = crate::job::harden::reference::run(r.step, images, &open()?)?;
+    Ok(Answer {
+        arrays: std::mem::take(&mut out.grads),
+        ..Answer::of(&out)?
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Preset {
+    name: String,
+}
+
+/// A preset's `[defense]` and `[loss]` tables (and whether its model normalises its embeddings),
+/// as a loop that trains its own model takes them.
+fn preset_tables(name: &str) -> Result<Answer> {
+    crate::ensure_input!(
+        crate::config::PRESETS.iter().any(|(n, _)| *n == name),
+        "{name:?}: no such preset"
+    );
+    let exp = crate::config::Experiment::load(name, &[])?;
+    Answer::of(&json!({
+        "defense": exp.defense,
+        "loss": exp.loss,
+        "l2_normalize": exp.model.l2_normalize,
+    }))
 }
 
 #[cfg(test)]

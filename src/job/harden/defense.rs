@@ -1,0 +1,290 @@
+//! A defense in the caller's own training loop (`rdml.Defense`): the inner maximisation over the
+//! caller's model as an oracle (one per batch-norm set), the images it hands back for the
+//! caller's training-mode forwards, then the outer loss's value and gradient with respect to the
+//! embeddings the caller computed. Between steps it keeps what rdml's trainer keeps: the
+//! defense's state and memory, and the random stream the trainer would draw from.
+
+use super::leaves::{self, Given};
+use super::{Images, Stream, labels_of};
+use crate::attack::oracle::{External, HostModel, Oracle};
+use crate::defense::{DefenseConfig, DefenseState, EpochStart, Inner, Memory, Outer, Plan};
+use crate::eval::diagnostics::BatchDiagnostics;
+use crate::loss::LossConfig;
+use anyhow::Result;
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+/// `rdml.Defense(**table, loss=…)`: the `[defense]` and `[loss]` tables, read as a config's are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefenseRequest {
+    pub defense: DefenseConfig,
+    #[serde(default = "super::triplet", deserialize_with = "crate::loss::legacy::read")]
+    pub loss: LossConfig,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// One defense between the steps of a caller's loop.
+pub struct DefenseSession {
+    defense: DefenseConfig,
+    loss: LossConfig,
+    state: DefenseState,
+    memory: Box<dyn Memory>,
+    stream: Stream,
+    device: Device,
+    /// Whether the caller said which epoch it is (schedules need it).
+    epoch_told: bool,
+    /// The embeddings' width, as the first step gave it.
+    width: Option<usize>,
+    /// The plan between the inner step and the outer one, with its labels.
+    pending: Option<(Plan, Vec<u32>)>,
+}
+
+/// What the caller embeds in training mode: each forward's images and batch-norm set.
+pub struct Forwards {
+    pub images: Vec<(Vec<f32>, [usize; 4])>,
+    pub bn_sets: Vec<usize>,
+    /// Rows of the batch the inner maximisation moved (for the caller's own records).
+    pub moved: usize,
+}
+
+/// The outer step's answer.
+#[derive(Serialize)]
+pub struct Stepped {
+    pub loss: f32,
+    /// The adversarial part of the loss (HM's LGA reads it at its next step).
+    pub adversarial_loss: f32,
+    pub diagnostics: BatchDiagnostics,
+    pub beta_grad: Option<f32>,
+    pub steps_done: u64,
+    #[serde(skip)]
+    pub grads: Vec<Vec<f32>>,
+}
+
+/// The session's checkpoint: the defense's state (its memory's keys included) and the stream.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Saved {
+    pub state: DefenseState,
+    pub stream: Stream,
+    pub epoch_told: bool,
+}
+
+impl DefenseSession {
+    pub fn open(r: DefenseRequest, device: &Device) -> Result<Self> {
+        r.loss.validate(true).map_err(the_callers)?;
+        r.defense.validate(&r.loss).map_err(the_callers)?;
+        Ok(Self {
+            memory: r.defense.unit().memory(),
+            state: DefenseState::default(),
+            stream: Stream::new(r.seed),
+            device: device.clone().without_autodiff(),
+            epoch_told: false,
+            width: None,
+            pending: None,
+            defense: r.defense,
+            loss: r.loss,
+        })
+    }
+
+    /// Batch-norm sets the model needs (one per generated distribution, the clean one included).
+    pub fn bn_sets(&self) -> usize {
+        self.defense.unit().bn_sets()
+    }
+
+    /// What the caller's front end needs to know of the defense before its first step.
+    pub fn info(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.defense.name(),
+            "loss": self.loss.name(),
+            "bn_sets": self.bn_sets(),
+            "needs_training_set": self.memory.needs_training_set(),
+            "scheduled": self.defense.unit().scheduled(),
+            "pgd": self.defense.unit().pgd(&self.state),
+        })
+    }
+
+    /// Epoch `epoch` (0-based) of `epochs` starts: schedules read it, the stream moves to the
+    /// epoch's (as `rdml train` draws), and a memory that keeps the training set's features
+    /// (MDProp's UX) embeds `train` by `model`.
+    pub fn start_epoch(
+        &mut self,
+        (epoch, epochs): (usize, usize),
+        model: Option<Box<dyn HostModel>>,
+        train: Option<Images>,
+        batch: usize,
+    ) -> Result<()> {
+        crate::ensure_input!(
+            epochs >= 1 && epoch < epochs,
+            "epoch: {epoch} of {epochs}; expected 0 ≤ epoch < epochs"
+        );
+        if self.memory.needs_training_set() {
+            let (Some(model), Some(train)) = (model, train) else {
+                return Err(crate::input_error(format!(
+                    "defense {}: its memory embeds the training set at each epoch's start: pass the model and \
+                     the training images with their labels",
+                    self.defense.name()
+                )));
+            };
+            let set = train.set("images")?;
+            let oracle = External::new(model, &self.device);
+            let at = EpochStart {
+                model: &oracle,
+                train: &set,
+                batch: batch.max(1),
+                device: &self.device,
+            };
+            self.memory.start_epoch(&at)?;
+        }
+        (self.state.epoch, self.state.epochs, self.epoch_told) = (epoch, epochs, true);
+        self.stream.at_epoch(epoch);
+        Ok(())
+    }
+
+    /// The inner maximisation on `images` by `models` (one per batch-norm set): the images the
+    /// caller is to embed in training mode.
+    pub fn inner(
+        &mut self,
+        images: Images,
+        items: Option<Vec<usize>>,
+        models: Vec<Box<dyn HostModel>>,
+    ) -> Result<Forwards> {
+        let unit = self.defense.unit();
+        crate::ensure_input!(
+            self.epoch_told || !unit.scheduled(),
+            "defense {}: its schedule follows the epoch: call start_epoch(epoch, epochs) at each epoch's start",
+            self.defense.name()
+        );
+        crate::ensure_input!(!models.is_empty(), "model: missing");
+        let labels = labels_of(&images.labels, "labels")?;
+        let n = labels.len();
+        crate::ensure_input!(
+            n >= 2,
+            "images: {n} image(s); a defended step needs a batch of at least 2"
+        );
+        self.loss.unit().validate_batch(n).map_err(the_callers)?;
+        let items = match items {
+            Some(i) => {
+                crate::ensure_input!(i.len() == n, "indices: {} for {n} images", i.len());
+                i
+            }
+            None => {
+                crate::ensure_input!(
+                    !self.memory.needs_training_set(),
+                    "indices: defense {} draws targets from the training set: pass each image's index in the set \
+                     given to start_epoch",
+                    self.defense.name()
+                );
+                (0..n).collect()
+            }
+        };
+        let x = images.tensor(&self.device)?;
+        let oracles: Vec<External> = models.into_iter().map(|m| External::new(m, &self.device)).collect();
+        let refs: Vec<&dyn Oracle> = oracles.iter().map(|o| o as &dyn Oracle).collect();
+        let plan = unit.inner(&mut Inner {
+            loss: &self.loss,
+            models: &refs,
+            x,
+            labels: &labels,
+            items: &items,
+            state: &self.state,
+            memory: self.memory.as_ref(),
+            rng: self.stream.rng(),
+        })?;
+        let mut out = Forwards {
+            images: vec![],
+            bn_sets: vec![],
+            moved: plan.perturbed.adversarial.dims()[0],
+        };
+        for f in &plan.forwards {
+            let shape = f.images.dims();
+            let [b, c, h, w] = shape;
+            out.images
+                .push((crate::host::read(&f.images.clone().reshape([b, c * h * w]))?, shape));
+            out.bn_sets.push(f.bn_set);
+        }
+        self.pending = Some((plan, labels));
+        Ok(out)
+    }
+
+    /// The outer loss of `embeddings` (one array per forward of the last inner step, in order)
+    /// and its gradient with respect to each; the step is then done.
+    pub fn outer(&mut self, embeddings: Vec<Given>, beta: Option<f32>) -> Result<Stepped> {
+        let Some((plan, labels)) = self.pending.take() else {
+            return Err(crate::input_error(
+                "the defense's outer step came without its inner step: call the defense on the batch first",
+            ));
+        };
+        crate::ensure_input!(
+            embeddings.len() == plan.forwards.len(),
+            "embeddings: {} arrays for the {} forward(s) the defense handed back",
+            embeddings.len(),
+            plan.forwards.len()
+        );
+        let mut dim = self.width;
+        let mut leaves = vec![];
+        for (k, (given, f)) in embeddings.into_iter().zip(&plan.forwards).enumerate() {
+            let what = format!("embeddings[{k}]");
+            let rows = f.images.dims()[0];
+            let d = given.values.len().checked_div(rows.max(1)).unwrap_or(0);
+            leaves::check_unit_length(&given.values, d, &self.loss, &what)?;
+            leaves.push(leaves::leaf(given, rows, &mut dim, &what, &self.device)?);
+        }
+        self.width = dim;
+        let params = leaves::params(&self.loss, beta, &self.device)?;
+        let out = self.defense.unit().outer(
+            &plan,
+            leaves.clone(),
+            &mut Outer {
+                loss: &self.loss,
+                params: &params,
+                labels: &labels,
+                state: &self.state,
+                rng: self.stream.rng(),
+            },
+        )?;
+        let pulled = leaves::pull(out.loss, &leaves, &params)?;
+        let adversarial_loss = crate::host::scalar(&out.adv_loss)?;
+        self.memory.after_step(&out.adv_loss);
+        if let Some(t) = self.memory.to_read() {
+            let v = crate::host::scalar(&t)?;
+            self.memory.read(v);
+        }
+        self.state.steps_done += 1;
+        Ok(Stepped {
+            loss: pulled.value,
+            adversarial_loss,
+            diagnostics: out.diag.read()?,
+            beta_grad: pulled.beta_grad,
+            steps_done: self.state.steps_done,
+            grads: pulled.grads,
+        })
+    }
+
+    /// What a checkpoint keeps of the session.
+    pub fn save(&self) -> Saved {
+        let mut state = self.state.clone();
+        state.memory = self.memory.save();
+        Saved {
+            state,
+            stream: self.stream.saved(),
+            epoch_told: self.epoch_told,
+        }
+    }
+
+    /// Takes back what [`DefenseSession::save`] kept.
+    pub fn restore(&mut self, saved: Saved) -> Result<()> {
+        self.memory.restore(&saved.state.memory).map_err(the_callers)?;
+        self.state = saved.state;
+        self.stream = Stream::restored(saved.stream)?;
+        self.epoch_told = saved.epoch_told;
+        self.pending = None;
+        Ok(())
+    }
+}
+
+/// A check of the caller's tables, the caller's error.
+fn the_callers(e: anyhow::Error) -> anyhow::Error {
+    crate::input_error(format!("{e:#}"))
+}
