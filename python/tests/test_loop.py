@@ -137,3 +137,128 @@ def test_a_loss_in_a_pytorch_loop_is_rdml_trainers_loss(imported, name):
     assert worst(grads, want_grads) <= 1e-4, (name, worst(grads, want_grads))
     if loss_fn.beta is not None:
         assert want_beta is not None and abs(float(loss_fn.beta.grad) - want_beta) <= 1e-4 * abs(want_beta) + 1e-7
+
+
+class BnNet(nn.Module):
+    """A small CNN with batch norm and dropout, L2-normalised embeddings."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(), nn.Dropout(0.2), nn.Linear(64, dim))
+
+    def forward(self, x):
+        return torch.nn.functional.normalize(self.body(x), dim=1)
+
+
+def bn_state(model):
+    return {k: v.clone() for k, v in model.state_dict().items() if "running" in k or "num_batches" in k}
+
+
+@pytest.mark.parametrize("inner", ["eval", "train"])
+def test_the_inner_maximisation_leaves_the_model_as_it_was(inner):
+    torch.manual_seed(0)
+    model = BnNet()
+    model.train()
+    model.body[9].eval()  # one submodule in eval mode: it stays so
+    x, y = spc2()
+    seen = []
+    model.register_forward_pre_hook(lambda m, a: seen.append((m.training, bn_state(m))))
+    before = bn_state(model)
+    defense = rdml.Defense("act", eps=0.1, step=0.02, steps=3, inner=inner)
+    loss = defense(model, torch.from_numpy(x), torch.from_numpy(y))
+    # The inner maximisation ran in eval mode (or as the modes were), and the outer forward (the
+    # last call) found every running statistic as it was before the step.
+    assert all(t == (inner == "train") for t, _ in seen[:-1]) and len(seen) > 3
+    last_training, last_state = seen[-1]
+    assert last_training and all(torch.equal(last_state[k], before[k]) for k in before)
+    # The outer forward updated the statistics, as a training forward does; modes and flags back.
+    assert not torch.equal(bn_state(model)["body.1.running_mean"], before["body.1.running_mean"])
+    assert model.training and not model.body[9].training and model.body[1].training
+    assert all(p.requires_grad for p in model.parameters())
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_errors_name_the_keyword():
+    torch.manual_seed(0)
+    model = L2(c2f2(8))
+    x, y = spc2()
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    loss_fn = rdml.Loss(kind="triplet", miner="semihard")
+    e = model(xt)
+
+    def says(fn, *words):
+        with pytest.raises((ValueError, TypeError)) as info:
+            fn()
+        text = str(info.value)
+        assert all(w in text for w in words), text
+
+    says(lambda: loss_fn(e.detach(), yt), "embeddings", "no graph")
+    says(lambda: loss_fn(e, yt[:5]), "labels", "expected 16 labels")
+    says(lambda: loss_fn(e[0], yt), "embeddings", "N × D")
+    says(lambda: loss_fn(e * float("nan"), yt), "embeddings", "non-finite")
+    says(lambda: loss_fn(e * 2, yt), "embeddings", "length", "normalize")
+    says(lambda: loss_fn(e, yt, ref_emb=e), "ref_emb")
+    says(lambda: loss_fn(e, yt - 1), "labels", "label -1")
+    says(lambda: rdml.Loss(kind="triplet", margn=0.1), "loss", "margn")
+    says(lambda: rdml.Loss(kind="npair")(e, yt, indices_tuple=([0], [1], [2])), "indices_tuple", "npair")
+    says(lambda: loss_fn(e, yt, indices_tuple=([0], [1], [99])), "indices_tuple", "row 99")
+    # A defense whose loss it cannot train on; a model that changes its width between steps.
+    says(lambda: rdml.Defense("act", eps=0.1, step=0.1, steps=1, loss=dict(kind="npair")), "triplet", "npair")
+    says(lambda: rdml.Defense("act", eps=0.1, step=0.1, steps=1, rate=1), "rate")
+    defense = rdml.Defense("act", eps=0.1, step=0.05, steps=1)
+    defense(model, xt, yt).backward()
+    says(lambda: defense(L2(c2f2(4)), xt, yt), "4-dimensional", "8-dimensional")
+    says(lambda: defense(model, xt * 255, yt), "images", "outside [0, 1]")
+    says(lambda: defense(model, xt, yt[:3]), "labels", "expected 16")
+    # CA-TRIDE's schedule needs the epoch; MDProp's batch-norm sets need the model split.
+    tride = rdml.Defense.preset("fashion-c2f2-ca-tride")
+    says(lambda: tride(model, xt, yt), "start_epoch")
+    mdprop = rdml.Defense("mdprop", eps=0.01, step=0.01, steps=1, distributions=[dict(kind="stax")])
+    says(lambda: mdprop(BnNet(), xt, yt), "split_batch_norm(model, 2)")
+
+
+def test_a_defense_resumes_from_its_state_dict():
+    """HM's LGA keeps the last adversarial loss; the stream goes on where it stood."""
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    x, y = spc2()
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    table = dict(eps=0.1, step=0.02, steps=4, source="random", destination="lga", ics=0.5)
+    one = rdml.Defense("hm", seed=7, **table)
+    first = float(one(model, xt, yt).detach())
+    saved = json.loads(json.dumps(one.state_dict()))
+    assert saved["state"]["steps_done"] == 1 and saved["state"]["prev_loss"] == pytest.approx(one.last["adversarial_loss"])
+    second = float(one(model, xt, yt).detach())
+    again = rdml.Defense("hm", seed=7, **table)
+    again.load_state_dict(saved)
+    assert float(again(model, xt, yt).detach()) == second
+    fresh = rdml.Defense("hm", seed=7, **table)
+    assert float(fresh(model, xt, yt).detach()) == first != second
+
+
+def test_mdprop_trains_each_distribution_through_its_own_batch_norm_set():
+    torch.manual_seed(0)
+    model = rdml.split_batch_norm(BnNet(), 3)
+    keys = [k for k in model.state_dict() if k.startswith("body.1.")]
+    assert "body.1.sets.2.running_mean" in keys and "body.1.sets.0.weight" in keys
+    x, y = spc2()
+    defense = rdml.Defense("mdprop", eps=0.03, step=0.03, steps=1,
+                           distributions=[dict(kind="stax"), dict(kind="mtax", targets=2)])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    defense(model, torch.from_numpy(x), torch.from_numpy(y)).backward()
+    after = model.state_dict()
+    # Each set's statistics moved with its own forward; every set's affine parameters have gradients.
+    for k in range(3):
+        assert not torch.equal(after[f"body.1.sets.{k}.running_mean"], before[f"body.1.sets.{k}.running_mean"])
+        assert model.body[1].sets[k].weight.grad is not None
+    assert model.body[1].active == 0
+    # Inference uses the clean set alone.
+    model.eval()
+    with rdml.batch_norm_set(model, 0), torch.no_grad():
+        a = model(torch.from_numpy(x))
+    with torch.no_grad():
+        assert torch.equal(model(torch.from_numpy(x)), a)
