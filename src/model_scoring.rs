@@ -262,6 +262,75 @@ impl ModelScoring {
             None,
         )
     }
+
+    /// One attack (`spec`) on the caller's model and images, once: its result and its
+    /// adversarial images (torchattacks' convention); `every`: every item the attack moves is
+    /// attacked, whatever the queries option says.
+    pub fn attack_images(
+        &self,
+        spec: &str,
+        (model, surrogate): (Model, Option<Model>),
+        images: Images,
+        every: bool,
+        device: &Device,
+    ) -> Result<(AttackResult, Adversarial)> {
+        self.check()?;
+        crate::ensure_input!(
+            self.out.is_none() && self.repeats == 1,
+            "out, repeats: an attack that returns its images runs once and writes no record"
+        );
+        let (unit, spec_budget) =
+            registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
+        let pgd = self.options.pgd(spec_budget)?;
+        let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
+        let of_gallery = unit.moves_ranked() && self.gallery.is_some();
+        let moved = match (&self.gallery, of_gallery) {
+            (Some(g), true) => g,
+            _ => &images,
+        };
+        let mut adv = Adversarial {
+            values: moved.images.clone(),
+            shape: moved.shape,
+            attacked: vec![],
+            of_gallery,
+        };
+        let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
+        let queries = if every { usize::MAX } else { self.options.queries };
+        let setup = self.setup((&ctx, sur.as_ref().unwrap_or(&ctx)), method.as_ref(), pgd, queries);
+        let result = crate::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut adv))?;
+        Ok((result, adv))
+    }
+}
+
+/// An attack's adversarial images in place of the clean ones they came from: the caller's images
+/// (or, for an attack that moves the ranked candidates, its gallery's), and the items moved.
+pub struct Adversarial {
+    pub values: Vec<f32>,
+    pub shape: [usize; 4],
+    pub attacked: Vec<usize>,
+    pub of_gallery: bool,
+}
+
+impl crate::attack::examples::AdversarialSink for Adversarial {
+    fn add(
+        &mut self,
+        items: &[usize],
+        _labels: &[u32],
+        _clean: &burn::tensor::Tensor<4>,
+        adv: &burn::tensor::Tensor<4>,
+    ) -> Result<()> {
+        let per: usize = self.shape[1..].iter().product();
+        let v = crate::host::read(&adv.clone().reshape([items.len(), per]))?;
+        for (k, &i) in items.iter().enumerate() {
+            let row = self
+                .values
+                .get_mut(i * per..(i + 1) * per)
+                .ok_or_else(|| anyhow::anyhow!("attack: item {i} outside the attacked set"))?;
+            row.copy_from_slice(&v[k * per..(k + 1) * per]);
+            self.attacked.push(i);
+        }
+        Ok(())
+    }
 }
 
 /// `runs` of one attack as `rdml attack --json` prints them: the one result, or with repeats

@@ -25,10 +25,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _rdml
-from ._loop import Defense, Loss, batch_norm_set, split_batch_norm
+from ._loop import Attack, Defense, Loss, batch_norm_set, split_batch_norm
 
 __version__ = _rdml.__version__
-__all__ = ["Defense", "Loss", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",
+__all__ = ["Attack", "Defense", "Loss", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",
            "presets", "robustness", "split_batch_norm", "train"]
 
 PathLike = Union[str, "os.PathLike[str]"]

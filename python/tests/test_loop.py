@@ -262,3 +262,30 @@ def test_mdprop_trains_each_distribution_through_its_own_batch_norm_set():
         a = model(torch.from_numpy(x))
     with torch.no_grad():
         assert torch.equal(model(torch.from_numpy(x)), a)
+
+
+def test_an_attack_returns_its_adversarial_images():
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    x, y = fashion(40)
+    xt = torch.from_numpy(x)
+    atk = rdml.Attack("ES", eps=0.1, step=0.02, steps=8)
+    adv, result = atk(model, xt, torch.from_numpy(y), return_scores=True)
+    assert isinstance(adv, torch.Tensor) and adv.shape == xt.shape and adv.dtype == xt.dtype
+    change = (adv - xt).abs().flatten(1).max(1).values
+    assert float(change.max()) <= 0.1 + 1e-6 and bool((change > 0).all()) and float(adv.min()) >= 0 and float(adv.max()) <= 1
+    assert sorted(result["attacked"]) == list(range(40)) and not result["of_gallery"]
+    # The images' embeddings moved as the attack's own score says, and as rdml.attack scores it.
+    with torch.no_grad():
+        shift = (model(adv) - model(xt)).norm(dim=1).mean()
+    assert float(shift) > 0.05
+    same = rdml.attack(model, x, y, "ES", eps=0.1, step=0.02, steps=8, queries=40, quiet=True)
+    assert same["scores"] == result["scores"]
+    # The first `queries` alone move; CA+ with a gallery moves the gallery's candidates.
+    adv5 = atk(model, xt, torch.from_numpy(y), queries=5)
+    assert bool((adv5[5:] == xt[5:]).all()) and bool((adv5[:5] != xt[:5]).any())
+    g, gl = fashion(30, 100)
+    ca, r = rdml.Attack("CA+:W=1", eps=0.1, step=0.02, steps=4)(model, xt[:8], y[:8], gallery=g, gallery_labels=gl,
+                                                                  return_scores=True)
+    assert ca.shape == (30, 1, 28, 28) and r["of_gallery"] and r["attacked"]
+    assert model.training and all(p.requires_grad for p in model.parameters())

@@ -273,6 +273,12 @@ struct Score {
     images: Shaped,
     #[serde(default)]
     gallery: Option<Shaped>,
+    /// Return the attack's adversarial images (`rdml.Attack`); with `every_item`, every item
+    /// the attack moves is attacked.
+    #[serde(default)]
+    adversarial: bool,
+    #[serde(default)]
+    every_item: bool,
 }
 
 fn repeats() -> usize {
@@ -302,6 +308,27 @@ fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Ans
         progress: r.progress,
     };
     let dev = open()?;
+    if r.adversarial {
+        let spec = r.spec.as_deref().ok_or_else(|| crate::input_error("spec: missing"))?;
+        let (result, adv) = req.attack_images(spec, (m, sur), images, r.every_item, &dev)?;
+        /// The result as `Run.attack` gives it, with the items the images replace.
+        #[derive(serde::Serialize)]
+        struct WithImages<'a> {
+            #[serde(flatten)]
+            result: &'a crate::attack::score::AttackResult,
+            attacked: &'a [usize],
+            of_gallery: bool,
+        }
+        let with = WithImages {
+            result: &result,
+            attacked: &adv.attacked,
+            of_gallery: adv.of_gallery,
+        };
+        return Ok(Answer {
+            arrays: vec![adv.values],
+            ..Answer::of(&with)?
+        });
+    }
     match &r.spec {
         None => Answer::of(&req.robustness(m, sur, images, &dev)?.record),
         Some(spec) => Answer::of(&crate::model_scoring::attack_json(
