@@ -25,7 +25,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _rdml
-from ._loop import Attack, Defense, Loss, batch_norm_set, split_batch_norm
+from ._attack import Attack
+from ._bn import batch_norm_set, split_batch_norm
+from ._defense import Defense
+from ._loss import Loss
 
 __version__ = _rdml.__version__
 __all__ = ["Attack", "Defense", "Loss", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",

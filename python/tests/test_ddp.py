@@ -73,3 +73,14 @@ def test_a_defended_step_and_a_gathered_loss_under_ddp(tmp_path):
     for r in ranks:
         assert r["bn_inner_modes"] and not any(r["bn_inner_modes"])
         assert r["bn_outer_saw_before"] and r["bn_after"]
+
+
+def test_the_readme_ddp_example_runs_under_torchrun():
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518",
+           str(root / "python" / "examples" / "ddp_harden.py"), "--steps", "3", "--pairs", "8", "--queries", "8"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    import re
+
+    assert re.search(r"2 ranks, 3 steps: loss \d+\.\d+, ERS \d+\.\d", r.stdout), r.stdout

@@ -289,3 +289,21 @@ def test_an_attack_returns_its_adversarial_images():
                                                                   return_scores=True)
     assert ca.shape == (30, 1, 28, 28) and r["of_gallery"] and r["attacked"]
     assert model.training and all(p.requires_grad for p in model.parameters())
+
+
+def test_the_readme_harden_session_prints_what_the_readme_shows(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "README.md").read_text()
+    code = re.search(r"<!-- harden-session -->\s*```python\n(.*?)```", text, re.S)
+    shown = re.search(r"<!-- harden-output -->\s*```text\n(.*?)```", text, re.S)
+    assert code and shown, "README: the hardening session and its output"
+    (tmp_path / "data").symlink_to(root / "data")
+    p = subprocess.run([sys.executable, "-c", code.group(1)], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    number = re.compile(r"-?\d+(\.\d+)?")
+    got = [number.sub("N", line) for line in p.stdout.strip().splitlines()]
+    assert got == [number.sub("N", line) for line in shown.group(1).strip().splitlines()], p.stdout

@@ -28,48 +28,44 @@ fn triplet() -> LossConfig {
     serde_json::from_value(serde_json::json!({"kind": "triplet"})).unwrap_or_else(|_| unreachable!())
 }
 
-/// A batch of the caller's images (`[0, 1]`, row-major `N × C × H × W`) and their labels.
-pub struct Images {
-    pub values: Vec<f32>,
-    pub shape: [usize; 4],
-    pub labels: Vec<i64>,
+/// The caller's images (`[0, 1]`, row-major `N × C × H × W`) and their labels, as the scoring
+/// jobs take them.
+pub use crate::model_scoring::Images;
+
+/// The images as a tensor on `device`, checked as the scoring jobs check them.
+fn tensor(images: &Images, device: &Device) -> Result<Tensor<4>> {
+    crate::model_scoring::check_images(&images.images, images.shape)?;
+    crate::ensure_input!(
+        images.labels.len() == images.shape[0],
+        "labels: {} for {} images",
+        images.labels.len(),
+        images.shape[0]
+    );
+    Ok(Tensor::<4>::from_data(
+        TensorData::new(images.images.clone(), images.shape),
+        device,
+    ))
 }
 
-impl Images {
-    /// The images as a tensor on `device`, checked as the scoring jobs check them.
-    fn tensor(&self, device: &Device) -> Result<Tensor<4>> {
-        crate::model_scoring::check_images(&self.values, self.shape)?;
-        crate::ensure_input!(
-            self.labels.len() == self.shape[0],
-            "labels: {} for {} images",
-            self.labels.len(),
-            self.shape[0]
-        );
-        Ok(Tensor::<4>::from_data(
-            TensorData::new(self.values.clone(), self.shape),
-            device,
-        ))
-    }
-
-    /// The images as a data set (a training set embedded at an epoch's start).
-    fn set(self, what: &str) -> Result<ImageSet> {
-        crate::model_scoring::check_images(&self.values, self.shape)?;
-        let labels = labels_of(&self.labels, "labels")?;
-        crate::ensure_input!(
-            labels.len() == self.shape[0],
-            "labels: {} for {} images",
-            labels.len(),
-            self.shape[0]
-        );
-        let [n, channels, height, width] = self.shape;
-        let source = Source::Floats {
-            data: self.values,
-            channels,
-            height,
-            width,
-        };
-        Ok(ImageSet::new(what, Arc::new(source), (0..n).collect(), labels))
-    }
+/// The images as a data set (a training set embedded at an epoch's start), their labels kept as
+/// they are (the batches' labels are compared with them).
+fn training_set(images: Images, what: &str) -> Result<ImageSet> {
+    crate::model_scoring::check_images(&images.images, images.shape)?;
+    let labels = labels_of(&images.labels, "labels")?;
+    crate::ensure_input!(
+        labels.len() == images.shape[0],
+        "labels: {} for {} images",
+        labels.len(),
+        images.shape[0]
+    );
+    let [n, channels, height, width] = images.shape;
+    let source = Source::Floats {
+        data: images.images,
+        channels,
+        height,
+        width,
+    };
+    Ok(ImageSet::new(what, Arc::new(source), (0..n).collect(), labels))
 }
 
 /// Labels as rdml's miners compare them: each an integer in `0..2³²`, kept as it is, so that the

@@ -7,7 +7,7 @@
 use super::{AttackJob, EmbedJob, Labelled, MetricsJob, RobustnessJob, TrainJob};
 use crate::attack::oracle::HostModel;
 use crate::field::Words;
-use crate::model_scoring::{Images, Model, ModelScoring};
+use crate::model_scoring::ModelScoring;
 use crate::scoring::options::ScoringOptions;
 use anyhow::{Result, bail};
 use burn::tensor::Device;
@@ -16,6 +16,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
+mod harden;
+mod model;
 pub mod session;
 pub use session::{Session, SessionCall};
 
@@ -110,10 +112,10 @@ pub fn call(mut c: Call) -> Result<Answer> {
             };
             Answer::of(&crate::html::refresh(&r.dir, &opts, &open()?)?.display().to_string())?
         }
-        "score" => score(read(c.request)?, c, open)?,
-        "trainer_step" => trainer_step(read(c.request)?, c.arrays, open)?,
-        "preset_tables" => preset_tables(&read::<Preset>(c.request)?.name)?,
-        "embed_model" => embed_model(read(c.request)?, c, open)?,
+        "score" => model::score(read(c.request)?, c, open)?,
+        "trainer_step" => harden::trainer_step(read(c.request)?, c.arrays, open)?,
+        "preset_tables" => harden::preset_tables(&read::<harden::Preset>(c.request)?.name)?,
+        "embed_model" => model::embed_model(read(c.request)?, c, open)?,
         other => bail!("no job named {other:?}"),
     })
 }
@@ -229,182 +231,6 @@ fn metrics(r: Metrics, arrays: Vec<Vec<f32>>) -> Result<Answer> {
         seed: r.seed,
     };
     Answer::of(&job.run(&crate::default_device()).map_err(the_callers)?)
-}
-
-/// Images as the request describes them (their values are an array of the call).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Shaped {
-    shape: [usize; 4],
-    #[serde(default)]
-    labels: Vec<i64>,
-}
-
-impl Shaped {
-    fn with(self, images: Option<Vec<f32>>) -> Images {
-        Images {
-            images: images.unwrap_or_default(),
-            shape: self.shape,
-            labels: self.labels,
-        }
-    }
-}
-
-/// `score`: `rdml.robustness` (no `spec`) or `rdml.attack` on a model and the caller's images
-/// (the arrays: the images, then the gallery's).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Score {
-    #[serde(default)]
-    spec: Option<String>,
-    #[serde(default)]
-    options: ScoringOptions,
-    #[serde(default = "repeats")]
-    repeats: usize,
-    #[serde(default)]
-    out: Option<PathBuf>,
-    #[serde(default = "crate::field::yes")]
-    progress: bool,
-    /// The model or surrogate as an rdml run folder, where it is not one of the call's models.
-    #[serde(default)]
-    model_run: Option<PathBuf>,
-    #[serde(default)]
-    surrogate_run: Option<PathBuf>,
-    images: Shaped,
-    #[serde(default)]
-    gallery: Option<Shaped>,
-    /// Return the attack's adversarial images (`rdml.Attack`); with `every_item`, every item
-    /// the attack moves is attacked.
-    #[serde(default)]
-    adversarial: bool,
-    #[serde(default)]
-    every_item: bool,
-}
-
-fn repeats() -> usize {
-    crate::scoring::defaults::REPEATS
-}
-
-/// The model a scoring call names: a run folder, or the caller's own.
-fn model(run: Option<PathBuf>, held: Option<Box<dyn HostModel>>, what: &str) -> Result<Option<Model>> {
-    Ok(match (run, held) {
-        (Some(dir), None) => Some(Model::Run(dir)),
-        (None, Some(m)) => Some(Model::Outside(m)),
-        (None, None) => None,
-        (Some(_), Some(_)) => return Err(crate::input_error(format!("{what}: both a run folder and a model"))),
-    })
-}
-
-fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
-    let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
-    let sur = model(r.surrogate_run, c.surrogate, "surrogate")?;
-    let mut arrays = c.arrays.into_iter();
-    let images = r.images.with(arrays.next());
-    let req = ModelScoring {
-        options: r.options,
-        repeats: r.repeats,
-        gallery: r.gallery.map(|g| g.with(arrays.next())),
-        out: r.out,
-        progress: r.progress,
-    };
-    let dev = open()?;
-    if r.adversarial {
-        let spec = r.spec.as_deref().ok_or_else(|| crate::input_error("spec: missing"))?;
-        let (result, adv) = req.attack_images(spec, (m, sur), images, r.every_item, &dev)?;
-        /// The result as `Run.attack` gives it, with the items the images replace.
-        #[derive(serde::Serialize)]
-        struct WithImages<'a> {
-            #[serde(flatten)]
-            result: &'a crate::attack::score::AttackResult,
-            attacked: &'a [usize],
-            of_gallery: bool,
-        }
-        let with = WithImages {
-            result: &result,
-            attacked: &adv.attacked,
-            of_gallery: adv.of_gallery,
-        };
-        return Ok(Answer {
-            arrays: vec![adv.values],
-            ..Answer::of(&with)?
-        });
-    }
-    match &r.spec {
-        None => Answer::of(&req.robustness(m, sur, images, &dev)?.record),
-        Some(spec) => Answer::of(&crate::model_scoring::attack_json(
-            &req.attack(spec, m, sur, images, &dev)?,
-        )?),
-    }
-}
-
-/// `embed_model`: `rdml.embed` on a model and the caller's images (the one array).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EmbedModel {
-    #[serde(default)]
-    model_run: Option<PathBuf>,
-    shape: [usize; 4],
-    #[serde(default = "batch")]
-    batch: usize,
-}
-
-fn batch() -> usize {
-    crate::scoring::defaults::BATCH
-}
-
-fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
-    let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
-    let images = c.arrays.into_iter().next().unwrap_or_default();
-    let e = crate::model_scoring::embed(m, &images, r.shape, r.batch, &open()?)?;
-    Ok(Answer {
-        arrays: vec![e.data],
-        ..Answer::of(&json!({"dim": e.dim}))?
-    })
-}
-
-/// `trainer_step`: rdml's own trainer on one batch ([`crate::job::harden::reference`]); the
-/// one array holds the images.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TrainerStep {
-    #[serde(flatten)]
-    step: crate::job::harden::reference::ReferenceRequest,
-    images: Shaped,
-}
-
-fn trainer_step(r: TrainerStep, arrays: Vec<Vec<f32>>, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
-    let s = r.images.with(arrays.into_iter().next());
-    let images = crate::job::harden::Images {
-        values: s.images,
-        shape: s.shape,
-        labels: s.labels,
-    };
-    let mut out = crate::job::harden::reference::run(r.step, images, &open()?)?;
-    Ok(Answer {
-        arrays: std::mem::take(&mut out.grads),
-        ..Answer::of(&out)?
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Preset {
-    name: String,
-}
-
-/// A preset's `[defense]` and `[loss]` tables (and whether its model normalises its embeddings),
-/// as a loop that trains its own model takes them.
-fn preset_tables(name: &str) -> Result<Answer> {
-    crate::ensure_input!(
-        crate::config::PRESETS.iter().any(|(n, _)| *n == name),
-        "{name:?}: no such preset"
-    );
-    let exp = crate::config::Experiment::load(name, &[])?;
-    Answer::of(&json!({
-        "defense": exp.defense,
-        "loss": exp.loss,
-        "l2_normalize": exp.model.l2_normalize,
-    }))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! defense's state and memory, and the random stream the trainer would draw from.
 
 use super::leaves::{self, Given};
-use super::{Images, Stream, labels_of};
+use super::{Images, Stream, labels_of, tensor, training_set};
 use crate::attack::oracle::{External, HostModel, Oracle};
 use crate::defense::{DefenseConfig, DefenseState, EpochStart, Inner, Memory, Outer, Plan};
 use crate::eval::diagnostics::BatchDiagnostics;
@@ -127,7 +127,7 @@ impl DefenseSession {
                     self.defense.name()
                 )));
             };
-            let set = train.set("images")?;
+            let set = training_set(train, "images")?;
             let oracle = External::new(model, &self.device);
             let at = EpochStart {
                 model: &oracle,
@@ -179,7 +179,7 @@ impl DefenseSession {
                 (0..n).collect()
             }
         };
-        let x = images.tensor(&self.device)?;
+        let x = tensor(&images, &self.device)?;
         let oracles: Vec<External> = models.into_iter().map(|m| External::new(m, &self.device)).collect();
         let refs: Vec<&dyn Oracle> = oracles.iter().map(|o| o as &dyn Oracle).collect();
         let plan = unit.inner(&mut Inner {

@@ -4,7 +4,7 @@
 //! at the epoch's start. The Python package's equivalence tests compare `rdml.Defense` and
 //! `rdml.Loss` in a PyTorch loop with it.
 
-use super::{Images, labels_of};
+use super::{Images, labels_of, tensor};
 use crate::defense::{DefenseConfig, DefenseState};
 use crate::loss::{LossConfig, LossParams};
 use anyhow::Result;
@@ -51,7 +51,7 @@ pub fn run(r: ReferenceRequest, images: Images, device: &Device) -> Result<Refer
     let device = device.clone().autodiff();
     let [_, c, h, w] = images.shape;
     let (_, net) = crate::train::load_model(&r.run, [c, h, w], &device)?;
-    let x = images.tensor(&device)?;
+    let x = tensor(&images, &device)?;
     let labels = labels_of(&images.labels, "labels")?;
     let items: Vec<usize> = (0..labels.len()).collect();
     r.loss.validate(true)?;

@@ -116,7 +116,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
         "inner" => {
             let b: Batch = read(c.request)?;
             let images = Images {
-                values: arrays.next().unwrap_or_default(),
+                images: arrays.next().unwrap_or_default(),
                 shape: b.shape,
                 labels: b.labels,
             };
@@ -143,7 +143,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
         "start_epoch" => {
             let e: EpochStart = read(c.request)?;
             let train = e.training_set.map(|b| Images {
-                values: arrays.next().unwrap_or_default(),
+                images: arrays.next().unwrap_or_default(),
                 shape: b.shape,
                 labels: b.labels,
             });

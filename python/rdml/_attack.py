@@ -1,0 +1,63 @@
+"""``rdml.Attack``: rdml's attacks as a torchattacks attack."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ._torch import _torch
+
+
+class Attack:
+    """An rdml attack as a torchattacks attack: ``atk = rdml.Attack("ES", eps=8/255)`` takes a
+    spec as ``rdml attack`` names it (``CA+``, ``QA-``, ``ES``, ``TMA``, ``GTM``, …, with
+    ``:eps=…`` budgets) and the scoring keywords of ``rdml.attack``; ``x_adv = atk(model, images,
+    labels)`` returns the adversarial images as a tensor on the images' device, in their dtype:
+    every image the attack moves (``queries=`` the first that many), the others as they were.
+    An attack that moves the ranked candidates (CA±) with a ``gallery=`` returns the gallery's
+    images. ``return_scores=True`` also returns ``Run.attack``'s dict, with ``attacked`` (the
+    items moved). The model runs in eval mode with its parameters frozen for the call (both
+    restored after); rdml's objectives, selections and budgets do the rest.
+    """
+
+    def __init__(self, spec: str, *, eps: Optional[float] = None, step: Optional[float] = None,
+                 steps: Optional[int] = None, norm: Optional[str] = None, random_start: bool = False,
+                 method: str = "white-box", seed: int = 0, batch: int = 128, profile: str = "rob28",
+                 robrank_compat: bool = False, surrogate: Any = None, differentiable: bool = True,
+                 device: Optional[str] = None, quiet: bool = True):
+        self.spec = str(spec)
+        self.options = dict(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
+                            method=method, batch=batch, seed=seed, robrank_compat=robrank_compat)
+        self.surrogate, self.differentiable, self.device, self.quiet = surrogate, differentiable, device, quiet
+
+    def __repr__(self) -> str:
+        return f"rdml.Attack({self.spec!r})"
+
+    def __call__(self, model: Any, images: Any, labels: Any, *, gallery: Any = None, gallery_labels: Any = None,
+                 queries: Optional[int] = None, return_scores: bool = False) -> Any:
+        from . import _drop_none, _frozen, _model_args, _options, _run, _shaped
+
+        torch = _torch()
+        if gallery is None and gallery_labels is not None:
+            raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
+        x, shaped = _shaped(images, labels)
+        arrays, g = [x], None
+        if gallery is not None:
+            gx, g = _shaped(gallery, gallery_labels, ("gallery", "gallery_labels"))
+            arrays.append(gx)
+        m = _model_args(model, self.device, bool(self.differentiable))
+        s = _model_args(self.surrogate, self.device) if self.surrogate is not None else dict(model=None, run=None)
+        options = _drop_none(_options(queries=queries, **self.options))
+        request = dict(spec=self.spec, options=options, progress=not self.quiet, model_run=m["run"],
+                       surrogate_run=s["run"], images=shaped, gallery=g, adversarial=True,
+                       every_item=queries is None)
+        with _frozen(m["model"]), _frozen(s["model"]):
+            answer, (raw,) = _run("score", request, arrays, device=m["device"], model=m["model"],
+                                  surrogate=s["model"])
+        like = gallery if answer["of_gallery"] else images
+        shape = shaped["shape"] if not answer["of_gallery"] else g["shape"]
+        adv = torch.from_numpy(np.frombuffer(raw, dtype="<f4").reshape(shape).copy())
+        if isinstance(like, torch.Tensor):
+            adv = adv.to(device=like.device, dtype=like.dtype if like.is_floating_point() else torch.float32)
+        return (adv, answer) if return_scores else adv

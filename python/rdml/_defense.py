@@ -1,0 +1,187 @@
+"""``rdml.Defense``: an rdml defense as a piece of your own loop."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+import numpy as np
+
+from . import _rdml
+from ._bn import _sets_of, batch_norm_set
+from ._loop import _Pulled, embeddings_of, label_list, session_call, tensor_like, to_bytes, torch_scalar_like
+from ._loss import Loss
+from ._torch import TorchModel, _torch
+
+
+class _SetModel(TorchModel):
+    """The model as the library asks it, inferring with batch-norm set ``bn_set``."""
+
+    def __init__(self, model: Any, bn_set: int):
+        super().__init__(model)
+        self.bn_set = bn_set
+
+    def embed(self, images, shape, keep):
+        with batch_norm_set(self.model, self.bn_set):
+            return super().embed(images, shape, keep)
+
+
+@contextlib.contextmanager
+def _attacking(model: Any, inner: str) -> Iterator[None]:
+    """The inner maximisation's model state: eval mode (``inner="eval"``) or its modes as they
+    are (``"train"``: batch statistics, dropout), its parameters without gradient; every mode,
+    flag and buffer (batch-norm running statistics) as it was, after, whatever happened."""
+    torch = _torch()
+    modes = [(m, m.training) for m in model.modules()]
+    needs = [(p, p.requires_grad) for p in model.parameters()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()] if inner == "train" else []
+    if inner == "eval":
+        model.eval()
+    for p, _ in needs:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, r in needs:
+            p.requires_grad_(r)
+        for m, t in modes:
+            m.training = t
+        with torch.no_grad():
+            for b, v in buffers:
+                b.copy_(v)
+
+
+def _unwrapped(model: Any) -> Any:
+    """The module inside a DistributedDataParallel (or DataParallel) wrapper: attacking through
+    it leaves the wrapper's gradient hooks and buffer broadcasts alone."""
+    torch = _torch()
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
+class Defense:
+    """An rdml defense as a piece of your own loop: ``rdml.Defense(kind="act", eps=77/255,
+    step=3/255, steps=8, loss=rdml.Loss(kind="triplet"))`` takes the keys of a config's
+    ``[defense]`` table (and its ``[loss]``: an ``rdml.Loss`` or a dict; robrank's triplet loss
+    when none), and ``loss = defense(model, images, labels)`` runs the inner maximisation on
+    ``model`` (eval mode by default, ``inner="train"`` for its modes as they are; nothing of the
+    model changed after), then the training-mode forward of what the defense trains on through
+    ``model`` as given (a DDP wrapper included: the attack goes through ``model.module``), and
+    returns the loss to ``.backward()``. Images are N × C × H × W in [0, 1] (the model normalises
+    them itself, so budgets are in pixels), on any device. ``start_epoch(epoch, epochs)`` tells
+    the defense's schedules where training stands (CA-TRIDE's, which refuses to run without it)
+    and moves its random stream to the epoch's, as ``rdml train`` draws; MDProp's UX also embeds
+    the training set there (``model=``, ``images=``, ``labels=``; then pass ``indices=`` with each
+    batch). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss);
+    ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints.
+    """
+
+    def __init__(self, kind: Optional[str] = None, *, loss: Any = None, seed: int = 0, inner: str = "eval",
+                 device: Optional[str] = None, **table: Any):
+        if inner not in ("eval", "train"):
+            raise ValueError(f"inner: {inner!r}; expected \"eval\" (robrank's, torchattacks') or \"train\"")
+        if kind is None:
+            raise ValueError("kind: missing; name the defense (rdml's [defense] kinds: act, est, hm, madry, …)")
+        self.table = dict(kind=kind, **table)
+        self.loss = loss if isinstance(loss, Loss) else None
+        loss_table = loss.table if isinstance(loss, Loss) else loss
+        if loss_table is not None and not isinstance(loss_table, Mapping):
+            raise TypeError("loss: expected an rdml.Loss or a [loss] table as a dict")
+        request = dict(defense=self.table, seed=int(seed))
+        if loss_table is not None:
+            request["loss"] = dict(loss_table)
+        self.inner = inner
+        self._session = _rdml.Session("defense", json.dumps(request), device)
+        self.info = session_call(self._session, "info", {})[0]
+        self.last: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def preset(cls, name: str, **kw: Any) -> "Defense":
+        """The defense of an rdml preset (``rdml.Defense.preset("fashion-c2f2-act")``), with its loss."""
+        from . import _run
+
+        t = _run("preset_tables", dict(name=str(name)))[0]
+        if t["defense"] is None:
+            raise ValueError(f"{name!r}: the preset trains without a defense; rdml.Loss(**its loss table) is its loss")
+        table = dict(t["defense"])
+        return cls(table.pop("kind"), loss=Loss(**t["loss"]) if "loss" not in kw else kw.pop("loss"), **table, **kw)
+
+    def __repr__(self) -> str:
+        return f"rdml.Defense({', '.join(f'{k}={v!r}' for k, v in self.table.items())})"
+
+    def _models(self, model: Any) -> List[Any]:
+        sets = int(self.info["bn_sets"])
+        have = _sets_of(model)
+        if sets > 1 and have == 0:
+            raise ValueError(
+                f"model: defense {self.table['kind']} trains each distribution through its own batch-norm set "
+                f"({sets} sets); split the model's batch norm first: rdml.split_batch_norm(model, {sets})")
+        if sets > 1 and have is not None and have < sets:
+            raise ValueError(f"model: its batch norm has {have} set(s); defense {self.table['kind']} needs {sets}")
+        return [_SetModel(model, k if have else 0) for k in range(sets)]
+
+    def __call__(self, model: Any, images: Any, labels: Any, *, indices: Any = None) -> Any:
+        torch = _torch()
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(images, torch.Tensor):
+            images = torch.as_tensor(np.asarray(images))
+        if images.ndim != 4:
+            raise ValueError(f"images: expected N × C × H × W, got shape {tuple(images.shape)}")
+        if not images.is_floating_point():
+            raise ValueError(f"images: {images.dtype} values; expected floats in [0, 1] (divide 8-bit images by 255)")
+        n = images.shape[0]
+        request = dict(shape=[int(s) for s in images.shape], labels=label_list(labels, n))
+        if indices is not None:
+            request["indices"] = label_list(indices, n, "indices")
+        inner = _unwrapped(model)
+        models = self._models(inner)
+        with _attacking(inner, self.inner):
+            answer, raw = session_call(self._session, "inner", request, [to_bytes(images)], models)
+        embeddings = []
+        for f, r in zip(answer["forwards"], raw):
+            x = torch.from_numpy(np.frombuffer(r, dtype="<f4").reshape(f["shape"]).copy())
+            x = x.to(device=images.device, dtype=images.dtype)
+            with batch_norm_set(inner, f["bn_set"]) if f["bn_set"] else contextlib.nullcontext():
+                e = model(x)
+            embeddings.append(embeddings_of(e, "model"))
+        request = dict(rows=[int(e.shape[0]) for e in embeddings])
+        beta = self.loss.beta if self.loss is not None else None
+        if beta is not None:
+            request["beta"] = float(beta.detach())
+        stepped, grads = session_call(self._session, "outer", request, [to_bytes(e) for e in embeddings])
+        self.last = stepped
+        inputs = list(embeddings)
+        tensors = [tensor_like(g, e) for g, e in zip(grads, embeddings)]
+        if beta is not None:
+            inputs.append(beta)
+            tensors.append(torch_scalar_like(stepped["beta_grad"], beta))
+        return _Pulled.apply(stepped["loss"], tensors, inputs)
+
+    def start_epoch(self, epoch: int, epochs: int, *, model: Any = None, images: Any = None, labels: Any = None,
+                    batch: int = 128) -> None:
+        """Epoch ``epoch`` (0-based) of ``epochs`` starts; a defense that embeds the training set
+        there (MDProp's UX) takes ``model``, ``images`` and ``labels``."""
+        request: Dict[str, Any] = dict(epoch=int(epoch), epochs=int(epochs), batch=int(batch))
+        arrays, models = [], []
+        if images is not None:
+            from ._torch import images_and_labels
+
+            x, y = images_and_labels(images, labels)
+            request["training_set"] = dict(shape=[int(s) for s in x.shape], labels=y.tolist())
+            arrays.append(x.tobytes())
+        if model is not None:
+            inner = _unwrapped(model)
+            models.append(_SetModel(inner, 0))
+            with _attacking(inner, self.inner):
+                self.info = session_call(self._session, "start_epoch", request, arrays, models)[0]
+        else:
+            self.info = session_call(self._session, "start_epoch", request, arrays, models)[0]
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The defense's state (steps, epoch, its memory: HM's LGA loss) and random stream."""
+        return session_call(self._session, "state", {})[0]
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        session_call(self._session, "load_state", dict(state))

@@ -1,0 +1,121 @@
+"""``rdml.Loss``: an rdml loss in your own loop, as pytorch-metric-learning's are."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from . import _rdml
+from ._loop import _Pulled, embeddings_of, label_list, session_call, tensor_like, to_bytes, torch_scalar_like
+from ._torch import _torch
+
+
+def _gathered(e: Any, labels: List[int]) -> Tuple[Any, List[int], int]:
+    """PyTorch metric learning's gathering: every rank's embeddings and labels, all-gathered
+    (torch.distributed), this rank's own slice replaced by its tensor with its graph; and the
+    world's size."""
+    torch = _torch()
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return e, labels, 1
+    world, rank = dist.get_world_size(), dist.get_rank()
+    n = torch.tensor([e.shape[0]], device=e.device)
+    counts = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(counts, n)
+    counts = [int(c.item()) for c in counts]
+    most = max(counts)
+    pad = torch.zeros((most - e.shape[0],) + tuple(e.shape[1:]), dtype=e.dtype, device=e.device)
+    parts = [torch.empty((most,) + tuple(e.shape[1:]), dtype=e.dtype, device=e.device) for _ in range(world)]
+    dist.all_gather(parts, torch.cat([e.detach(), pad]))
+    lab = torch.tensor(labels + [0] * (most - len(labels)), dtype=torch.int64, device=e.device)
+    labs = [torch.empty_like(lab) for _ in range(world)]
+    dist.all_gather(labs, lab)
+    parts = [e if r == rank else parts[r][:counts[r]] for r in range(world)]
+    all_labels = [int(v) for r in range(world) for v in labs[r][:counts[r]].tolist()]
+    return torch.cat(parts), all_labels, world
+
+
+class Loss:
+    """An rdml loss as pytorch-metric-learning's are: ``rdml.Loss(kind="triplet", margin=0.2,
+    miner="semihard")`` takes the keys of a config's ``[loss]`` table (the library reads and
+    checks them as it reads a TOML file), and ``loss = loss_fn(embeddings, labels)`` returns a
+    torch scalar on the embeddings' device whose ``backward()`` is rdml's gradient. The loss
+    mines with its own miner from the stream of ``seed`` (``rdml train``'s), or over your
+    ``indices_tuple=(anchors, positives, negatives)`` for the triplet and contrastive losses.
+    The margin loss's β is ``loss_fn.beta`` (a ``torch.nn.Parameter``: give it to your
+    optimizer, as PML's ``learn_beta``). ``gather=True`` under torch.distributed all-gathers
+    every rank's embeddings and labels (PML's ``DistributedLossWrapper``, ``efficient=False``):
+    the loss of the whole batch, this rank's rows keeping their graph, scaled by the world's
+    size, so that DDP's averaged gradient is the single-process gradient of the whole batch (each
+    rank computes the whole batch's loss: rdml has no ``efficient`` mode).
+    """
+
+    def __init__(self, kind: str = "triplet", *, seed: int = 0, gather: bool = False, device: Optional[str] = None,
+                 **table: Any):
+        self.table = dict(kind=kind, **table)
+        self.gather = bool(gather)
+        self._session = _rdml.Session("loss", json.dumps(dict(loss=self.table, seed=int(seed))), device)
+        self.info = session_call(self._session, "info", {})[0]
+        self.beta = None
+        if self.info["beta"] is not None:
+            torch = _torch()
+            self.beta = torch.nn.Parameter(torch.tensor(float(self.info["beta"]["init"])))
+
+    def __repr__(self) -> str:
+        return f"rdml.Loss({', '.join(f'{k}={v!r}' for k, v in self.table.items())})"
+
+    def parameters(self) -> Iterator[Any]:
+        """The loss's own trainable parameters (the margin loss's β), for your optimizer."""
+        if self.beta is not None:
+            yield self.beta
+
+    def __call__(self, embeddings: Any, labels: Any = None, indices_tuple: Any = None, ref_emb: Any = None,
+                 ref_labels: Any = None) -> Any:
+        if ref_emb is not None or ref_labels is not None:
+            raise ValueError("ref_emb: rdml's losses rank a batch among itself; a reference set is not supported")
+        e = embeddings_of(embeddings, "embeddings")
+        if labels is None:
+            raise ValueError("labels: missing; pass one integer label per row of the embeddings")
+        labels = label_list(labels, e.shape[0])
+        world = 1
+        if self.gather:
+            e, labels, world = _gathered(e, labels)
+        request: Dict[str, Any] = dict(labels=labels)
+        if indices_tuple is not None:
+            request["indices_tuple"] = _tuples(indices_tuple)
+        if self.beta is not None:
+            request["beta"] = float(self.beta.detach())
+        answer, (raw,) = session_call(self._session, "compute", request, [to_bytes(e)])
+        grad = tensor_like(raw, e) * world
+        inputs, grads = [e], [grad]
+        if self.beta is not None:
+            inputs.append(self.beta)
+            grads.append(torch_scalar_like(answer["beta_grad"] * world, self.beta))
+        self.last = answer
+        return _Pulled.apply(answer["loss"] * world, grads, inputs)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The loss's random stream (and β), for your checkpoints."""
+        s = session_call(self._session, "state", {})[0]
+        if self.beta is not None:
+            s["beta"] = float(self.beta.detach())
+        return s
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        state = dict(state)
+        beta = state.pop("beta", None)
+        session_call(self._session, "load_state", state)
+        if beta is not None and self.beta is not None:
+            with _torch().no_grad():
+                self.beta.fill_(float(beta))
+
+
+def _tuples(t: Any) -> Dict[str, List[int]]:
+    """PML's ``indices_tuple`` of triplets: (anchors, positives, negatives)."""
+    if not isinstance(t, (tuple, list)) or len(t) != 3:
+        raise ValueError("indices_tuple: expected (anchors, positives, negatives), three index tensors of one length")
+    a, p, n = (np.asarray(x.detach().cpu() if hasattr(x, "detach") else x).astype(np.int64).ravel().tolist() for x in t)
+    return dict(anchor=a, positive=p, negative=n)
