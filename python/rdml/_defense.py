@@ -74,26 +74,37 @@ class Defense:
     and moves its random stream to the epoch's, as ``rdml train`` draws; MDProp's UX also embeds
     the training set there (``model=``, ``images=``, ``labels=``; then pass ``indices=`` with each
     batch). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss);
-    ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints.
+    ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints. Where
+    the defense's outer loss is its loss alone (EST, MDProp, AdvProp-D), ``loss=`` may be any
+    callable of PyTorch metric learning's signature (a PML loss), with its miner as ``miner=``.
     """
 
-    def __init__(self, kind: Optional[str] = None, *, loss: Any = None, seed: int = 0, inner: str = "eval",
-                 device: Optional[str] = None, **table: Any):
+    def __init__(self, kind: Optional[str] = None, *, loss: Any = None, miner: Any = None, seed: int = 0,
+                 inner: str = "eval", device: Optional[str] = None, **table: Any):
         if inner not in ("eval", "train"):
             raise ValueError(f"inner: {inner!r}; expected \"eval\" (robrank's, torchattacks') or \"train\"")
         if kind is None:
             raise ValueError("kind: missing; name the defense (rdml's [defense] kinds: act, est, hm, madry, …)")
         self.table = dict(kind=kind, **table)
         self.loss = loss if isinstance(loss, Loss) else None
-        loss_table = loss.table if isinstance(loss, Loss) else loss
+        # A loss of the caller's own (PML's signature), in place of the defense's outer loss.
+        self._own = loss if callable(loss) and not isinstance(loss, (Loss, Mapping)) else None
+        if miner is not None and self._own is None:
+            raise ValueError("miner: goes with a loss of your own (loss=a PML loss); rdml's losses mine themselves")
+        self._miner = miner
+        loss_table = loss.table if isinstance(loss, Loss) else (None if self._own is not None else loss)
         if loss_table is not None and not isinstance(loss_table, Mapping):
-            raise TypeError("loss: expected an rdml.Loss or a [loss] table as a dict")
+            raise TypeError("loss: expected an rdml.Loss, a [loss] table as a dict, or a callable of PML's signature")
         request = dict(defense=self.table, seed=int(seed))
         if loss_table is not None:
             request["loss"] = dict(loss_table)
         self.inner = inner
         self._session = _rdml.Session("defense", json.dumps(request), device)
         self.info = session_call(self._session, "info", {})[0]
+        if self._own is not None and not self.info["outer_is_the_loss"]:
+            raise ValueError(
+                f"loss: defense {kind} trains on rdml's triplet loss over what it perturbs; a loss of your own "
+                "cannot take its place (pass an rdml.Loss or a [loss] table)")
         self.last: Optional[Dict[str, Any]] = None
 
     @classmethod
@@ -146,6 +157,8 @@ class Defense:
             with batch_norm_set(inner, f["bn_set"]) if f["bn_set"] else contextlib.nullcontext():
                 e = model(x)
             embeddings.append(embeddings_of(e, "model"))
+        if self._own is not None:
+            return self._own_loss(embeddings, labels, n)
         request = dict(rows=[int(e.shape[0]) for e in embeddings])
         beta = self.loss.beta if self.loss is not None else None
         if beta is not None:
@@ -158,6 +171,24 @@ class Defense:
             inputs.append(beta)
             tensors.append(torch_scalar_like(stepped["beta_grad"], beta))
         return _Pulled.apply(stepped["loss"], tensors, inputs)
+
+    def _own_loss(self, embeddings: List[Any], labels: Any, n: int) -> Any:
+        """The caller's loss summed over the batches the forwards hold (each whole batches of the
+        labels: EST's shifted batch, MDProp's clean and generated distributions), mined by its
+        miner when given."""
+        torch = _torch()
+        y = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(np.asarray(labels))
+        batches = [b for e in embeddings for b in e.split(n)]
+        losses = []
+        for b in batches:
+            yb = y.to(b.device)
+            tuples = self._miner(b, yb) if self._miner is not None else None
+            losses.append(self._own(b, yb, tuples) if tuples is not None else self._own(b, yb))
+        adversarial = losses[1:] if len(losses) > 1 else losses
+        value = float(sum(float(v.detach()) for v in adversarial) / len(adversarial))
+        done = session_call(self._session, "done", dict(adversarial_loss=value))[0]
+        self.last = dict(steps_done=done["steps_done"], adversarial_loss=value, loss=sum(float(v.detach()) for v in losses))
+        return sum(losses)
 
     def start_epoch(self, epoch: int, epochs: int, *, model: Any = None, images: Any = None, labels: Any = None,
                     batch: int = 128) -> None:

@@ -307,3 +307,32 @@ def test_the_readme_harden_session_prints_what_the_readme_shows(tmp_path):
     number = re.compile(r"-?\d+(\.\d+)?")
     got = [number.sub("N", line) for line in p.stdout.strip().splitlines()]
     assert got == [number.sub("N", line) for line in shown.group(1).strip().splitlines()], p.stdout
+
+
+def test_a_loss_of_ones_own_in_place_of_est_and_mdprops_outer_loss():
+    """EST and MDProp train on their loss alone, so a PML-style callable (with its miner) may take
+    its place; here one that is rdml's own triplet loss gives rdml's numbers exactly."""
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    x, y = spc2()
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    # (MDProp draws its targets from the defense's stream, which an outer loss of rdml's then goes
+    # on drawing from: a loss that draws nothing, multi-similarity, for it.)
+    for table, loss in ((dict(kind="est", eps=0.1, step=0.02, steps=4), dict(kind="triplet", miner="semihard")),
+                        (dict(kind="mdprop", eps=0.03, step=0.03, steps=1, distributions=[dict(kind="stax")]),
+                         dict(kind="multi-similarity"))):
+        rdml_loss = rdml.Loss(**loss, seed=4)
+        own = rdml.Loss(**loss, seed=4)
+        calls = []
+
+        def pml_loss(e, labels, indices_tuple=None):
+            calls.append(indices_tuple)
+            return own(e, labels)
+
+        want, want_grads = pytorch_step(model, lambda: rdml.Defense(**table, loss=rdml_loss, seed=4)(model, xt, yt))
+        d = rdml.Defense(**table, loss=pml_loss, miner=lambda e, labels: ("mined", len(labels)), seed=4)
+        got, grads = pytorch_step(model, lambda: d(model, xt, yt))
+        assert got == pytest.approx(want, rel=1e-6) and worst(grads, want_grads) <= 1e-5
+        assert calls == [("mined", 16)] * (1 if table["kind"] == "est" else 2) and d.last["steps_done"] == 1
+    with pytest.raises(ValueError, match="act trains on rdml's triplet loss"):
+        rdml.Defense("act", eps=0.1, step=0.1, steps=1, loss=lambda e, labels, indices_tuple=None: e.sum())

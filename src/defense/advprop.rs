@@ -28,6 +28,10 @@ impl Defense for Advprop {
         self.0
     }
 
+    fn outer_is_the_loss(&self) -> bool {
+        true
+    }
+
     fn distributions(&self) -> Vec<Generated> {
         vec![Generated::Stax]
     }

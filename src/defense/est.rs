@@ -24,6 +24,10 @@ impl Defense for Est {
         self.0
     }
 
+    fn outer_is_the_loss(&self) -> bool {
+        true
+    }
+
     fn inner(&self, step: &mut Inner) -> Result<Plan> {
         let model = step.model()?;
         let clean = Clean::of(model, &step.x)?;

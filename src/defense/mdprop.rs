@@ -63,6 +63,10 @@ impl Defense for MdpropConfig {
         self.distributions.clone()
     }
 
+    fn outer_is_the_loss(&self) -> bool {
+        true
+    }
+
     /// One set per distribution, or the clean set alone when they share it.
     fn bn_sets(&self) -> usize {
         if self.separate_bn {

@@ -39,6 +39,13 @@ pub trait Defense {
         false
     }
 
+    /// Whether its outer loss is the configured loss alone, summed over the batches the plan's
+    /// forwards hold (each forward whole batches of the labels, in order: EST's shifted batch,
+    /// MDProp's distributions), so that a caller may put any loss of its own in its place.
+    fn outer_is_the_loss(&self) -> bool {
+        false
+    }
+
     /// Whether it perturbs mined triplets and so trains on the triplet loss.
     fn triplet_based(&self) -> bool {
         false

@@ -11,7 +11,7 @@ use crate::defense::{DefenseConfig, DefenseState, EpochStart, Inner, Memory, Out
 use crate::eval::diagnostics::BatchDiagnostics;
 use crate::loss::LossConfig;
 use anyhow::Result;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// `rdml.Defense(**table, loss=…)`: the `[defense]` and `[loss]` tables, read as a config's are.
@@ -101,6 +101,7 @@ impl DefenseSession {
             "bn_sets": self.bn_sets(),
             "needs_training_set": self.memory.needs_training_set(),
             "scheduled": self.defense.unit().scheduled(),
+            "outer_is_the_loss": self.defense.unit().outer_is_the_loss(),
             "pgd": self.defense.unit().pgd(&self.state),
         })
     }
@@ -260,6 +261,35 @@ impl DefenseSession {
             steps_done: self.state.steps_done,
             grads: pulled.grads,
         })
+    }
+
+    /// The step done with the caller's own loss in place of the outer loss (a defense whose outer
+    /// loss is the configured loss alone, [`crate::defense::Defense::outer_is_the_loss`]), and its
+    /// adversarial part as the caller computed it.
+    pub fn done_by_caller(&mut self, adversarial_loss: f32) -> Result<u64> {
+        crate::ensure_input!(
+            self.defense.unit().outer_is_the_loss(),
+            "loss: defense {} trains on rdml's {} loss over what it perturbed; a loss of your own cannot \
+             take its place (give it one of rdml's, as a [loss] table)",
+            self.defense.name(),
+            self.loss.name()
+        );
+        crate::ensure_input!(
+            self.pending.take().is_some(),
+            "the defense's step came without its inner step: call the defense on the batch first"
+        );
+        crate::ensure_input!(
+            adversarial_loss.is_finite(),
+            "adversarial_loss: {adversarial_loss}; the loss must be a number"
+        );
+        let t = Tensor::<1>::from_floats([adversarial_loss], &self.device);
+        self.memory.after_step(&t);
+        if let Some(t) = self.memory.to_read() {
+            let v = crate::host::scalar(&t)?;
+            self.memory.read(v);
+        }
+        self.state.steps_done += 1;
+        Ok(self.state.steps_done)
     }
 
     /// What a checkpoint keeps of the session.

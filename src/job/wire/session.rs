@@ -140,6 +140,15 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
                 ..Answer::of(&s)?
             })
         }
+        "done" => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Done {
+                adversarial_loss: f32,
+            }
+            let steps_done = d.done_by_caller(read::<Done>(c.request)?.adversarial_loss)?;
+            Answer::of(&json!({ "steps_done": steps_done }))
+        }
         "start_epoch" => {
             let e: EpochStart = read(c.request)?;
             let train = e.training_set.map(|b| Images {
