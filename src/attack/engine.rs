@@ -144,9 +144,10 @@ impl<'a> Request<'a> {
         } else {
             x0.clone()
         };
-        let fixed_emb: Option<Tensor<2>> = match restore {
-            true => Some(target.embed(x0.clone().select(0, index(&fixed)))?.detach()),
-            false => None,
+        // Rows the objective does not read stand as zeros (nothing of them reaches the loss).
+        let fixed_emb: Option<Tensor<2>> = match (restore, objective.reads_fixed_rows()) {
+            (true, true) => Some(target.embed(x0.clone().select(0, index(&fixed)))?.detach()),
+            _ => None,
         };
         let mut xa = random_start(&x_move0, pgd, self.seed);
         let rule = objective.stop_rule();
@@ -164,8 +165,13 @@ impl<'a> Request<'a> {
                 stopped = Some(s);
             }
             let loss = |moved: Tensor<2>| {
-                let emb = match &fixed_emb {
-                    Some(f) => Tensor::cat(vec![moved, f.clone().autodiff()], 0).select(0, inverse.clone().autodiff()),
+                let fixed_rows = match (&fixed_emb, restore) {
+                    (Some(f), _) => Some(f.clone().autodiff()),
+                    (None, true) => Some(Tensor::zeros([fixed.len(), moved.dims()[1]], &moved.device())),
+                    (None, false) => None,
+                };
+                let emb = match fixed_rows {
+                    Some(f) => Tensor::cat(vec![moved, f], 0).select(0, inverse.clone().autodiff()),
                     None => moved,
                 };
                 objective.loss(emb, k)

@@ -49,4 +49,9 @@ impl Objective for Collapse {
         let (_, p, n) = self.layout.split(emb);
         self.distance.rows(p, n).mean()
     }
+
+    /// The anchors stay clean and out of Eq. 4.
+    fn reads_fixed_rows(&self) -> bool {
+        false
+    }
 }

@@ -24,6 +24,12 @@ pub fn dist_rows(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
 /// images (with autodiff) and returns a scalar to minimise; `step` is the iteration index.
 pub trait Objective {
     fn loss(&self, emb: Tensor<2>, step: usize) -> Tensor<1>;
+    /// Whether `loss` reads the rows that do not move (the engine embeds them once when it does;
+    /// ACT's objective reads only the moving positives and negatives, so the anchors are never
+    /// embedded).
+    fn reads_fixed_rows(&self) -> bool {
+        true
+    }
     /// When to stop early, judged from the losses of the steps so far; `None`: run every step.
     fn stop_rule(&self) -> Option<StopRule> {
         None
