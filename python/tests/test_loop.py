@@ -336,3 +336,24 @@ def test_a_loss_of_ones_own_in_place_of_est_and_mdprops_outer_loss():
         assert calls == [("mined", 16)] * (1 if table["kind"] == "est" else 2) and d.last["steps_done"] == 1
     with pytest.raises(ValueError, match="act trains on rdml's triplet loss"):
         rdml.Defense("act", eps=0.1, step=0.1, steps=1, loss=lambda e, labels, indices_tuple=None: e.sum())
+
+
+def test_mdprops_unadversarial_targets_come_from_the_training_set_given_at_the_epochs_start():
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    train_x, train_y = fashion(200)
+    defense = rdml.Defense("mdprop", eps=0.03, step=0.01, steps=3, distributions=[dict(kind="ux", targets=2)])
+    assert defense.info["needs_training_set"]
+    b = np.concatenate([np.flatnonzero(train_y == c)[:2] for c in range(8)])
+    xb, yb = torch.from_numpy(train_x[b]), torch.from_numpy(train_y[b])
+    with pytest.raises(ValueError, match="start_epoch|training set"):
+        defense(model, xb, yb, indices=b)
+    with pytest.raises(ValueError, match="pass the model and the training images"):
+        defense.start_epoch(0, 2)
+    defense.start_epoch(0, 2, model=model, images=train_x, labels=train_y)
+    with pytest.raises(ValueError, match="indices"):
+        defense(model, xb, yb)
+    loss = defense(model, xb, yb, indices=b)
+    loss.backward()
+    assert np.isfinite(float(loss.detach())) and defense.last["steps_done"] == 1
+    assert model.training and all(p.grad is not None for p in model.parameters())

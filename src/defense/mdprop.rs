@@ -127,10 +127,13 @@ impl Propagation {
         for (k, g) in self.distributions.iter().enumerate() {
             let objective: Box<dyn Objective> = match g.targets() {
                 (t, true) => {
-                    let ux = ux_targets(step).context(
-                        "UX targets come from the training set's features: `rdml train` embeds the training set at \
-                         each epoch's start; a defense in one's own loop is told it by its start_epoch",
-                    )?;
+                    let ux = ux_targets(step).ok_or_else(|| {
+                        crate::input_error(
+                            "UX targets come from the training set's features, embedded at each epoch's start \
+                             (`rdml train` does it; a defense in one's own loop is given the training set by its \
+                             start_epoch)",
+                        )
+                    })?;
                     ux_objective(ux, labels, t, step.rng, &x.device())?
                 }
                 (t, false) => Box::new(TowardTargets {
