@@ -74,9 +74,12 @@ class Defense:
     and moves its random stream to the epoch's, as ``rdml train`` draws; MDProp's UX also embeds
     the training set there (``model=``, ``images=``, ``labels=``; then pass ``indices=`` with each
     batch). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss);
-    ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints. Where
-    the defense's outer loss is its loss alone (EST, MDProp, AdvProp-D), ``loss=`` may be any
-    callable of PyTorch metric learning's signature (a PML loss), with its miner as ``miner=``.
+    ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints. The
+    loss's β (the margin loss's) is ``defense.loss.beta``; ``parameters()`` yields it for your
+    optimizer. Where the defense's outer loss is its loss alone (EST, MDProp, AdvProp-D), ``loss=``
+    may be any callable of PyTorch metric learning's signature (a PML loss), with its miner as
+    ``miner=``; ``last`` then holds the steps and the adversarial loss alone (the diagnostics are
+    those of rdml's losses).
     """
 
     def __init__(self, kind: Optional[str] = None, *, loss: Any = None, miner: Any = None, seed: int = 0,
@@ -86,6 +89,14 @@ class Defense:
         if kind is None:
             raise ValueError("kind: missing; name the defense (rdml's [defense] kinds: act, est, hm, madry, …)")
         self.table = dict(kind=kind, **table)
+        if isinstance(loss, Loss) and loss.gather:
+            raise ValueError("loss: gather=True; a defense trains each rank on its own batch (robrank's behaviour "
+                             "under DDP), so its loss gathers nothing")
+        if isinstance(loss, Loss) and loss.seed not in (0, int(seed)):
+            raise ValueError(f"seed: the defense draws its mining from its own stream; give seed={loss.seed} to "
+                             "rdml.Defense, not to its loss")
+        if isinstance(loss, Mapping):
+            loss = Loss(**loss, seed=int(seed))  # the defense owns the loss's β (the margin loss's)
         self.loss = loss if isinstance(loss, Loss) else None
         # A loss of the caller's own (PML's signature), in place of the defense's outer loss.
         self._own = loss if callable(loss) and not isinstance(loss, (Loss, Mapping)) else None
@@ -115,8 +126,9 @@ class Defense:
         t = _run("preset_tables", dict(name=str(name)))[0]
         if t["defense"] is None:
             raise ValueError(f"{name!r}: the preset trains without a defense; rdml.Loss(**its loss table) is its loss")
-        table = dict(t["defense"])
-        return cls(table.pop("kind"), loss=Loss(**t["loss"]) if "loss" not in kw else kw.pop("loss"), **table, **kw)
+        table = {**t["defense"], **kw}  # a keyword given here takes the preset's place (steps=8, …)
+        loss = table.pop("loss", t["loss"])
+        return cls(table.pop("kind"), loss=loss, **table)
 
     def __repr__(self) -> str:
         return f"rdml.Defense({', '.join(f'{k}={v!r}' for k, v in self.table.items())})"
@@ -172,6 +184,11 @@ class Defense:
             tensors.append(torch_scalar_like(stepped["beta_grad"], beta))
         return _Pulled.apply(stepped["loss"], tensors, inputs)
 
+    def parameters(self) -> Iterator[Any]:
+        """The defense's loss's own trainable parameters (the margin loss's β)."""
+        if self.loss is not None:
+            yield from self.loss.parameters()
+
     def _own_loss(self, embeddings: List[Any], labels: Any, n: int) -> Any:
         """The caller's loss summed over the batches the forwards hold (each whole batches of the
         labels: EST's shifted batch, MDProp's clean and generated distributions), mined by its
@@ -205,7 +222,8 @@ class Defense:
         if model is not None:
             inner = _unwrapped(model)
             models.append(_SetModel(inner, 0))
-            with _attacking(inner, self.inner):
+            # The training set's features as rdml's trainer takes them: evaluation mode, clean set.
+            with _attacking(inner, "eval"):
                 self.info = session_call(self._session, "start_epoch", request, arrays, models)[0]
         else:
             self.info = session_call(self._session, "start_epoch", request, arrays, models)[0]

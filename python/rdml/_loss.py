@@ -44,7 +44,9 @@ class Loss:
     checks them as it reads a TOML file), and ``loss = loss_fn(embeddings, labels)`` returns a
     torch scalar on the embeddings' device whose ``backward()`` is rdml's gradient. The loss
     mines with its own miner from the stream of ``seed`` (``rdml train``'s), or over your
-    ``indices_tuple=(anchors, positives, negatives)`` for the triplet and contrastive losses.
+    ``indices_tuple=(anchors, positives, negatives)`` for the triplet and contrastive losses (the
+    stream is ``rdml train``'s first epoch's; a batch with no triplet is an error, as in rdml's
+    trainer).
     The margin loss's β is ``loss_fn.beta`` (a ``torch.nn.Parameter``: give it to your
     optimizer, as PML's ``learn_beta``). ``gather=True`` under torch.distributed all-gathers
     every rank's embeddings and labels (PML's ``DistributedLossWrapper``, ``efficient=False``):
@@ -57,6 +59,7 @@ class Loss:
                  **table: Any):
         self.table = dict(kind=kind, **table)
         self.gather = bool(gather)
+        self.seed = int(seed)
         self._session = _rdml.Session("loss", json.dumps(dict(loss=self.table, seed=int(seed))), device)
         self.info = session_call(self._session, "info", {})[0]
         self.beta = None
@@ -82,6 +85,9 @@ class Loss:
         labels = label_list(labels, e.shape[0])
         world = 1
         if self.gather:
+            if indices_tuple is not None:
+                raise ValueError("indices_tuple: rows of this rank's batch, not of the gathered one; "
+                                 "pass none with gather=True (the loss mines the gathered batch itself)")
             e, labels, world = _gathered(e, labels)
         request: Dict[str, Any] = dict(labels=labels)
         if indices_tuple is not None:
@@ -93,7 +99,9 @@ class Loss:
         inputs, grads = [e], [grad]
         if self.beta is not None:
             inputs.append(self.beta)
-            grads.append(torch_scalar_like(answer["beta_grad"] * world, self.beta))
+            # β is no module's parameter, so DDP averages nothing of it: the whole batch's gradient,
+            # the same on every rank, unscaled.
+            grads.append(torch_scalar_like(answer["beta_grad"], self.beta))
         self.last = answer
         return _Pulled.apply(answer["loss"] * world, grads, inputs)
 

@@ -129,11 +129,17 @@ impl Propagation {
                 (t, true) => {
                     let ux = ux_targets(step).ok_or_else(|| {
                         crate::input_error(
-                            "UX targets come from the training set's features, embedded at each epoch's start \
-                             (`rdml train` does it; a defense in one's own loop is given the training set by its \
-                             start_epoch)",
+                            "UX targets come from the training set's features, embedded at each epoch's start, and \
+                             no training set was given there",
                         )
                     })?;
+                    crate::ensure_input!(
+                        ux.bank.dim == clean.dim(),
+                        "UX targets: the training set was embedded in {} dimensions at the epoch's start, and the \
+                         model now embeds in {}; one model for both",
+                        ux.bank.dim,
+                        clean.dim()
+                    );
                     ux_objective(ux, labels, t, step.rng, &x.device())?
                 }
                 (t, false) => Box::new(TowardTargets {

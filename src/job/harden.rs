@@ -68,6 +68,17 @@ fn training_set(images: Images, what: &str) -> Result<ImageSet> {
     Ok(ImageSet::new(what, Arc::new(source), (0..n).collect(), labels))
 }
 
+/// Refuses a batch in which the loss's miner found no triplet: no anchor has both a positive
+/// (another item of its class) and a negative, and a mean over no triplet is no loss.
+fn some_triplets(count: usize) -> Result<()> {
+    crate::ensure_input!(
+        count > 0,
+        "labels: no item of the batch has both another item of its class and an item of another class, so no \
+         triplet can be mined (a batch of pairs of one class each, as robrank's SPC-2 sampler draws, has one per pair)"
+    );
+    Ok(())
+}
+
 /// Labels as rdml's miners compare them: each an integer in `0..2³²`, kept as it is, so that the
 /// classes of one batch are those of the next (and of the training set a memory keeps).
 fn labels_of(labels: &[i64], what: &str) -> Result<Vec<u32>> {

@@ -5,7 +5,7 @@
 //! defense's state and memory, and the random stream the trainer would draw from.
 
 use super::leaves::{self, Given};
-use super::{Images, Stream, labels_of, tensor, training_set};
+use super::{Images, Stream, labels_of, some_triplets, tensor, training_set};
 use crate::attack::oracle::{External, HostModel, Oracle};
 use crate::defense::{DefenseConfig, DefenseState, EpochStart, Inner, Memory, Outer, Plan};
 use crate::eval::diagnostics::BatchDiagnostics;
@@ -37,6 +37,9 @@ pub struct DefenseSession {
     epoch_told: bool,
     /// The embeddings' width, as the first step gave it.
     width: Option<usize>,
+    /// The labels of the training set given at the epoch's start (MDProp's UX), which the
+    /// batches' `indices` point into.
+    training_labels: Option<Vec<u32>>,
     /// The plan between the inner step and the outer one, with its labels.
     pending: Option<(Plan, Vec<u32>)>,
 }
@@ -45,8 +48,8 @@ pub struct DefenseSession {
 pub struct Forwards {
     pub images: Vec<(Vec<f32>, [usize; 4])>,
     pub bn_sets: Vec<usize>,
-    /// Rows of the batch the inner maximisation moved (for the caller's own records).
-    pub moved: usize,
+    /// Rows of the perturbed tensor (the stacked triplets, or the batch), for the caller's records.
+    pub perturbed_rows: usize,
 }
 
 /// The outer step's answer.
@@ -82,6 +85,7 @@ impl DefenseSession {
             device: device.clone().without_autodiff(),
             epoch_told: false,
             width: None,
+            training_labels: None,
             pending: None,
             defense: r.defense,
             loss: r.loss,
@@ -120,7 +124,14 @@ impl DefenseSession {
             epochs >= 1 && epoch < epochs,
             "epoch: {epoch} of {epochs}; expected 0 ≤ epoch < epochs"
         );
-        if self.memory.needs_training_set() {
+        crate::ensure_input!(batch >= 1, "batch: must be ≥ 1");
+        if !self.memory.needs_training_set() {
+            crate::ensure_input!(
+                model.is_none() && train.is_none(),
+                "model, images: defense {} keeps nothing of the training set; its epoch's start takes the epoch alone",
+                self.defense.name()
+            );
+        } else {
             let (Some(model), Some(train)) = (model, train) else {
                 return Err(crate::input_error(format!(
                     "defense {}: its memory embeds the training set at each epoch's start: pass the model and \
@@ -133,10 +144,11 @@ impl DefenseSession {
             let at = EpochStart {
                 model: &oracle,
                 train: &set,
-                batch: batch.max(1),
+                batch,
                 device: &self.device,
             };
             self.memory.start_epoch(&at)?;
+            self.training_labels = Some(set.labels.clone());
         }
         (self.state.epoch, self.state.epochs, self.epoch_told) = (epoch, epochs, true);
         self.stream.at_epoch(epoch);
@@ -154,7 +166,8 @@ impl DefenseSession {
         let unit = self.defense.unit();
         crate::ensure_input!(
             self.epoch_told || !unit.scheduled(),
-            "defense {}: its schedule follows the epoch: call start_epoch(epoch, epochs) at each epoch's start",
+            "defense {}: its schedule follows the epoch, and no epoch's start was given (start_epoch: the epoch \
+             and the epochs, at each epoch's start)",
             self.defense.name()
         );
         crate::ensure_input!(!models.is_empty(), "model: missing");
@@ -165,21 +178,7 @@ impl DefenseSession {
             "images: {n} image(s); a defended step needs a batch of at least 2"
         );
         self.loss.unit().validate_batch(n).map_err(the_callers)?;
-        let items = match items {
-            Some(i) => {
-                crate::ensure_input!(i.len() == n, "indices: {} for {n} images", i.len());
-                i
-            }
-            None => {
-                crate::ensure_input!(
-                    !self.memory.needs_training_set(),
-                    "indices: defense {} draws targets from the training set: pass each image's index in the set \
-                     given to start_epoch",
-                    self.defense.name()
-                );
-                (0..n).collect()
-            }
-        };
+        let items = self.items(items, &labels)?;
         let x = tensor(&images, &self.device)?;
         let oracles: Vec<External> = models.into_iter().map(|m| External::new(m, &self.device)).collect();
         let refs: Vec<&dyn Oracle> = oracles.iter().map(|o| o as &dyn Oracle).collect();
@@ -193,10 +192,13 @@ impl DefenseSession {
             memory: self.memory.as_ref(),
             rng: self.stream.rng(),
         })?;
+        if let Some(t) = &plan.perturbed.triplets {
+            some_triplets(t.len())?;
+        }
         let mut out = Forwards {
             images: vec![],
             bn_sets: vec![],
-            moved: plan.perturbed.adversarial.dims()[0],
+            perturbed_rows: plan.perturbed.adversarial.dims()[0],
         };
         for f in &plan.forwards {
             let shape = f.images.dims();
@@ -209,14 +211,66 @@ impl DefenseSession {
         Ok(out)
     }
 
+    /// The batch's positions in the training set given at the epoch's start, checked against its
+    /// labels (MDProp's UX draws its targets there); none for the defenses that keep no set.
+    fn items(&self, items: Option<Vec<usize>>, labels: &[u32]) -> Result<Vec<usize>> {
+        let n = labels.len();
+        let Some(train) = self
+            .training_labels
+            .as_ref()
+            .filter(|_| self.memory.needs_training_set())
+        else {
+            crate::ensure_input!(
+                !self.memory.needs_training_set(),
+                "defense {} draws targets from the training set, and none was given at the epoch's start \
+                 (start_epoch: the model, the training images and their labels)",
+                self.defense.name()
+            );
+            crate::ensure_input!(
+                items.is_none(),
+                "indices: defense {} draws nothing from the training set; pass none",
+                self.defense.name()
+            );
+            return Ok((0..n).collect());
+        };
+        let Some(items) = items else {
+            return Err(crate::input_error(format!(
+                "indices: defense {} draws targets from the training set: pass each image's position in the set \
+                 given at the epoch's start",
+                self.defense.name()
+            )));
+        };
+        crate::ensure_input!(items.len() == n, "indices: {} for {n} images", items.len());
+        for (k, (&i, &l)) in items.iter().zip(labels).enumerate() {
+            crate::ensure_input!(
+                train.get(i) == Some(&l),
+                "indices: image {k} (label {l}) is given as item {i} of the training set, which {}",
+                match train.get(i) {
+                    Some(t) => format!("has label {t}"),
+                    None => format!("holds {} items", train.len()),
+                }
+            );
+        }
+        Ok(items)
+    }
+
     /// The outer loss of `embeddings` (one array per forward of the last inner step, in order)
     /// and its gradient with respect to each; the step is then done.
     pub fn outer(&mut self, embeddings: Vec<Given>, beta: Option<f32>) -> Result<Stepped> {
         let Some((plan, labels)) = self.pending.take() else {
             return Err(crate::input_error(
-                "the defense's outer step came without its inner step: call the defense on the batch first",
+                "the defense's outer step came without its inner step: no batch is pending",
             ));
         };
+        let out = self.outer_of(&plan, &labels, embeddings, beta);
+        if out.is_err() {
+            // A wrong call leaves the step as it was: the same batch's embeddings may come again.
+            self.pending = Some((plan, labels));
+        }
+        out
+    }
+
+    fn outer_of(&mut self, plan: &Plan, labels: &[u32], embeddings: Vec<Given>, beta: Option<f32>) -> Result<Stepped> {
         crate::ensure_input!(
             embeddings.len() == plan.forwards.len(),
             "embeddings: {} arrays for the {} forward(s) the defense handed back",
@@ -228,25 +282,23 @@ impl DefenseSession {
         for (k, (given, f)) in embeddings.into_iter().zip(&plan.forwards).enumerate() {
             let what = format!("embeddings[{k}]");
             let rows = f.images.dims()[0];
-            let d = given.values.len().checked_div(rows.max(1)).unwrap_or(0);
-            leaves::check_unit_length(&given.values, d, &self.loss, &what)?;
-            leaves.push(leaves::leaf(given, rows, &mut dim, &what, &self.device)?);
+            leaves.push(leaves::leaf(given, rows, &mut dim, (&what, &self.loss), &self.device)?);
         }
-        self.width = dim;
         let params = leaves::params(&self.loss, beta, &self.device)?;
         let out = self.defense.unit().outer(
-            &plan,
+            plan,
             leaves.clone(),
             &mut Outer {
                 loss: &self.loss,
                 params: &params,
-                labels: &labels,
+                labels,
                 state: &self.state,
                 rng: self.stream.rng(),
             },
         )?;
         let pulled = leaves::pull(out.loss, &leaves, &params)?;
         let adversarial_loss = crate::host::scalar(&out.adv_loss)?;
+        self.width = dim;
         self.memory.after_step(&out.adv_loss);
         if let Some(t) = self.memory.to_read() {
             let v = crate::host::scalar(&t)?;
@@ -269,18 +321,18 @@ impl DefenseSession {
     pub fn done_by_caller(&mut self, adversarial_loss: f32) -> Result<u64> {
         crate::ensure_input!(
             self.defense.unit().outer_is_the_loss(),
-            "loss: defense {} trains on rdml's {} loss over what it perturbed; a loss of your own cannot \
+            "loss: defense {} trains on rdml's {} loss over what it perturbed; a loss the caller gives cannot \
              take its place (give it one of rdml's, as a [loss] table)",
             self.defense.name(),
             self.loss.name()
         );
         crate::ensure_input!(
-            self.pending.take().is_some(),
-            "the defense's step came without its inner step: call the defense on the batch first"
-        );
-        crate::ensure_input!(
             adversarial_loss.is_finite(),
             "adversarial_loss: {adversarial_loss}; the loss must be a number"
+        );
+        crate::ensure_input!(
+            self.pending.take().is_some(),
+            "the defense's step ended without its inner step: no batch is pending"
         );
         let t = Tensor::<1>::from_floats([adversarial_loss], &self.device);
         self.memory.after_step(&t);
@@ -305,9 +357,10 @@ impl DefenseSession {
 
     /// Takes back what [`DefenseSession::save`] kept.
     pub fn restore(&mut self, saved: Saved) -> Result<()> {
+        let stream = Stream::restored(saved.stream)?;
         self.memory.restore(&saved.state.memory).map_err(the_callers)?;
         self.state = saved.state;
-        self.stream = Stream::restored(saved.stream)?;
+        self.stream = stream;
         self.epoch_told = saved.epoch_told;
         self.pending = None;
         Ok(())

@@ -15,20 +15,31 @@ pub struct Given {
 }
 
 /// `given` as a `[rows, d]` autodiff leaf on `device` (plain; its autodiff twin is used), checked
-/// against `rows` expected and the width `dim` of the arrays before it (`None`: the first); `what`
-/// names it in errors.
-pub fn leaf(given: Given, rows: usize, dim: &mut Option<usize>, what: &str, device: &Device) -> Result<Tensor<2>> {
+/// in this order: `rows` rows, whole rows of one width (that of the arrays before it: `dim`,
+/// `None` for the first), finite values, and unit length where `loss`'s distance assumes it;
+/// `what` names it in errors.
+pub fn leaf(
+    given: Given,
+    rows: usize,
+    dim: &mut Option<usize>,
+    (what, loss): (&str, &LossConfig),
+    device: &Device,
+) -> Result<Tensor<2>> {
     crate::ensure_input!(
         given.rows == rows,
         "{what}: {} rows; expected {rows} (one per image the defense handed back, in order)",
         given.rows
     );
+    let n = given.values.len();
     crate::ensure_input!(
-        rows == 0 || (given.values.len().is_multiple_of(rows) && given.values.len() >= rows),
-        "{what}: {} values for {rows} rows; expected {rows} × D embeddings",
-        given.values.len()
+        if rows == 0 {
+            n == 0
+        } else {
+            n.is_multiple_of(rows) && n >= rows
+        },
+        "{what}: {n} values for {rows} rows; expected {rows} × D embeddings"
     );
-    let d = given.values.len().checked_div(rows).unwrap_or(0);
+    let d = n.checked_div(rows).unwrap_or(0);
     let first = if rows == 0 {
         dim.unwrap_or(0)
     } else {
@@ -46,21 +57,23 @@ pub fn leaf(given: Given, rows: usize, dim: &mut Option<usize>, what: &str, devi
             i % first.max(1)
         )));
     }
+    check_unit_length(&given.values, first, loss, what)?;
     Ok(Tensor::<2>::from_data(TensorData::new(given.values, [rows, first]), &device.clone().autodiff()).require_grad())
 }
 
-/// Refuses embeddings that are not of unit length when the loss's distance assumes they are
-/// (rdml's own models normalise their output; a caller's model may not).
-pub fn check_unit_length(values: &[f32], dim: usize, loss: &LossConfig, what: &str) -> Result<()> {
+/// Refuses finite embeddings that are not of unit length when the loss's distance assumes they
+/// are (rdml's own models normalise their output; a caller's model may not).
+fn check_unit_length(values: &[f32], dim: usize, loss: &LossConfig, what: &str) -> Result<()> {
     if !loss.unit().needs_normalized() || dim == 0 {
         return Ok(());
     }
     for (i, row) in values.chunks(dim).enumerate() {
         let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let unit = (norm - 1.0).abs() <= 1e-3;
         crate::ensure_input!(
-            (norm - 1.0).abs() <= 1e-3 || norm.is_nan(),
-            "{what}: row {i} has length {norm}; loss {} with distance {:?} takes L2-normalised embeddings \
-             (normalise them, e.g. torch.nn.functional.normalize(e, dim=1), or give the loss distance = \"euclidean\")",
+            unit,
+            "{what}: row {i} has length {norm}; loss {} with distance {:?} takes embeddings of unit length \
+             (L2-normalise each row, or give the loss distance = \"euclidean\")",
             loss.name(),
             loss.distance()
         );
@@ -98,8 +111,7 @@ pub fn pull(loss: Tensor<1>, leaves: &[Tensor<2>], params: &LossParams) -> Resul
     let value = crate::host::scalar(&loss.clone().detach().without_autodiff())?;
     crate::ensure_input!(
         value.is_finite(),
-        "the loss is {value}: the embeddings lie where it is not defined (all equal, or a distance of 0 under a \
-         square root); no gradient is returned"
+        "the loss of these embeddings is {value}; no gradient is returned"
     );
     let g = loss.backward();
     let mut grads = Vec::with_capacity(leaves.len());
@@ -119,8 +131,7 @@ pub fn pull(loss: Tensor<1>, leaves: &[Tensor<2>], params: &LossParams) -> Resul
     };
     crate::ensure_input!(
         grads.iter().flatten().all(|v| v.is_finite()),
-        "the loss's gradient holds NaN or infinite values: an embedding sits where the loss has no gradient \
-         (two equal rows under a distance's square root)"
+        "the loss's gradient with respect to these embeddings holds NaN or infinite values; none is returned"
     );
     Ok(Pulled {
         value,

@@ -4,7 +4,7 @@
 //! loss's own miner from the session's stream, or over the tuples the caller mined.
 
 use super::leaves::{self, Given};
-use super::{Stream, labels_of};
+use super::{Stream, labels_of, some_triplets};
 use crate::loss::miner::Triplets;
 use crate::loss::{self, LossConfig};
 use anyhow::Result;
@@ -77,9 +77,7 @@ impl LossSession {
         let labels = labels_of(labels, "labels")?;
         let n = labels.len();
         crate::ensure_input!(n >= 1, "labels: none; expected one per row of the embeddings");
-        let d = embeddings.values.len().checked_div(n).unwrap_or(0);
-        leaves::check_unit_length(&embeddings.values, d, &self.loss, "embeddings")?;
-        let leaf = leaves::leaf(embeddings, n, &mut self.width, "embeddings", &self.device)?;
+        let leaf = leaves::leaf(embeddings, n, &mut self.width, ("embeddings", &self.loss), &self.device)?;
         let params = leaves::params(&self.loss, beta, &self.device)?;
         let (value, triplets) = match tuples {
             Some(t) => {
@@ -93,7 +91,11 @@ impl LossSession {
                     .validate_batch(n)
                     .map_err(|e| crate::input_error(format!("{e:#}")))?;
                 let out = loss::compute(&self.loss, leaf.clone(), &labels, &params, self.stream.rng())?;
-                (out.loss, out.triplets.map(|t| t.len()))
+                let count = out.triplets.map(|t| t.len());
+                if let Some(c) = count {
+                    some_triplets(c)?;
+                }
+                (out.loss, count)
             }
         };
         let pulled = leaves::pull(value, std::slice::from_ref(&leaf), &params)?;
@@ -113,6 +115,7 @@ impl LossSession {
             self.loss.name()
         );
         let k = t.anchor.len();
+        crate::ensure_input!(k > 0, "indices_tuple: no triplet");
         crate::ensure_input!(
             t.positive.len() == k && t.negative.len() == k,
             "indices_tuple: {} anchors, {} positives, {} negatives; expected one of each per triplet",

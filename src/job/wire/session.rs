@@ -129,7 +129,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
                 .collect();
             Ok(Answer {
                 arrays: f.images.into_iter().map(|(v, _)| v).collect(),
-                ..Answer::of(&json!({"forwards": forwards, "moved": f.moved}))?
+                ..Answer::of(&json!({"forwards": forwards, "perturbed_rows": f.perturbed_rows}))?
             })
         }
         "outer" => {
