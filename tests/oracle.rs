@@ -4,74 +4,15 @@
 //! model's `out` folder replaces only what rdml wrote there.
 
 mod common;
+use common::host_net::host_net;
 use common::small;
 
-use anyhow::Result;
-use burn::module::Module;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use rdml::attack::budget::{Norm, Pgd};
-use rdml::attack::oracle::{Embedded, External, HostModel, Net, Oracle};
+use rdml::attack::oracle::{Net, Oracle};
 use rdml::attack::registry::attack;
 use rdml::attack::suite::{Context, run};
-use rdml::model::EmbeddingNet;
-use std::sync::{Arc, Mutex};
-
-/// An rdml network behind the host-array interface: what a PyTorch module is to the library.
-struct HostNet {
-    net: EmbeddingNet,
-    kept: Mutex<Option<(Tensor<4>, Tensor<2>)>>,
-    /// Changes its answers: 0 as it is, 1 a NaN, 2 a wrong shape, 3 a gradient of the wrong size.
-    fault: usize,
-}
-
-impl HostModel for HostNet {
-    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Embedded> {
-        let dev = rdml::default_device();
-        let x = Tensor::<4>::from_data(TensorData::new(images.to_vec(), shape), &dev);
-        let x = if keep { x.autodiff().require_grad() } else { x };
-        let e = self.net.forward(x.clone());
-        let [b, d] = e.dims();
-        let mut values = rdml::host::read(&e)?;
-        if self.fault == 1 {
-            values[d + 1] = f32::NAN;
-        }
-        if keep {
-            *self.kept.lock().unwrap() = Some((x, e));
-        }
-        let shape = if self.fault == 2 { vec![b, d / 2, 2] } else { vec![b, d] };
-        Ok(Embedded {
-            values,
-            shape,
-            has_gradient: true,
-        })
-    }
-
-    fn pull_back(&self, grad: &[f32]) -> Result<Vec<f32>> {
-        let (x, e) = self.kept.lock().unwrap().take().expect("an embedding kept");
-        let g = Tensor::<2>::from_data(TensorData::new(grad.to_vec(), e.dims()), &e.device());
-        let grads = (e * g).sum().backward();
-        let mut v = rdml::host::read(&x.grad(&grads).unwrap().flatten::<2>(1, 3))?;
-        if self.fault == 3 {
-            v.pop();
-        }
-        Ok(v)
-    }
-
-    fn differentiable(&self) -> bool {
-        true
-    }
-}
-
-fn host_net(net: &EmbeddingNet, fault: usize) -> External {
-    External::new(
-        Box::new(HostNet {
-            net: net.valid(),
-            kept: Mutex::new(None),
-            fault,
-        }),
-        &Device::default(),
-    )
-}
+use std::sync::Arc;
 
 fn images(set: &rdml::data::ImageSet, n: usize) -> Tensor<4> {
     let items: Vec<usize> = (0..n).collect();

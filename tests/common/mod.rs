@@ -1,5 +1,7 @@
 //! Fixtures shared by the attack tests.
 
+pub mod host_net;
+
 use burn::tensor::Device;
 use rdml::config::Experiment;
 use rdml::model::EmbeddingNet;
