@@ -7,6 +7,7 @@ use rdml::config::Experiment;
 use rdml::model::EmbeddingNet;
 
 /// A seeded C2F2 with 32-d embeddings and the first 300 items of the embedded test split.
+#[allow(dead_code)] // not every test binary that holds these fixtures uses each
 pub fn small() -> (EmbeddingNet, rdml::data::ImageSet) {
     let exp = Experiment::load("quickstart", &["model.embedding_dim=32".into()]).unwrap();
     let splits = exp.data.load(0).unwrap();
