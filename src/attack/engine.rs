@@ -119,24 +119,15 @@ impl<'a> Request<'a> {
         if let Some(m) = movable {
             ensure!(m.len() == b, "attack: {} movable flags for {b} rows", m.len());
         }
-        let all_move = movable.is_none_or(|m| m.iter().all(|&t| t));
         let index = |v: &[usize]| -> Tensor<1, Int> {
             Tensor::<1, Int>::from_data(
                 TensorData::new(v.iter().map(|&i| i as i64).collect(), [v.len()]),
                 &device,
             )
         };
-        // Rows that move, rows that stay, and the order that puts [moving; fixed] back into place.
-        let (moving, fixed): (Vec<usize>, Vec<usize>) = match movable {
-            Some(m) if !all_move => (0..b).partition(|&i| m[i]),
-            _ => ((0..b).collect(), vec![]),
-        };
+        let (moving, fixed, inverse) = split_rows(movable, b);
         if moving.is_empty() {
             return Ok(x0);
-        }
-        let mut inverse = vec![0usize; b];
-        for (pos, &row) in moving.iter().chain(&fixed).enumerate() {
-            inverse[row] = pos;
         }
         let (inverse, restore) = (index(&inverse), !fixed.is_empty());
         let x_move0 = if restore {
@@ -192,6 +183,21 @@ impl<'a> Request<'a> {
             xa
         })
     }
+}
+
+/// The rows of a batch of `b` that move, those that stay, and the order that puts
+/// `[moving; fixed]` back into place.
+fn split_rows(movable: Option<&[bool]>, b: usize) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let all_move = movable.is_none_or(|m| m.iter().all(|&t| t));
+    let (moving, fixed): (Vec<usize>, Vec<usize>) = match movable {
+        Some(m) if !all_move => (0..b).partition(|&i| m[i]),
+        _ => ((0..b).collect(), vec![]),
+    };
+    let mut inverse = vec![0usize; b];
+    for (pos, &row) in moving.iter().chain(&fixed).enumerate() {
+        inverse[row] = pos;
+    }
+    (moving, fixed, inverse)
 }
 
 /// The start of a PGD run from clean images `x0`: `x0` itself, or with `pgd.random_start` a
