@@ -1,5 +1,5 @@
 """Checks rdml's torchvision weight import: a torchvision ResNet (random weights and BN statistics,
-seeded) is saved as .pth and as .safetensors, loaded by rdml (`examples/resnet_features.rs`), and
+seeded) is saved as .pth and as .safetensors, loaded by rdml (`bench/profile/resnet_features.rs`), and
 the pooled features of the same batch are compared with PyTorch's in evaluation mode.
 Needs torch, torchvision (pip install --no-deps torchvision) and safetensors.
 Usage: python bench/check_resnet_import.py [resnet18|resnet50]

@@ -1,5 +1,5 @@
 """One training step of each defense on robrank's Fashion-MNIST setting in PyTorch, for a
-side-by-side timing with `examples/defense_step.rs`: C2F2, one SPC-2 batch of 128 pairs, triplet
+side-by-side timing with `bench/profile/defense_step.rs`: C2F2, one SPC-2 batch of 128 pairs, triplet
 loss (margin 0.2, random negatives mined on clean embeddings), Adam; the inner maximisation of each
 defense with the budget of its rdml preset (eps 77/255, step 3/255, 32 steps; CA-TRIDE 16 steps;
 positive perturbation eps 0.1, step 0.05, 5 steps; MDProp/AdvProp eps 0.01, 1 step), L-inf PGD

@@ -1,4 +1,4 @@
-//! Times NMI's k-means alone on sphere embeddings (examples/common/sphere.rs).
+//! Times NMI's k-means alone on sphere embeddings (bench/profile/common/sphere.rs).
 //! Usage: cargo run --release --example kmeans_prof -- N C D [REPEATS]
 use anyhow::Result;
 use std::time::Instant;

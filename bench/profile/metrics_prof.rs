@@ -1,4 +1,4 @@
-//! Times rdml's retrieval metrics on sphere embeddings (examples/common/sphere.rs).
+//! Times rdml's retrieval metrics on sphere embeddings (bench/profile/common/sphere.rs).
 //! Usage: cargo run --release --example metrics_prof -- N C D [REPEATS]
 use anyhow::Result;
 use std::time::Instant;
