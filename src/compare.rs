@@ -5,12 +5,11 @@
 //! per seed (`DIR/<name>-seed<S>`) and the table gives each column's mean ± sample std over the
 //! seeds, as the DML literature reports (Roth et al.).
 
-use crate::attack::budget::Pgd;
 use crate::attack::score::MeanStd;
-use crate::attack::suite::{Setup, robustness};
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
 use crate::run_dir::{Found, config_diff, inspect};
+use crate::scoring::options::{Resolved, RunScoring, ScoringOptions};
 use crate::train::{RunReport, TrainOptions, train};
 use anyhow::{Context as _, Result};
 use burn::tensor::Device;
@@ -43,12 +42,8 @@ pub struct Row {
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
     pub out: PathBuf,
-    pub pgd: Pgd,
-    pub queries: usize,
-    pub batch: usize,
-    pub seed: u64,
-    /// How the suite's images are made (a [`crate::attack::registry::method`] spec).
-    pub method: String,
+    /// The suite's budget, method, queries and seed, as `rdml robustness` takes them.
+    pub scoring: ScoringOptions,
     pub progress: bool,
     /// Train every experiment again, replacing finished runs in `out`.
     pub overwrite: bool,
@@ -137,7 +132,7 @@ fn finished(dir: &Path) -> Option<RunReport> {
 /// interrupted one is resumed (with the same config, see [`train`]).
 pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -> Result<Vec<Row>> {
     anyhow::ensure!(opts.seeds >= 1, "⟨seeds⟩ must be ≥ 1");
-    let method = crate::attack::registry::method(&opts.method)?;
+    let scoring = opts.scoring.resolve(Default::default(), 1)?;
     check_seeds(configs, opts.seeds)?;
     let exps = expand_seeds(configs, opts.seeds);
     check_names(&exps)?;
@@ -149,8 +144,8 @@ pub fn compare(configs: &[Experiment], opts: &CompareOptions, device: &Device) -
     for exp in &exps {
         let dir = opts.out.join(&exp.name);
         let report = trained(exp, &dir, opts, device)?;
-        rows.push(scored(exp, dir, &report, method.as_ref(), opts, device)?);
-        write_tables(&rows, configs, opts)?;
+        rows.push(scored(exp, dir, &report, &scoring, opts, device)?);
+        write_tables(&rows, configs, opts, &scoring)?;
     }
     Ok(rows)
 }
@@ -220,12 +215,12 @@ fn trained(exp: &Experiment, dir: &Path, opts: &CompareOptions, device: &Device)
 }
 
 /// The run's row: its final test metrics and the robustness suite run on it, whose record is
-/// also written into the run, as `rdml robustness` writes it (its report shows the terms).
+/// kept in the run as `rdml robustness` keeps it (one session, one record, one policy).
 fn scored(
     exp: &Experiment,
     dir: PathBuf,
     report: &RunReport,
-    method: &dyn crate::attack::method::Method,
+    scoring: &Resolved,
     opts: &CompareOptions,
     device: &Device,
 ) -> Result<Row> {
@@ -233,31 +228,13 @@ fn scored(
         .final_metrics
         .clone()
         .with_context(|| format!("{}: the run has no final metrics", dir.display()))?;
-    let target = crate::target::Target::open(&dir, None, 0, device)?;
-    let digest = &target.digest;
-    let ctx = target.context(device, false, opts.batch)?;
-    let setup = Setup {
-        method,
+    let run = RunScoring {
         progress: opts.progress,
-        ..Setup::white_box(&ctx, &opts.pgd, opts.queries, opts.batch, opts.seed)
+        ..Default::default()
     };
-    let r = robustness(&setup)?;
-    let record = crate::attack::record::RobustnessRecord {
-        model: dir.clone(),
-        model_digest: Some(digest.clone()),
-        profile: None,
-        method: Some(opts.method.clone()),
-        surrogate: None,
-        pgd: Some(opts.pgd),
-        queries: Some(opts.queries),
-        seed: Some(opts.seed),
-        robrank_compat: false,
-        gallery: None,
-        table: r.clone(),
-        repeats: None,
-    };
-    crate::run_dir::check_unchanged(&dir, digest, crate::attack::record::FILE)?;
-    crate::run_dir::put_json(&dir, crate::attack::record::FILE, &record)?;
+    let scored = crate::scoring::open_run(&dir, &run, scoring, device)?.robustness()?;
+    scored.store()?;
+    let r = &scored.record.table;
     Ok(Row {
         name: exp.name.clone(),
         defense: exp.defense.as_ref().map_or("none", |d| d.name()).to_string(),

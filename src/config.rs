@@ -232,7 +232,7 @@ impl Experiment {
         let _: Experiment = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         let mut value: toml::Value = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         for w in repeated_overrides(overrides) {
-            eprintln!("warning: {w}");
+            crate::notes::warn(w);
         }
         for o in overrides {
             apply_override(&mut value, o)?;
@@ -309,7 +309,7 @@ impl Experiment {
 }
 
 mod overrides;
-pub use overrides::{apply_override, command_overrides, repeated_overrides};
+pub use overrides::{SetKeys, apply_override, command_overrides, repeated_overrides};
 
 #[cfg(test)]
 mod tests {

@@ -31,9 +31,9 @@ pub struct ImportRequest {
     /// Checked against the checkpoint's embedding layer; read from it when `None`.
     #[serde(default)]
     pub embedding_dim: Option<usize>,
-    /// `OLD=NEW` key-prefix rules.
+    /// Key-prefix rules: `OLD=NEW` texts, or OLD → NEW (a dict in Python).
     #[serde(default)]
-    pub key_map: Vec<String>,
+    pub key_map: KeyMap,
     #[serde(default)]
     pub allow: Allow,
     /// L2-normalise the embedding (robrank's `N`/`C` losses, PML's cosine setups); default on.
@@ -49,11 +49,41 @@ pub struct ImportRequest {
     #[serde(default)]
     pub config: Option<String>,
     #[serde(default)]
-    pub set: Vec<String>,
+    pub set: crate::config::SetKeys,
     pub out: PathBuf,
     /// Replace an rdml run already in `out`.
     #[serde(default)]
     pub overwrite: bool,
+}
+
+/// Key-prefix rules as a request carries them: `OLD=NEW` texts (`--key-map`, a list in Python),
+/// or OLD → NEW (a dict in Python).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(untagged)]
+pub enum KeyMap {
+    #[default]
+    None,
+    Texts(Vec<String>),
+    Prefixes(serde_json::Map<String, serde_json::Value>),
+}
+
+impl KeyMap {
+    /// The rules, each checked.
+    pub fn rules(&self) -> Result<Vec<KeyRule>> {
+        match self {
+            KeyMap::None => Ok(vec![]),
+            KeyMap::Texts(t) => t.iter().map(|r| r.parse()).collect(),
+            KeyMap::Prefixes(m) => m
+                .iter()
+                .map(|(from, to)| match to.as_str() {
+                    Some(to) => KeyRule::new(from, to),
+                    None => Err(crate::input_error(format!(
+                        "⟨key_map⟩ {from:?}: {to} is not a key prefix (expected a string; \"\" strips {from:?})"
+                    ))),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The `[model]` normalisation fields `spec` names (`--input-norm`).
@@ -88,12 +118,13 @@ fn experiment(req: &ImportRequest, embedding_dim: usize) -> Result<Experiment> {
         _ => "cub-resnet18-triplet",
     };
     let config = req.config.as_deref().unwrap_or(default);
-    let mut exp = Experiment::load(config, &req.set)?;
+    let set = req.set.texts()?;
+    let mut exp = Experiment::load(config, &set)?;
     let l2_normalize = req.l2_normalize.unwrap_or(true);
     // Raw embeddings are compared in Euclidean distance unless the user says otherwise.
-    let distance_set = req.set.iter().any(|s| s.trim_start().starts_with("loss.distance"));
+    let distance_set = set.iter().any(|s| s.trim_start().starts_with("loss.distance"));
     if !l2_normalize && exp.loss.distance().needs_normalized() && !distance_set {
-        let mut set = req.set.clone();
+        let mut set = set.clone();
         set.push("loss.distance=\"euclidean\"".into());
         exp = Experiment::load(config, &set)?;
     }
@@ -153,7 +184,7 @@ pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
         }
     }
     let start = check_out(&req.out, req.overwrite)?;
-    let rules: Vec<KeyRule> = req.key_map.iter().map(|r| r.parse()).collect::<Result<_>>()?;
+    let rules = req.key_map.rules()?;
     let mut sources: Vec<Checkpoint> = vec![checkpoint::read(&req.from)?];
     if let Some(e) = &req.embedder {
         sources.push(checkpoint::read(e)?);

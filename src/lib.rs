@@ -6,7 +6,7 @@
 //! The layers: a module uses only its own layer's earlier modules and the layers before it (no
 //! import points up, no two modules import each other; `tools/modules.py` checks both in CI):
 //! 1. `host`, `atomic` (files written whole), `run_dir`, `scored_dir` (a scored model's `out`
-//!    folder), `output`, `progress`, `device`,
+//!    folder), `output`, `notes` (warnings and notes, to the front end's sink), `progress`, `device`,
 //!    `kernel`, `data`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
@@ -15,9 +15,9 @@
 //! 5. `defense` (one file per defense behind `defense::Defense`);
 //! 6. `config`, `train`;
 //! 7. the pipelines: `import` (a PyTorch model made a run folder), `target` (a run opened as an attack target), `grid` (the report's stored
-//!    retrieval grid), `scoring` (a run attacked and scored), `quickstart`, `compare`, `embed`,
-//!    `html` (the report, from records alone), `model_scoring` (a model held outside rdml,
-//!    an oracle, attacked and scored on the caller's images);
+//!    retrieval grid), `scoring` (one scoring session — a run folder, or a model held outside
+//!    rdml as an oracle on the caller's images — its options resolved once, its record built
+//!    once), `quickstart`, `compare`, `embed`, `html` (the report, from records alone);
 //! 8. the command line (`src/cli/`, in the binary).
 
 pub mod atomic;
@@ -40,7 +40,7 @@ pub mod kernel;
 mod kinds;
 pub mod loss;
 pub mod model;
-pub mod model_scoring;
+pub mod notes;
 pub mod output;
 pub mod owned;
 pub mod progress;

@@ -15,6 +15,10 @@ fn main() {
         unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
     rdml::field::set_build_words(cli::build_words);
+    // The library's warnings and notes: a line each on standard error, in the command line's words.
+    rdml::notes::set_sink(Some(Box::new(|level, text| {
+        eprintln!("{}: {}", level.word(), words(text))
+    })));
     let cli = Cli::parse();
     // A failure on the device (out of memory above all) surfaces as a panic at the next read
     // from it; report it as an error, with advice where there is some.

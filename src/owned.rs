@@ -294,24 +294,21 @@ impl Ledger {
             return Ok(());
         };
         let staging = self.staging(&p)?;
-        // A note goes straight to the terminal: its option in the command line's words (the
-        // folders Python writes name theirs as a keyword already).
-        let what = crate::field::render(what, crate::field::Words::CommandLine);
         if p.phase == Phase::Swapping {
             self.swap(&p, &staging)?;
-            eprintln!(
-                "note: {what}: {}: an interrupted write of {} files was finished (the new files stand)",
+            crate::notes::note(format!(
+                "{what}: {}: an interrupted write of {} files was finished (the new files stand)",
                 self.dir.display(),
                 p.writes.len()
-            );
+            ));
         } else {
             remove_staging(&staging)?;
             self.state.pending = None;
             self.save()?;
-            eprintln!(
-                "note: {what}: {}: an interrupted write was undone (the earlier files are as they were)",
+            crate::notes::note(format!(
+                "{what}: {}: an interrupted write was undone (the earlier files are as they were)",
                 self.dir.display()
-            );
+            ));
         }
         Ok(())
     }

@@ -30,6 +30,12 @@ pub fn between_batches() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A line of a long job's progress on standard error (an epoch's, a suite attack's), and where
+/// the library's notes go when no front end installed a sink ([`crate::notes`]).
+pub fn line(text: &str) {
+    eprintln!("{text}");
+}
+
 /// One task of `total` steps.
 pub struct Progress {
     label: String,

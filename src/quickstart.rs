@@ -2,13 +2,14 @@
 //! when installed, else the test split shipped inside rdml), evaluated, then attacked with the
 //! nearest-neighbour attack at robrank's rob28 budget on 512 test queries; `report.json` holds it.
 
-use crate::attack::profile::{Overrides, profile};
-use crate::attack::suite::{AttackResult, Context, run};
-use crate::attack::{budget::Pgd, registry};
+use crate::attack::budget::Pgd;
+use crate::attack::suite::AttackResult;
+use crate::attack::{registry, unit::Attack};
 use crate::config::Experiment;
 use crate::eval::Metrics;
 use crate::run_dir::{Found, inspect};
-use crate::train::{RunReport, TrainOptions, load_run, train};
+use crate::scoring::options::{Resolved, RunScoring, ScoringOptions};
+use crate::train::{RunReport, TrainOptions, train};
 use anyhow::{Context as _, Result, bail};
 use burn::tensor::Device;
 use std::path::{Path, PathBuf};
@@ -95,30 +96,35 @@ impl Quickstart {
         Ok((rep, m))
     }
 
-    /// The budget of the quickstart's attack.
-    pub fn pgd() -> Result<Pgd> {
-        Ok(profile(PROFILE)?.pgd(&Overrides::default()))
+    /// The quickstart's attack and its options: [`ATTACK`] at the [`PROFILE`] budget on the
+    /// first [`QUERIES`] test items, seeded by the experiment.
+    pub fn attack_options(&self) -> Result<(Box<dyn Attack>, Resolved)> {
+        let (unit, spec) = registry::attack_with_budget(ATTACK)?;
+        let options = ScoringOptions {
+            profile: PROFILE.into(),
+            queries: QUERIES,
+            seed: self.exp.seed,
+            ..Default::default()
+        };
+        Ok((unit, options.resolve(spec, 1)?))
     }
 
-    /// Attacks the trained model and writes `report.json`; `started` is when quickstart began.
+    /// Attacks the trained model and writes `report.json` (the result and its budget returned); `started` is when quickstart began.
     pub fn attack(
         &self,
         rep: &RunReport,
         metrics: &Metrics,
         device: &Device,
         started: Instant,
-    ) -> Result<AttackResult> {
-        let run_ = load_run(&self.out, None, device)?;
-        let ctx = Context::new(&run_.net, &run_.test.query, device, false)?;
-        let pgd = Self::pgd()?;
-        let nn = run(
-            &ctx,
-            registry::attack(ATTACK)?.as_ref(),
-            &pgd,
-            QUERIES,
-            128,
-            self.exp.seed,
-        )?;
+    ) -> Result<(AttackResult, Pgd)> {
+        let (unit, options) = self.attack_options()?;
+        let run = RunScoring {
+            progress: false,
+            ..Default::default()
+        };
+        let nn =
+            crate::scoring::open_run(&self.out, &run, &options, device)?.attack_once(unit.as_ref(), false, None)?;
+        let pgd = options.pgd;
         let report = serde_json::json!({
             "data": self.source,
             "config": self.exp,
@@ -133,7 +139,7 @@ impl Quickstart {
             "total_seconds": started.elapsed().as_secs_f64(),
         });
         crate::run_dir::put_json(&self.out, "report.json", &report)?;
-        Ok(nn)
+        Ok((nn, pgd))
     }
 
     pub fn report_path(&self) -> PathBuf {
@@ -151,7 +157,7 @@ pub fn free_run_folder(base: &str) -> Result<PathBuf> {
         };
         if inspect(Path::new(&p))? == Found::Nothing {
             if n > 1 {
-                eprintln!("{base} holds a run (kept): writing to {}", p.display());
+                crate::notes::note(format!("{base} holds a run (kept): writing to {}", p.display()));
             }
             return Ok(p);
         }

@@ -319,3 +319,91 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
     let z = cw_linf(&Net::new(&net, 0), &x, None, &obj, &CwLinf { eps: 0.0, ..cfg }).unwrap();
     assert_eq!(z.into_data(), x.into_data());
 }
+
+/// Issue 51: `compare --robrank-compat` scores each run as `rdml robustness --robrank-compat`
+/// does (one scoring session, one record), and its records say robrank's mode and profile.
+#[test]
+fn compare_scores_as_robustness_does_under_robrank_compat() {
+    use rdml::scoring::options::{RunScoring, ScoringOptions};
+    let out = std::env::temp_dir().join(format!("rdml-compare-compat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let set = |name: &str, lr: &str| -> Vec<String> {
+        [
+            "train.epochs=1",
+            "train.max_batches=2",
+            "train.sampler.pairs=32",
+            "eval.nmi=false",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("name=\"{name}\""), format!("train.optimizer.lr={lr}")])
+        .collect()
+    };
+    let exps = [
+        rdml::config::Experiment::load("quickstart", &set("a", "0.001")).unwrap(),
+        rdml::config::Experiment::load("quickstart", &set("b", "0.0005")).unwrap(),
+    ];
+    let scoring = ScoringOptions {
+        queries: 12,
+        steps: Some(2),
+        robrank_compat: true,
+        ..Default::default()
+    };
+    let opts = rdml::compare::CompareOptions {
+        out: out.clone(),
+        scoring: scoring.clone(),
+        progress: false,
+        overwrite: false,
+        seeds: 1,
+    };
+    let dev = Device::default();
+    let rows = rdml::compare::compare(&exps, &opts, &dev).unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        let kept: rdml::attack::record::RobustnessRecord =
+            serde_json::from_slice(&std::fs::read(row.run.join("robustness.json")).unwrap()).unwrap();
+        assert!(
+            kept.robrank_compat,
+            "{}: compare's record says rdml's own mode",
+            row.name
+        );
+        assert_eq!(kept.profile.as_deref(), Some("rob28"));
+        // robrank's decimals of rob28's ε.
+        assert_eq!(kept.pgd.unwrap().eps, 0.30196);
+        let job = rdml::job::RobustnessJob {
+            model: row.run.clone(),
+            options: scoring.clone(),
+            run: RunScoring {
+                progress: false,
+                ..Default::default()
+            },
+            out: None,
+            overwrite: false,
+        };
+        let done = job.run(|| Ok(dev.clone())).unwrap();
+        // Every column's raw value and term (the results hold timings besides), as the record
+        // file holds them (serde_json's reading of a float may differ from it in the last bit).
+        let table = |r: &rdml::attack::suite::Robustness| {
+            let file: rdml::attack::suite::Robustness =
+                serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap();
+            (serde_json::to_value(&file.rows).unwrap(), file.ers, file.ars)
+        };
+        assert_eq!(table(&kept.table), table(&done.scored.record.table), "{}", row.name);
+        assert_eq!(row.ers, done.scored.record.table.ers);
+        assert!(done.scored.record.robrank_compat);
+        if row.name != "a" {
+            continue;
+        }
+        // And robrank's mode changes what the suite measures (the test could not pass without it).
+        let own = rdml::job::RobustnessJob {
+            options: ScoringOptions {
+                robrank_compat: false,
+                ..scoring.clone()
+            },
+            ..job
+        };
+        let own = own.run(|| Ok(dev.clone())).unwrap();
+        assert_ne!(table(&kept.table), table(&own.scored.record.table), "{}", row.name);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -31,7 +31,12 @@ from ._defense import Defense
 from ._loss import Loss
 
 __version__ = _rdml.__version__
-__all__ = ["Attack", "Defense", "Loss", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",
+#: The category of rdml's warnings and notes (``warnings.warn``): a result to read with care
+#: (a gallery that is the queries, embeddings off the unit sphere), or something rdml did on its
+#: own (an interrupted write finished). ``warnings.simplefilter("error", rdml.RdmlWarning)``
+#: makes them errors.
+RdmlWarning = _rdml.RdmlWarning
+__all__ = ["Attack", "Defense", "Loss", "RdmlWarning", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",
            "presets", "robustness", "split_batch_norm", "train"]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -55,10 +60,7 @@ def _matrix(a: Any, what: str) -> np.ndarray:
         raise ValueError(f"{what}: expected a 2-D array (items × dimensions), got shape {m.shape}")
     if not np.issubdtype(m.dtype, np.floating) and not np.issubdtype(m.dtype, np.integer):
         raise ValueError(f"{what}: expected numbers, got dtype {m.dtype}")
-    m = np.ascontiguousarray(m, dtype="<f4")
-    if not np.isfinite(m).all():
-        raise ValueError(f"{what}: contains NaN or infinite values")
-    return m
+    return np.ascontiguousarray(m, dtype="<f4")
 
 
 def _labels(a: Any, n: int, what: str) -> List[int]:
@@ -117,25 +119,13 @@ def devices() -> List[str]:
     return _run("devices", {})[0]
 
 
-def _toml_value(key: str, v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(key, x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{k} = {_toml_value(key, x)}" for k, x in v.items()) + "}"
-    raise ValueError(f"set[{key!r}]: a {type(v).__name__} has no TOML form")
-
-
-def _overrides(set: Union[None, Mapping[str, Any], Sequence[str]]) -> List[str]:
+def _overrides(set: Union[None, Mapping[str, Any], Sequence[str]]) -> Union[Dict[str, Any], List[str]]:
+    """``set=`` as the library reads it: keys and their values (the library writes them as TOML),
+    or ``KEY=VALUE`` texts."""
     if set is None:
         return []
     if isinstance(set, Mapping):
-        return [f"{k}={_toml_value(k, v)}" for k, v in set.items()]
+        return {str(k): v for k, v in set.items()}
     return [str(s) for s in set]
 
 
@@ -205,10 +195,7 @@ def import_torch(
     read is the returned run's ``import_record`` (``import.json``). ``device`` and ``quiet`` are
     the returned ``Run``'s.
     """
-    if isinstance(key_map, Mapping):
-        rules = [f"{k}={v}" for k, v in key_map.items()]
-    else:
-        rules = list(key_map or [])
+    rules = dict(key_map) if isinstance(key_map, Mapping) else [str(r) for r in key_map or []]
     # By name: two flags of one type swapped by position would import silently wrong.
     _run("import", dict(
         **{"from": os.fspath(path)},
@@ -258,6 +245,8 @@ def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -
     gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
     if gallery is None and gallery_labels is not None:
         raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
+    from ._torch import module_digest
+
     x, shaped = _shaped(images, labels)
     arrays, g = [x], None
     if gallery is not None:
@@ -268,7 +257,8 @@ def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -
     options = _drop_none(_options(**{k: kw.pop(k) for k in _OPTIONS}))
     request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
                    out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
-                   model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g)
+                   model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
+                   model_digest=None if m["run"] else module_digest(model))
     with _frozen(m["model"]), _frozen(s["model"]):
         return _run("score", request, arrays, device=m["device"], model=m["model"], surrogate=s["model"])[0]
 
@@ -283,16 +273,23 @@ def _run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, dev
          surrogate: Any = None) -> Tuple[Any, List[bytes]]:
     """The library's job ``job`` on ``request`` (its own field names, those left as ``None``
     taking the library's defaults) with float32 ``arrays``: the answer, and its arrays."""
-    req = json.dumps({k: v for k, v in request.items() if v is not None})
+    req = json.dumps({k: v for k, v in request.items() if v is not None}, default=_plain)
     out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate)
     return json.loads(out), arrays
+
+
+def _plain(v: Any) -> Any:
+    """A NumPy scalar or array in a request (``set={"loss.margin": np.float32(0.1)}``) as JSON."""
+    if isinstance(v, (np.generic, np.ndarray)):
+        return v.tolist()
+    raise ValueError(f"a {type(v).__name__} in a request: expected numbers, strings, booleans, lists or dicts")
 
 
 def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
+def _options(*, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
     """The scoring keywords under the library's field names (integers made integers; one left
     as ``None`` is dropped by ``_run``/``_drop_none`` and takes the library's default)."""
     num = lambda v, t: None if v is None else t(v)
@@ -307,7 +304,7 @@ def robustness(
     labels: Any = None,
     *,
     profile: str = "rob28",
-    queries: Optional[int] = None,
+    queries: int = 1024,
     eps: Optional[float] = None,
     step: Optional[float] = None,
     steps: Optional[int] = None,
@@ -332,8 +329,7 @@ def robustness(
     embeddings; it runs on the device of its parameters (or ``device``), in eval mode, with no
     gradient to its parameters. An ``rdml.Run`` is scored too (its own network, on these images). ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
     model normalises them itself, since budgets are in pixels) with one integer label each, or a
-    torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``queries`` defaults to
-    1024. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
+    torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
     a ``surrogate``). ``surrogate`` (a PyTorch model or an ``rdml.Run``) makes the adversarial
     examples, which are scored on ``model``: a transfer attack. ``gallery`` (with
     ``gallery_labels``, as ``images`` and ``labels``) holds the images the queries are ranked
@@ -356,7 +352,7 @@ def attack(
     spec: str,
     *,
     profile: str = "rob28",
-    queries: Optional[int] = None,
+    queries: int = 1024,
     eps: Optional[float] = None,
     step: Optional[float] = None,
     steps: Optional[int] = None,
@@ -375,7 +371,7 @@ def attack(
     quiet: bool = False,
 ) -> Dict[str, Any]:
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
-    the dict ``Run.attack`` returns. ``queries`` defaults to 1024, as ``rdml.robustness``; the rest too."""
+    the dict ``Run.attack`` returns; the keywords are ``rdml.robustness``'s."""
     return _score(model, images, labels, spec, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=None, quiet=quiet,
@@ -463,7 +459,8 @@ class Run:
         """``rdml embed``: the embeddings of ``"train"``, ``"test"`` or ``"all"``, with labels and item
         ids; with ``attack`` (``rdml embed --attack``), those of the test split with its first
         ``queries`` items replaced by their adversarial images under that attack."""
-        options = _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat)
+        options = _options(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
+                           method=method, queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat)
         request = dict(model=self.path, split=split, attack=attack, options=_drop_none(options), data=self.data,
                        progress=not self.quiet)
         answer, (raw,) = _run("embed_split", request, device=self.device)
@@ -491,8 +488,10 @@ class Run:
         bn_set: int = 0,
     ) -> Dict[str, Any]:
         """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
-        options, run = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                                         robrank_compat, surrogate, repeats)
+        options, run = self._attack_args(
+            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+            queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
+            repeats=repeats)
         request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
         return _run("attack", request, device=self.device)[0]
 
@@ -515,15 +514,18 @@ class Run:
     ) -> Dict[str, Any]:
         """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
         ``rows``) is also written to the run folder's robustness.json and its report."""
-        options, run = self._attack_args(profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                                         robrank_compat, surrogate, repeats)
+        options, run = self._attack_args(
+            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+            queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
+            repeats=repeats)
         return _run("robustness", dict(model=self.path, options=options, run=run), device=self.device)[0]
 
-    def _attack_args(self, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
+    def _attack_args(self, *, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                      robrank_compat, surrogate, repeats) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """The options and the run-folder fields ``attack`` and ``robustness`` share, by name (two
         of one type swapped by position would run a different attack silently)."""
-        options = _options(profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat)
+        options = _options(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
+                           method=method, queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat)
         run = dict(surrogate=None if surrogate is None else os.fspath(surrogate), repeats=int(repeats), data=self.data,
                    progress=not self.quiet)
         return _drop_none(options), _drop_none(run)

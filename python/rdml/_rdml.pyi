@@ -6,6 +6,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 __version__: str
 
+class RdmlWarning(UserWarning): ...
+
 def run(
     job: str, request: str, arrays: Sequence[bytes], device: Optional[str], model: Optional[Any], surrogate: Optional[Any]
 ) -> Tuple[str, List[bytes]]: ...

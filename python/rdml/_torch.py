@@ -157,3 +157,23 @@ def _array(a: Any, what: str) -> np.ndarray:
             t = t.float()
         return t.numpy()
     return np.asarray(a)
+
+
+def module_digest(model: Any) -> Optional[str]:
+    """``sha256:…`` of a ``torch.nn.Module``'s parameters and buffers (names, dtypes, shapes and
+    bytes, in ``state_dict`` order), which a record names as ``model_digest``, as a run's records
+    name its weights'; ``None`` for a plain function."""
+    import hashlib
+
+    state = getattr(model, "state_dict", None)
+    if not callable(state):
+        return None
+    torch = _torch()
+    h = hashlib.sha256()
+    for name, t in state().items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return "sha256:" + h.hexdigest()

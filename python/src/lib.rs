@@ -14,6 +14,32 @@ use rdml::job::wire::{Call, call};
 use std::sync::{Arc, Mutex};
 use words::{floats, to_bytes};
 
+pyo3::create_exception!(
+    _rdml,
+    RdmlWarning,
+    pyo3::exceptions::PyUserWarning,
+    "A warning or note of rdml's library: a result to read with care, or something rdml did on its own."
+);
+
+/// The library's warnings and notes of the job under way ([`rdml::notes`]), raised with
+/// `warnings.warn` once it returns (it runs without the GIL, and may tell from any thread).
+static TOLD: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Raises what the library told during the last job as `RdmlWarning`s, then `answer`.
+fn told<T>(py: Python<'_>, answer: PyResult<T>) -> PyResult<T> {
+    let texts = std::mem::take(&mut *TOLD.lock().unwrap_or_else(|p| p.into_inner()));
+    let category = py.get_type::<RdmlWarning>();
+    for text in texts {
+        let text = std::ffi::CString::new(text.replace('\0', " ")).unwrap_or_default();
+        let warned = PyErr::warn(py, &category, &text, 1);
+        // The job's own error comes first; a warning made an error stops a job that succeeded.
+        if answer.is_ok() {
+            warned?;
+        }
+    }
+    answer
+}
+
 /// The job `job` on its `request` (JSON, the library's field names) with its float32 `arrays`,
 /// the caller's `model` and `surrogate` (objects with `embed`, `pull_back` and
 /// `differentiable`), on `device`: `(the answer as JSON, its arrays as bytes)`.
@@ -44,7 +70,7 @@ fn run<'py>(
         device: device.as_deref(),
         words: Words::Python,
     };
-    let answer = py.allow_threads(|| call(c)).map_err(|e| model::kept_or(&raised, e))?;
+    let answer = told(py, py.allow_threads(|| call(c)).map_err(|e| model::kept_or(&raised, e)))?;
     let arrays = answer.arrays.iter().map(|a| to_bytes(py, a)).collect::<PyResult<_>>()?;
     Ok((answer.json, arrays))
 }
@@ -61,8 +87,9 @@ impl Session {
     /// The session `kind` (`defense`, `loss`) of `request` (JSON, the library's field names).
     #[new]
     #[pyo3(signature = (kind, request, device=None))]
-    fn new(kind: &str, request: &str, device: Option<String>) -> PyResult<Self> {
-        let s = rdml::job::wire::Session::open(kind, request, device.as_deref()).map_err(words::invalid_or_raise)?;
+    fn new(py: Python<'_>, kind: &str, request: &str, device: Option<String>) -> PyResult<Self> {
+        let opened = rdml::job::wire::Session::open(kind, request, device.as_deref()).map_err(words::invalid_or_raise);
+        let s = told(py, opened)?;
         Ok(Self { inner: Mutex::new(s) })
     }
 
@@ -95,7 +122,8 @@ impl Session {
         };
         let answer = py
             .allow_threads(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).call(c))
-            .map_err(|e| model::kept_or(&raised, e))?;
+            .map_err(|e| model::kept_or(&raised, e));
+        let answer = told(py, answer)?;
         let arrays = answer.arrays.iter().map(|a| to_bytes(py, a)).collect::<PyResult<_>>()?;
         Ok((answer.json, arrays))
     }
@@ -107,6 +135,11 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // by `raise`) when a training or attack loop asks, with the GIL taken for that moment.
     rdml::progress::set_interrupt(Some(Box::new(|| Python::with_gil(|py| py.check_signals().is_err()))));
     rdml::field::set_build_words(words::build_words);
+    rdml::notes::set_sink(Some(Box::new(|_, text| {
+        let text = rdml::field::render(text, Words::Python);
+        TOLD.lock().unwrap_or_else(|p| p.into_inner()).push(text);
+    })));
+    m.add("RdmlWarning", m.py().get_type::<RdmlWarning>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_class::<Session>()?;

@@ -185,8 +185,7 @@ def test_the_keywords_defaults_are_the_librarys():
     for f in (rdml.robustness, rdml.attack):
         p = inspect.signature(f).parameters
         assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,
-                p["repeats"].default) == (profile, method, batch, seed, repeats)
-        assert p["queries"].default is None  # the library's
+                p["repeats"].default, p["queries"].default) == (profile, method, batch, seed, repeats, queries)
     # A run folder's methods: the same defaults (embed_split's attack included).
     for f in (rdml.Run.robustness, rdml.Run.attack, rdml.Run.embed_split):
         p = inspect.signature(f).parameters
@@ -203,6 +202,9 @@ def test_out_writes_the_record_and_report_and_replaces_only_its_own(tmp_path):
     r = rdml.robustness(model, x, y, queries=4, steps=2, out=out, quiet=True)
     rec = json.loads((out / "robustness.json").read_text())
     assert rec["table"]["ers"] == r["table"]["ers"] and rec["pgd"]["steps"] == 2
+    # The record names the model by a digest of its parameters and buffers, and the queries used.
+    assert r["model_digest"] == rdml._torch.module_digest(model) and r["model_digest"].startswith("sha256:")
+    assert r["queries"] == 4 == r["queries_used"]
     assert "ERS" in (out / "report.html").read_text()
     again = rdml.robustness(model, x, y, queries=4, steps=3, out=out, quiet=True)
     assert json.loads((out / "robustness.json").read_text())["pgd"]["steps"] == 3 == again["pgd"]["steps"]
@@ -305,7 +307,7 @@ def test_ctrl_c_stops_a_scoring_call_between_batches(tmp_path):
     assert "KeyboardInterrupt" in err, err
 
 
-def test_import_refuses_what_it_cannot_read_and_names_the_data_it_scores_on(tmp_path, capfd):
+def test_import_refuses_what_it_cannot_read_and_names_the_data_it_scores_on(tmp_path):
     vit = {"cls_token": torch.zeros(1, 1, 8), "pos_embed": torch.zeros(1, 5, 8),
            "blocks.0.attn.qkv.weight": torch.zeros(24, 8), "head.weight": torch.zeros(4, 8)}
     efficientnet = {"features.1.0.block.0.0.weight": torch.zeros(8, 1, 3, 3), "classifier.1.weight": torch.zeros(4, 8)}
@@ -327,9 +329,9 @@ def test_import_refuses_what_it_cannot_read_and_names_the_data_it_scores_on(tmp_
     torch.manual_seed(0)
     torch.save(L2(c2f2(16)).state_dict(), tmp_path / "c2f2.pth")
     run = rdml.import_torch(tmp_path / "c2f2.pth", tmp_path / "run", arch="c2f2", quiet=True)
-    capfd.readouterr()
-    run.attack("CA+", queries=2, steps=1)
-    assert "imported without a config, so it is scored on its default config's data: fashion-mnist-embedded" in capfd.readouterr().err
+    said = "imported without a config, so it is scored on its default config's data: fashion-mnist-embedded.*data="
+    with pytest.warns(rdml.RdmlWarning, match=said):
+        run.attack("CA+", queries=2, steps=1)
 
 
 def test_the_readme_pytorch_session_prints_what_the_readme_shows(tmp_path):
@@ -375,15 +377,14 @@ def test_metrics_take_torch_tensors_as_pytorch_users_hold_them():
     assert abs(half["recall@1"] - want["recall@1"]) <= 0.1
 
 
-def test_metrics_traps_are_closed(capfd):
+def test_metrics_traps_are_closed():
     rng = np.random.default_rng(1)
     e = rng.standard_normal((60, 8)).astype(np.float32)
     y = rng.integers(0, 6, 60)
     plain = rdml.metrics(e, y, nmi=False)
     # The queries passed again as the gallery: leave-one-out, with a warning, not R@1 = 1.
-    capfd.readouterr()
-    same = rdml.metrics(e, y, gallery=e.copy(), gallery_labels=y.copy(), nmi=False)
-    assert "the gallery is the query set itself" in capfd.readouterr().err
+    with pytest.warns(rdml.RdmlWarning, match="the gallery is the query set itself.*leave the gallery out"):
+        same = rdml.metrics(e, y, gallery=e.copy(), gallery_labels=y.copy(), nmi=False)
     assert same["recall@1"] == plain["recall@1"] < 1.0
     # No query has another item of its class: an error, not zeros and NMI 1.
     with pytest.raises(ValueError, match="no query has another item of its class"):
@@ -392,7 +393,7 @@ def test_metrics_traps_are_closed(capfd):
     assert "embed_seconds" not in plain and plain["metric_seconds"] > 0
 
 
-def test_a_gallery_ranks_the_queries_among_it_alone(capfd):
+def test_a_gallery_ranks_the_queries_among_it_alone():
     torch.manual_seed(0)
     model = L2(c2f2(32))
     q, qy = fashion(40)
@@ -414,9 +415,8 @@ def test_a_gallery_ranks_the_queries_among_it_alone(capfd):
     one = rdml.attack(model, q[:1], qy[:1], "QA-", queries=1, steps=2, **kw)
     assert (one["scores"]["QA-"] * 160 / 100) == pytest.approx(round(one["scores"]["QA-"] * 160 / 100))
     # The queries passed as their own gallery: leave-one-out, with a warning, as with no gallery.
-    capfd.readouterr()
-    same = rdml.attack(model, q, qy, "ES", queries=40, gallery=q, gallery_labels=qy, quiet=True)
-    assert "the gallery is the queries themselves" in capfd.readouterr().err
+    with pytest.warns(rdml.RdmlWarning, match="the gallery is the queries themselves"):
+        same = rdml.attack(model, q, qy, "ES", queries=40, gallery=q, gallery_labels=qy, quiet=True)
     assert same["scores"] == rdml.attack(model, q, qy, "ES", queries=40, quiet=True)["scores"]
     for bad, match in [
         (dict(gallery_labels=gy), "gallery_labels: given without gallery"),

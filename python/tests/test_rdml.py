@@ -20,12 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "q"
-    return rdml.train("quickstart", out, epochs=1, max_batches=6, set={"eval.nmi": False}, quiet=True)
+    # set= as keys and values (a table and NumPy scalars too): the library writes them as TOML.
+    overrides = {"eval.nmi": False, "train.sampler": {"kind": "spc2", "pairs": np.int64(128)}, "loss.margin": np.float64(0.2)}
+    return rdml.train("quickstart", out, epochs=1, max_batches=6, set=overrides, quiet=True)
 
 
 def test_train_writes_a_run_with_its_config_and_metrics(run):
     assert run.config["name"] == "quickstart"
     assert run.config["train"]["epochs"] == 1 and run.config["train"]["max_batches"] == 6
+    assert run.config["train"]["sampler"]["pairs"] == 128 and run.config["eval"]["nmi"] is False
     assert len(run.epochs) == 1
     m = run.metrics
     assert 0.1 < m["recall@1"] <= 1.0 and m["queries"] == 2000
@@ -78,6 +81,13 @@ def test_metrics_by_hand():
     # Against a gallery: both queries' nearest gallery item is 0.7 (class 0): one hit in two.
     g = rdml.metrics(e[:2], [0, 1], gallery=e[2:], gallery_labels=[0, 1, 1], recall_ks=(1,), nmi=False, pi_ratio=False)
     assert g["recall@1"] == pytest.approx(0.5)
+    # A NaN would rank arbitrarily: the library refuses it, naming the array and its place.
+    bad = e.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(ValueError, match=r"embeddings: contains NaN or infinite values \(row 3, column 0\)"):
+        rdml.metrics(bad, [0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match=r"gallery: contains NaN or infinite values \(row 1"):
+        rdml.metrics(e[:2], [0, 1], gallery=bad[2:], gallery_labels=[0, 1, 1])
 
 
 def test_embed_images_is_the_models_embedding(run):
@@ -135,6 +145,8 @@ def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path, run):
         rdml.train("no-such-preset", tmp_path / "x", quiet=True)
     with pytest.raises(ValueError, match="epochz"):
         rdml.train("quickstart", tmp_path / "x", set={"train.epochz": 1}, quiet=True)
+    with pytest.raises(ValueError, match=r"set= loss.margin: null has no TOML form"):
+        rdml.train("quickstart", tmp_path / "x", set={"loss.margin": None}, quiet=True)
     with pytest.raises(ValueError, match="BOGUS"):
         run.attack("BOGUS")
     with pytest.raises(ValueError, match="labels"):
@@ -172,6 +184,13 @@ def test_a_pytorch_checkpoint_imports_with_pytorchs_embeddings(tmp_path):
         rdml.import_torch(ckpt, tmp_path / "run", arch="c2f2")
     with pytest.raises(ValueError, match="key_map="):
         rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", key_map=["nonsense"])
+    # A dict of prefixes, read by the library: a prefix may hold "=", the new one must be a string.
+    with pytest.raises(ValueError, match=r'key_map="head=": 1 is not a key prefix'):
+        rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", key_map={"head=": 1})
+    with pytest.raises(ValueError, match="the prefix to replace is empty"):
+        rdml.import_torch(ckpt, tmp_path / "bad", arch="c2f2", key_map={"": "x."})
+    mapped = rdml.import_torch(ckpt, tmp_path / "mapped", arch="c2f2", key_map={"no.such.prefix=": ""}, quiet=True)
+    assert np.array_equal(mapped.embed(images), got)
     with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
         rdml.import_torch(tmp_path / "missing.pth", tmp_path / "bad", arch="c2f2")
     assert not (tmp_path / "bad").exists()
@@ -212,3 +231,25 @@ def test_ctrl_c_stops_a_long_call_between_batches(tmp_path):
     assert "KeyboardInterrupt: interrupted" in err, err
     # Stopped inside the first epoch: a run to resume, not a finished one.
     assert not (tmp_path / "r" / "model.safetensors").exists()
+
+
+def test_the_type_stubs_declare_what_the_extension_has():
+    """`_rdml.pyi` (shipped with py.typed: what mypy and pyright show) declares every public name
+    of the extension and nothing else, `run` and `Session`'s methods included."""
+    import ast
+    from rdml import _rdml
+
+    stub = ast.parse((Path(rdml.__file__).parent / "_rdml.pyi").read_text())
+    declared = {}
+    for node in stub.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            declared[node.name] = node
+        elif isinstance(node, ast.AnnAssign):
+            declared[node.target.id] = node
+    public = {n for n in dir(_rdml) if not n.startswith("_")} | {"__version__"}
+    assert set(declared) == public, (set(declared) ^ public)
+    assert "run" in declared
+    for name, node in declared.items():
+        if isinstance(node, ast.ClassDef):
+            methods = {m.name for m in node.body if isinstance(m, ast.FunctionDef) and not m.name.startswith("_")}
+            assert all(hasattr(getattr(_rdml, name), m) for m in methods), (name, methods)

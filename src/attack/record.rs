@@ -28,8 +28,12 @@ pub struct RobustnessRecord {
     pub surrogate: Option<PathBuf>,
     #[serde(default)]
     pub pgd: Option<Pgd>,
+    /// The queries asked for.
     #[serde(default)]
     pub queries: Option<usize>,
+    /// The queries attacked: those asked for, or every image when fewer were given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries_used: Option<usize>,
     #[serde(default)]
     pub seed: Option<u64>,
     #[serde(default)]

@@ -209,7 +209,7 @@ pub fn robustness(setup: &Setup) -> Result<Robustness> {
         };
         let r = run_with(&s, attack.as_ref())?;
         if setup.progress {
-            eprintln!(
+            crate::progress::line(&format!(
                 "{:<4} {}  ({:.1} s)",
                 r.attack,
                 r.scores
@@ -219,14 +219,14 @@ pub fn robustness(setup: &Setup) -> Result<Robustness> {
                     .collect::<Vec<_>>()
                     .join("  "),
                 r.seconds
-            );
+            ));
         }
         results.push(r);
     }
     aggregate(results)
 }
 
-/// `attack` run `repeats` times with seeds [`repeat_seed`]`(setup.seed, k)` (selections and
+/// `attack` run `repeats` times (at least once) with seeds [`repeat_seed`]`(setup.seed, k)` (selections and
 /// random starts differ), the first run's images given to `sink`.
 pub fn run_repeated(
     setup: &Setup,
@@ -234,7 +234,6 @@ pub fn run_repeated(
     repeats: usize,
     sink: Option<&mut dyn AdversarialSink>,
 ) -> Result<Vec<AttackResult>> {
-    anyhow::ensure!(repeats >= 1, "⟨repeats⟩ must be ≥ 1");
     let mut runs = vec![run_saving(setup, attack, sink)?];
     for k in 1..repeats {
         let s = Setup {
@@ -246,13 +245,13 @@ pub fn run_repeated(
     Ok(runs)
 }
 
-/// The ERS suite run `repeats` times with seeds [`repeat_seed`]`(setup.seed, k)`.
+/// The ERS suite run `repeats` times (at least once) with seeds [`repeat_seed`]`(setup.seed, k)`.
 pub fn robustness_repeated(setup: &Setup, repeats: usize) -> Result<Vec<Robustness>> {
-    anyhow::ensure!(repeats >= 1, "⟨repeats⟩ must be ≥ 1");
+    let repeats = repeats.max(1);
     (0..repeats)
         .map(|k| {
             if repeats > 1 && setup.progress {
-                eprintln!("run {} of {repeats}", k + 1);
+                crate::progress::line(&format!("run {} of {repeats}", k + 1));
             }
             robustness(&Setup {
                 seed: repeat_seed(setup.seed, k),

@@ -3,7 +3,6 @@
 use super::budget::{Budget, attack_help, profile_help};
 use super::{Outcome, open_device};
 use anyhow::Result;
-use rdml::field::Words;
 use rdml::scoring::options::RunScoring;
 use std::path::PathBuf;
 
@@ -54,7 +53,6 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
             repeats: args.repeats,
             bn_set: args.bn_set,
             progress: !quiet && !json,
-            words: Words::CommandLine,
         },
         model: args.model.clone(),
         attack: args.attack,
@@ -137,8 +135,8 @@ pub struct RobustnessArgs {
 }
 
 pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
+    let args_queries = args.budget.queries;
     let (json, repeats, profile) = (args.json, args.repeats, args.profile.clone());
-    let queries = args.budget.queries;
     let job = rdml::job::RobustnessJob {
         model: args.model,
         options: args.budget.options(&args.profile),
@@ -148,7 +146,6 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
             repeats,
             bn_set: 0,
             progress: !quiet && !json,
-            words: Words::CommandLine,
         },
         out: args.out,
         overwrite: args.overwrite,
@@ -156,6 +153,7 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     let done = job.run(|| open_device(flag, &[], quiet || json))?;
     let (pgd, scored) = (done.pgd, &done.scored);
     let (r, spread) = (&scored.runs[0], &scored.spread);
+    let queries = scored.record.queries_used.unwrap_or(args_queries);
     if json {
         println!("{}", serde_json::to_string_pretty(&scored.record)?);
     } else if repeats > 1 {

@@ -1,7 +1,5 @@
 //! The attack budget options shared by `attack`, `robustness`, `compare` and `embed --attack`.
 
-use anyhow::Result;
-
 /// The library's texts with their options as the command line names them.
 fn words(text: &str) -> String {
     rdml::field::render(text, rdml::field::Words::CommandLine)
@@ -84,10 +82,5 @@ impl Budget {
             seed: self.seed,
             robrank_compat: self.robrank_compat,
         }
-    }
-
-    /// The profile's budget changed by the options, and by a robrank spec's keys.
-    pub fn pgd(&self, profile: &str, spec: rdml::attack::registry::SpecBudget) -> Result<rdml::attack::budget::Pgd> {
-        self.options(profile).pgd(spec)
     }
 }

@@ -53,7 +53,6 @@ pub fn compare(args: CompareArgs, flag: Option<&str>, quiet: bool) -> Result<Out
         overwrite,
         seeds,
     } = args;
-    anyhow::ensure!(seeds >= 1, "--seeds must be ≥ 1");
     let o = overrides(epochs, max_batches, &set);
     let mut exps = configs
         .iter()
@@ -65,11 +64,7 @@ pub fn compare(args: CompareArgs, flag: Option<&str>, quiet: bool) -> Result<Out
     let device = open_device(flag, &exps.iter().collect::<Vec<_>>(), quiet)?;
     let opts = rdml::compare::CompareOptions {
         out: out.clone(),
-        pgd: budget.pgd(&profile, Default::default())?,
-        method: budget.method.clone(),
-        queries: budget.queries,
-        batch: budget.batch,
-        seed: budget.seed,
+        scoring: budget.options(&profile),
         progress: !quiet,
         overwrite,
         seeds,

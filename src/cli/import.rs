@@ -68,7 +68,7 @@ pub fn import(args: ImportArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
         embedder: args.embedder,
         arch: args.arch.parse()?,
         embedding_dim: args.embedding_dim,
-        key_map: args.key_map,
+        key_map: rdml::import::KeyMap::Texts(args.key_map),
         allow: rdml::model::import::Allow {
             unused: args.allow_unused,
             missing: args.allow_missing,
@@ -76,7 +76,7 @@ pub fn import(args: ImportArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
         l2_normalize: Some(args.l2_normalize),
         input_norm: args.input_norm,
         config: args.config,
-        set: args.set,
+        set: rdml::config::SetKeys::Texts(args.set),
         out: args.out.clone(),
         overwrite: args.overwrite,
     };

@@ -47,8 +47,7 @@ pub fn quickstart(args: QuickstartArgs, flag: Option<&str>, quiet: bool) -> Resu
         return Ok(Outcome::Unhealthy);
     }
     // How fragile is it?
-    let nn = qs.attack(&rep, &m, &device, t0)?;
-    let pgd = rdml::quickstart::Quickstart::pgd()?;
+    let (nn, pgd) = qs.attack(&rep, &m, &device, t0)?;
     println!(
         "\nNearest-neighbour PGD attack (ε = 77/255, {} steps of 3/255) on {} test queries:\n  Recall@1 clean {:.1} % → attacked {:.1} % ({:.0} s)",
         pgd.steps,
@@ -111,7 +110,7 @@ pub fn train(args: TrainArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
     } = args;
     let job = rdml::job::TrainJob {
         config,
-        set,
+        set: rdml::config::SetKeys::Texts(set),
         epochs,
         max_batches,
         defense,
@@ -120,7 +119,6 @@ pub fn train(args: TrainArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         resume,
         overwrite,
         progress: !quiet,
-        words: rdml::field::Words::CommandLine,
     };
     let (exp, rep) = job.run_on(|exp| open_device(flag, &[exp], quiet))?;
     let mut healthy = true;

@@ -128,10 +128,16 @@ fn render(rows: &[Row], sums: Option<&[SeedSummary]>, seeds: usize) -> String {
     }
 }
 
-pub(super) fn write_tables(rows: &[Row], configs: &[Experiment], opts: &CompareOptions) -> Result<()> {
+pub(super) fn write_tables(
+    rows: &[Row],
+    configs: &[Experiment],
+    opts: &CompareOptions,
+    scoring: &crate::scoring::options::Resolved,
+) -> Result<()> {
     let sums = summaries_so_far(rows, configs, opts.seeds);
     let json = serde_json::json!({
-        "pgd": opts.pgd, "method": opts.method, "queries": opts.queries, "seed": opts.seed,
+        "profile": scoring.profile, "pgd": scoring.pgd, "method": scoring.method_spec,
+        "queries": scoring.queries, "seed": scoring.seed, "robrank_compat": scoring.robrank_compat,
         "seeds": opts.seeds, "summary": sums, "rows": rows
     });
     let mut change = Ledger::open(&opts.out, LEDGER, WHAT)?.begin()?;

@@ -2,6 +2,43 @@
 
 use anyhow::{Context, Result, bail, ensure};
 
+/// Config overrides as a request carries them: `KEY=VALUE` texts (the command line's `--set`, a
+/// list in Python), or keys and their values (a dict in Python, read from JSON: no front end
+/// writes TOML text).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum SetKeys {
+    Texts(Vec<String>),
+    Values(serde_json::Map<String, serde_json::Value>),
+}
+
+impl Default for SetKeys {
+    fn default() -> Self {
+        SetKeys::Texts(vec![])
+    }
+}
+
+impl SetKeys {
+    /// The overrides as `KEY=VALUE` texts, in the order given; a value written as TOML.
+    pub fn texts(&self) -> Result<Vec<String>> {
+        match self {
+            SetKeys::Texts(t) => Ok(t.clone()),
+            SetKeys::Values(m) => m
+                .iter()
+                .map(|(key, v)| {
+                    let value = toml::Value::try_from(v).map_err(|_| {
+                        crate::input_error(format!(
+                            "⟨set⟩ {key}: {v} has no TOML form (expected a number, a string, a boolean, a list or a \
+                             table of them)"
+                        ))
+                    })?;
+                    Ok(format!("{key}={value}"))
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The overrides a command's flags make: `--set KEY=VALUE`s, then `--epochs` and
 /// `--max-batches` as `train.epochs` and `train.max_batches` (so they win over a `--set`).
 pub fn command_overrides(set: &[String], epochs: Option<usize>, max_batches: Option<usize>) -> Vec<String> {
@@ -96,4 +133,37 @@ pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys and values (Python's dict) become the same overrides as their `KEY=VALUE` texts.
+    #[test]
+    fn values_are_written_as_toml() {
+        let values: SetKeys = serde_json::from_str(
+            r#"{"loss.margin": 0.1, "loss.miner": {"kind": "semihard"}, "eval.recall_ks": [1, 2], "eval.nmi": false}"#,
+        )
+        .unwrap();
+        let texts = values.texts().unwrap();
+        assert_eq!(
+            texts,
+            [
+                "loss.margin=0.1",
+                "loss.miner={ kind = \"semihard\" }",
+                "eval.recall_ks=[1, 2]",
+                "eval.nmi=false"
+            ]
+        );
+        let listed: SetKeys = serde_json::from_str(r#"["loss.margin=0.1"]"#).unwrap();
+        assert_eq!(listed.texts().unwrap(), ["loss.margin=0.1"]);
+        let null: SetKeys = serde_json::from_str(r#"{"loss.margin": null}"#).unwrap();
+        let e = format!("{:#}", null.texts().unwrap_err());
+        assert!(e.contains("⟨set⟩ loss.margin: null has no TOML form"), "{e}");
+        // And they load the same experiment.
+        let a = crate::config::Experiment::load("quickstart", &texts).unwrap();
+        assert_eq!(a.loss.name(), "triplet");
+        assert_eq!(a.to_toml().unwrap().matches("semihard").count(), 1);
+    }
 }

@@ -220,9 +220,9 @@ pub fn score_given(
     let t0 = Instant::now();
     let gallery = match gallery {
         Some((g, gl)) if g.n == q.n && g.dim == q.dim && gl == qlabels && g.data == q.data => {
-            eprintln!(
-                "warning: the gallery is the query set itself: each query is ranked against the others, its own \
-                 copy left out (pytorch-metric-learning's ref_includes_query); pass no gallery to say so"
+            crate::notes::warn(
+                "the gallery is the query set itself: each query is ranked against the others, its own copy left \
+                 out (pytorch-metric-learning's ref_includes_query); leave the gallery out to say so",
             );
             None
         }

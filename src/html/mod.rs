@@ -94,6 +94,16 @@ pub fn refresh(dir: &Path, opts: &ReportOptions, device: &Device) -> Result<Path
     write_run(dir, grid)
 }
 
+/// Writes a scored model's record and page into `dir` (checked by
+/// [`crate::scoring::model::ModelScoring::robustness`] before the suite ran), together.
+pub fn write_scored(dir: &Path, record: &crate::attack::record::RobustnessRecord, images: usize) -> Result<PathBuf> {
+    let [json_name, page_name] = crate::scoring::model::OUT_FILES;
+    let json = crate::atomic::json_bytes(record)?;
+    let page = scored_page(record, images)?.into_bytes();
+    crate::scored_dir::write(dir, &[(json_name, json), (page_name, page)])?;
+    Ok(dir.join(page_name))
+}
+
 /// The page of a model scored on the caller's own images (`rdml.robustness(model, …, out=…)`):
 /// what was scored, then the suite's table as a run's report shows it.
 pub fn scored_page(record: &crate::attack::record::RobustnessRecord, images: usize) -> Result<String> {

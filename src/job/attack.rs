@@ -38,21 +38,20 @@ impl Attacked {
     /// The result as `rdml attack --json` prints it and `Run.attack` returns it: the one run, or
     /// every run and each score's mean and sample std.
     pub fn json(&self) -> Result<serde_json::Value> {
-        crate::model_scoring::attack_json(&self.runs)
+        crate::scoring::model::attack_json(&self.runs)
     }
 }
 
 impl AttackJob {
     /// Checks the request, opens the device with `device` (only then), and runs the attack.
     pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Attacked> {
-        crate::ensure_input!(self.run.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
-        crate::ensure_input!(
-            self.run.repeats == 1 || self.save_examples.is_none(),
-            "⟨save_examples⟩ writes the images of one run: use it with ⟨repeats⟩ 1"
-        );
         let (unit, spec_budget) = crate::attack::registry::attack_with_budget(&self.attack)
             .map_err(|e| crate::input_error(format!("{e:#}")))?;
-        let pgd = self.options.pgd(spec_budget)?;
+        let options = self.options.resolve(spec_budget, self.run.repeats)?;
+        crate::ensure_input!(
+            options.repeats == 1 || self.save_examples.is_none(),
+            "⟨save_examples⟩ writes the images of one run: use it with ⟨repeats⟩ 1"
+        );
         let mut writer = self
             .save_examples
             .as_deref()
@@ -61,10 +60,14 @@ impl AttackJob {
         // The run folder before the device: a wrong folder is said at once.
         crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
-        let scoring = self.options.scoring(pgd, self.run.clone());
+        let session = crate::scoring::open_run(&self.model, &self.run, &options, &device)?;
         let sink = writer.as_mut().map(|w| w as &mut dyn AdversarialSink);
-        let runs = crate::scoring::attack(&self.model, unit.as_ref(), &scoring, &device, sink)?;
+        let runs = session.attack(unit.as_ref(), sink)?;
         let saved = writer.map(ExampleWriter::finish).transpose()?;
-        Ok(Attacked { runs, pgd, saved })
+        Ok(Attacked {
+            runs,
+            pgd: options.pgd,
+            saved,
+        })
     }
 }

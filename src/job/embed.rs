@@ -52,7 +52,7 @@ impl EmbedJob {
             Some(spec) => {
                 let (unit, spec_budget) = crate::attack::registry::attack_with_budget(spec)
                     .map_err(|e| crate::input_error(format!("⟨attack⟩: {e:#}")))?;
-                Some((unit, self.options.pgd(spec_budget)?))
+                Some((unit, self.options.resolve(spec_budget, 1)?))
             }
             None => None,
         };
@@ -62,32 +62,29 @@ impl EmbedJob {
         // The run folder before the device: a wrong folder is said at once.
         crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
-        let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
-        let (exported, what) = match attack {
-            Some((unit, pgd)) => {
-                let o = &self.options;
-                let method = crate::attack::registry::method(&o.method)?;
-                let ctx = target.context(&device, o.robrank_compat, o.batch)?;
-                let setup = crate::attack::suite::Setup {
-                    target: &ctx,
-                    attacker: &ctx,
-                    method: method.as_ref(),
-                    pgd,
-                    queries: o.queries,
-                    batch: o.batch,
-                    seed: o.seed,
+        let (exported, what, model_digest) = match &attack {
+            Some((unit, options)) => {
+                let run = crate::scoring::options::RunScoring {
+                    data: self.data.clone(),
                     progress: self.progress,
+                    ..Default::default()
                 };
-                let mut sink = crate::embed::AttackedEmbeddings::new(ctx.model.as_ref());
-                let r = crate::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut sink))?;
-                (sink.out, format!("{} test items attacked by {}", r.queries, r.attack))
+                let session = crate::scoring::open_run(&self.model, &run, options, &device)?;
+                let mut sink = crate::embed::AttackedEmbeddings::new(session.target.model.as_ref());
+                let r = session.attack_once(unit.as_ref(), false, Some(&mut sink))?;
+                let what = format!("{} test items attacked by {}", r.queries, r.attack);
+                (sink.out, what, session.scoree.digest.unwrap_or_default())
             }
-            None => crate::embed::embed_split(&target.run, self.split, &device)?,
+            None => {
+                let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
+                let (exported, what) = crate::embed::embed_split(&target.run, self.split, &device)?;
+                (exported, what, target.digest)
+            }
         };
         if let Some(o) = &self.out {
             let meta = [
                 ("model", self.model.display().to_string()),
-                ("model_digest", target.digest.clone()),
+                ("model_digest", model_digest.clone()),
                 ("split", what.clone()),
                 ("rdml", env!("CARGO_PKG_VERSION").to_string()),
             ];
@@ -97,7 +94,7 @@ impl EmbedJob {
         Ok(Embedded {
             exported,
             what,
-            model_digest: target.digest,
+            model_digest,
         })
     }
 }

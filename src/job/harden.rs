@@ -30,11 +30,11 @@ fn triplet() -> LossConfig {
 
 /// The caller's images (`[0, 1]`, row-major `N × C × H × W`) and their labels, as the scoring
 /// jobs take them.
-pub use crate::model_scoring::Images;
+pub use crate::scoring::model::Images;
 
 /// The images as a tensor on `device`, checked as the scoring jobs check them.
 fn tensor(images: &Images, device: &Device) -> Result<Tensor<4>> {
-    crate::model_scoring::check_images(&images.images, images.shape)?;
+    crate::scoring::model::check_images(&images.images, images.shape)?;
     crate::ensure_input!(
         images.labels.len() == images.shape[0],
         "labels: {} for {} images",
@@ -50,7 +50,7 @@ fn tensor(images: &Images, device: &Device) -> Result<Tensor<4>> {
 /// The images as a data set (a training set embedded at an epoch's start), their labels kept as
 /// they are (the batches' labels are compared with them).
 fn training_set(images: Images, what: &str) -> Result<ImageSet> {
-    crate::model_scoring::check_images(&images.images, images.shape)?;
+    crate::scoring::model::check_images(&images.images, images.shape)?;
     let labels = labels_of(&images.labels, "labels")?;
     crate::ensure_input!(
         labels.len() == images.shape[0],

@@ -57,7 +57,9 @@ impl MetricsJob {
                 )
             }
         );
+        finite(&self.query.values, self.dim, "embeddings")?;
         if let Some(g) = &self.gallery {
+            finite(&g.values, self.dim, "gallery")?;
             let g_dim = g.values.len() / g.n.max(1);
             crate::ensure_input!(
                 g.n == 0 || g_dim == self.dim,
@@ -114,6 +116,19 @@ fn unit_rows(v: &mut [f32], dim: usize) {
         if n > 0.0 {
             row.iter_mut().for_each(|x| *x /= n);
         }
+    }
+}
+
+/// Every value of `values` (rows of `dim`) finite: a NaN would rank arbitrarily and every metric
+/// would look complete.
+fn finite(values: &[f32], dim: usize, what: &str) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(crate::input_error(format!(
+            "{what}: contains NaN or infinite values (row {}, column {})",
+            i / dim.max(1),
+            i % dim.max(1)
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -16,8 +16,3 @@ pub use embed::{EmbedJob, Embedded};
 pub use metrics::{Labelled, MetricsJob};
 pub use robustness::{Assessed, RobustnessJob};
 pub use train::TrainJob;
-
-/// A warning for the user, its options in the words of the front end that asked.
-fn warn(text: &str, words: crate::field::Words) {
-    eprintln!("warning: {}", crate::field::render(text, words));
-}

@@ -40,20 +40,17 @@ impl RobustnessJob {
     /// Checks the request (and `out`), opens the device with `device`, runs the suite, writes
     /// `out`, keeps the record in the run folder and refreshes its report.
     pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Assessed> {
-        crate::ensure_input!(self.run.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
-        let pgd = self.options.pgd(Default::default())?;
+        let options = self.options.resolve(Default::default(), self.run.repeats)?;
         if let Some(o) = &self.out {
             crate::output::check(o, self.overwrite).context("⟨out⟩")?;
         }
         // The run folder before the device: a wrong folder is said at once.
         crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
-        let scoring = self.options.scoring(pgd, self.run.clone());
-        let scored = crate::scoring::robustness(&self.model, &scoring, &device)?;
+        let scored = crate::scoring::open_run(&self.model, &self.run, &options, &device)?.robustness()?;
         if !scored.normalized {
-            super::warn(
+            crate::notes::warn(
                 "the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere",
-                self.run.words,
             );
         }
         if let Some(o) = &self.out {
@@ -63,7 +60,7 @@ impl RobustnessJob {
         let report = if stored { self.refresh_report(&device) } else { None };
         Ok(Assessed {
             scored,
-            pgd,
+            pgd: options.pgd,
             stored,
             report,
         })
@@ -78,7 +75,7 @@ impl RobustnessJob {
             Ok(p) => Some(p),
             Err(e) => {
                 let text = format!("{}/report.html not written: {e:#}", self.model.display());
-                super::warn(&text, self.run.words);
+                crate::notes::warn(text);
                 None
             }
         }

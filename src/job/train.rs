@@ -15,9 +15,9 @@ use std::path::PathBuf;
 pub struct TrainJob {
     /// A preset name or a TOML file.
     pub config: String,
-    /// `KEY=VALUE` overrides, then the shorthands for `train.epochs` and `train.max_batches`.
+    /// Config overrides, then the shorthands for `train.epochs` and `train.max_batches`.
     #[serde(default)]
-    pub set: Vec<String>,
+    pub set: crate::config::SetKeys,
     #[serde(default)]
     pub epochs: Option<usize>,
     #[serde(default)]
@@ -35,15 +35,12 @@ pub struct TrainJob {
     pub overwrite: bool,
     #[serde(default = "crate::field::yes")]
     pub progress: bool,
-    /// How warnings name the options: the front end's words.
-    #[serde(skip)]
-    pub words: crate::field::Words,
 }
 
 impl TrainJob {
     /// The experiment the job trains (the front end opens its device from it).
     pub fn experiment(&self) -> Result<Experiment> {
-        let o = crate::config::command_overrides(&self.set, self.epochs, self.max_batches);
+        let o = crate::config::command_overrides(&self.set.texts()?, self.epochs, self.max_batches);
         let mut exp = Experiment::load_with_defense(&self.config, &o, self.defense.as_deref())?;
         if let Some(d) = &self.data {
             exp.data.use_folder(d);
@@ -70,10 +67,7 @@ impl TrainJob {
         };
         let report = crate::train::train(exp, &opts, device)?;
         if let Err(e) = crate::html::refresh(&self.out, &Default::default(), device) {
-            super::warn(
-                &format!("{}/report.html not written: {e:#}", self.out.display()),
-                self.words,
-            );
+            crate::notes::warn(format!("{}/report.html not written: {e:#}", self.out.display()));
         }
         Ok(report)
     }

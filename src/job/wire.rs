@@ -7,7 +7,7 @@
 use super::{AttackJob, EmbedJob, Labelled, MetricsJob, RobustnessJob, TrainJob};
 use crate::attack::oracle::HostModel;
 use crate::field::Words;
-use crate::model_scoring::ModelScoring;
+use crate::scoring::model::ModelScoring;
 use crate::scoring::options::ScoringOptions;
 use anyhow::{Result, bail};
 use burn::tensor::Device;
@@ -73,10 +73,7 @@ pub fn call(mut c: Call) -> Result<Answer> {
         }
         "defaults" => Answer::of(&defaults())?,
         "train" => {
-            let job = TrainJob {
-                words: c.words,
-                ..read(c.request)?
-            };
+            let job: TrainJob = read(c.request)?;
             job.run_on(|exp| open_device(device, &[exp.train.device]))?;
             Answer::of(&())?
         }
@@ -93,13 +90,11 @@ pub fn call(mut c: Call) -> Result<Answer> {
             }
         }
         "attack" => {
-            let mut job: AttackJob = read(c.request)?;
-            job.run.words = c.words;
+            let job: AttackJob = read(c.request)?;
             Answer::of(&job.run(open)?.json()?)?
         }
         "robustness" => {
-            let mut job: RobustnessJob = read(c.request)?;
-            job.run.words = c.words;
+            let job: RobustnessJob = read(c.request)?;
             Answer::of(&job.run(open)?.scored.record)?
         }
         "import" => Answer::of(&crate::import::import(&read(c.request)?).map_err(the_callers)?)?,

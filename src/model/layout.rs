@@ -19,6 +19,20 @@ pub struct KeyRule {
     pub to: String,
 }
 
+impl KeyRule {
+    /// The rule replacing the prefix `from` (not empty) with `to`.
+    pub fn new(from: &str, to: &str) -> Result<Self> {
+        ensure!(
+            !from.is_empty(),
+            "⟨key_map⟩ {from:?} → {to:?}: the prefix to replace is empty"
+        );
+        Ok(Self {
+            from: from.into(),
+            to: to.into(),
+        })
+    }
+}
+
 impl std::str::FromStr for KeyRule {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -26,10 +40,7 @@ impl std::str::FromStr for KeyRule {
             bail!("⟨key_map⟩ {s:?}: expected OLD=NEW (a key prefix and its replacement; NEW may be empty to strip OLD)")
         };
         ensure!(!from.is_empty(), "⟨key_map⟩ {s:?}: the prefix to replace is empty");
-        Ok(Self {
-            from: from.into(),
-            to: to.into(),
-        })
+        Self::new(from, to)
     }
 }
 

@@ -35,11 +35,11 @@ pub fn ledger(dir: &Path) -> Result<Ledger> {
         let names: Vec<&str> = RUN_FILES.iter().copied().filter(|n| *n != FILES).collect();
         let adopted = l.adopt_as_is(&names)?;
         if !adopted.is_empty() {
-            eprintln!(
-                "note: {}: a run written before rdml recorded its files; its {} are recorded as the run's from now on",
+            crate::notes::note(format!(
+                "{}: a run written before rdml recorded its files; its {} are recorded as the run's from now on",
                 dir.display(),
                 adopted.join(", ")
-            );
+            ));
         }
     }
     Ok(l)

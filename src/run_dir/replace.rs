@@ -91,18 +91,18 @@ pub fn settle_interrupted(dir: &Path) -> Result<()> {
     match ours.as_deref() {
         Some("done") => {
             discard(dir)?;
-            eprintln!(
-                "note: {}: an interrupted replacement of the run was finished (the new run stands)",
+            crate::notes::note(format!(
+                "{}: an interrupted replacement of the run was finished (the new run stands)",
                 dir.display()
-            );
+            ));
         }
         Some(phase @ ("moving" | "moved" | "restoring")) => {
             put_back_after(dir, phase == "moved")?;
-            eprintln!(
-                "note: {}: a replacement of the run was interrupted before its first checkpoint; the run it \
-                 replaced is back as it was",
+            crate::notes::note(format!(
+                "{}: a replacement of the run was interrupted before its first checkpoint; the run it replaced \
+                 is back as it was",
                 dir.display()
-            );
+            ));
         }
         _ => bail!(
             "{} is not a replacement rdml can prove it made (no journal matching the run's marker): it is left \
@@ -184,10 +184,10 @@ fn drop_stash(stash: &Path) -> Result<()> {
     }
     crate::fault::point("remove", stash);
     if std::fs::remove_dir(stash).is_err() {
-        eprintln!(
-            "note: {} holds files rdml did not put there; they are left as they are",
+        crate::notes::note(format!(
+            "{} holds files rdml did not put there; they are left as they are",
             stash.display()
-        );
+        ));
     }
     Ok(())
 }

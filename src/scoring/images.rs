@@ -24,9 +24,9 @@ impl Images {
     pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<ImageSet>)> {
         let gallery = match gallery {
             Some(g) if g.shape == queries.shape && g.labels == queries.labels && g.images == queries.images => {
-                eprintln!(
-                    "warning: the gallery is the queries themselves: each query is ranked among the others, its \
-                     own copy left out (pytorch-metric-learning's ref_includes_query); pass no gallery to say so"
+                crate::notes::warn(
+                    "the gallery is the queries themselves: each query is ranked among the others, its own copy \
+                     left out (pytorch-metric-learning's ref_includes_query); leave the gallery out to say so",
                 );
                 None
             }

@@ -5,29 +5,28 @@
 //! budgets, defaults and every check of the caller's input live here, with the fields named as
 //! the Python keywords.
 
-use crate::attack::budget::Pgd;
 use crate::attack::oracle::{External, HostModel, Net, Oracle};
 use crate::attack::record::{FILE, RobustnessRecord};
-use crate::attack::registry;
-use crate::attack::robustness::robustness_spread;
+use crate::attack::registry::{self, SpecBudget};
 use crate::attack::score::AttackResult;
-use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated};
+use crate::attack::suite::Context;
 use crate::eval::knn::Embeddings;
 use crate::scored_dir;
-use crate::scoring::options::ScoringOptions;
+use crate::scoring::options::{Resolved, ScoringOptions};
+use crate::scoring::{Scoree, Session};
 use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-mod images;
-pub use images::{Images, check_images};
+pub use super::images::{Images, check_images};
 
 /// The record's `surrogate` when the surrogate is a model outside rdml (it has no folder).
 pub const OUTSIDE_SURROGATE: &str = "(a model outside rdml)";
 
-/// What `out` receives: the suite's record and its page.
-const OUT_FILES: [&str; 2] = [FILE, crate::html::FILE];
+/// What `out` receives: the suite's record and its page (written by the request above, which
+/// renders the page: [`crate::html`] sits above this module).
+pub const OUT_FILES: [&str; 2] = [FILE, crate::run_dir::REPORT];
 
 /// The model a request scores: one held outside rdml, or an rdml run folder's network (scored
 /// on the caller's images as the outside one is: the same selections, seeds and checks).
@@ -44,10 +43,11 @@ impl Model {
         }
     }
 
-    /// The run folder scored and the digest of its weights (none for a model outside rdml).
-    fn record_of(&self) -> Result<(PathBuf, Option<String>)> {
+    /// The run folder scored and the digest of its weights (for a model outside rdml, the one
+    /// its caller took of its parameters and buffers).
+    fn record_of(&self, outside: Option<&String>) -> Result<(PathBuf, Option<String>)> {
         Ok(match self {
-            Model::Outside(_) => (PathBuf::new(), None),
+            Model::Outside(_) => (PathBuf::new(), outside.cloned()),
             Model::Run(dir) => (dir.clone(), Some(crate::run_dir::model_digest(dir)?)),
         })
     }
@@ -89,6 +89,8 @@ pub struct ModelScoring {
     /// A folder for the suite's record and report (nothing is written without it).
     pub out: Option<PathBuf>,
     pub progress: bool,
+    /// The digest of a model outside rdml (its parameters and buffers), for the record.
+    pub model_digest: Option<String>,
 }
 
 impl Default for ModelScoring {
@@ -99,38 +101,47 @@ impl Default for ModelScoring {
             gallery: None,
             out: None,
             progress: true,
+            model_digest: None,
         }
     }
 }
 
-/// What the suite gives: its record (as `Run.robustness` returns it) and where it was written.
+/// What the suite gives: its record (as `Run.robustness` returns it), the images it ranked
+/// (for the page), and the checked folder to write both to.
 pub struct ModelScored {
     pub record: RobustnessRecord,
-    pub written: Option<PathBuf>,
+    pub images: usize,
+    pub out: Option<PathBuf>,
 }
 
 impl ModelScoring {
-    fn check(&self) -> Result<()> {
-        crate::ensure_input!(self.repeats >= 1, "⟨repeats⟩ must be ≥ 1");
+    /// The options resolved once, with `repeats` runs; robrank's mode refused with a gallery.
+    fn resolve(&self, spec: SpecBudget, repeats: usize) -> Result<Resolved> {
+        let options = self.options.resolve(spec, repeats)?;
         crate::ensure_input!(
-            !(self.options.robrank_compat && self.gallery.is_some()),
+            !(options.robrank_compat && self.gallery.is_some()),
             "robrank_compat: robrank ranks the test set among itself; it has no gallery to follow (drop one \
              of robrank_compat and gallery)"
         );
-        Ok(())
+        Ok(options)
     }
 
-    /// The method, refused when it needs gradients the model cannot give.
-    /// The method, refused when the model that makes the examples (`attacker`: the attacked one,
-    /// or a surrogate) cannot give the gradients it needs.
-    fn method(&self, attacker: &Model, transfer: bool) -> Result<Box<dyn crate::attack::method::Method>> {
-        let method =
-            registry::method(&self.options.method).map_err(|e| crate::input_error(format!("method: {e:#}")))?;
+    /// The session of `model` (attacked) and `surrogate` (the attacker of a transfer attack) on
+    /// `images`: their clean embeddings made `batch` at a time. The method is refused when the
+    /// model that makes the examples cannot give the gradients it needs.
+    fn session<'o>(
+        &self,
+        options: &'o Resolved,
+        (model, surrogate): (Model, Option<Model>),
+        images: Images,
+        device: &Device,
+    ) -> Result<Session<'o>> {
+        let transfer = surrogate.is_some();
         crate::ensure_input!(
-            !method.needs_gradient() || attacker.differentiable(),
+            !options.method.needs_gradient() || surrogate.as_ref().unwrap_or(&model).differentiable(),
             "method = {:?} needs the {} gradient, and it was declared not differentiable: use method=\"nes\" \
              (a black-box gradient estimate from its outputs alone){}",
-            self.options.method,
+            options.method_spec,
             if transfer { "surrogate's" } else { "model's" },
             if transfer {
                 ""
@@ -138,51 +149,35 @@ impl ModelScoring {
                 ", or a differentiable surrogate= (a transfer attack)"
             }
         );
-        Ok(method)
-    }
-
-    /// The contexts of `model` (attacked) and of `surrogate` (the attacker of a transfer attack)
-    /// on `images`: their clean embeddings made `batch` at a time.
-    fn contexts(
-        &self,
-        model: Model,
-        surrogate: Option<Model>,
-        images: Images,
-        device: &Device,
-    ) -> Result<(Context, Option<Context>)> {
+        let (scored, digest) = model.record_of(self.model_digest.as_ref())?;
+        let surrogate_path = surrogate.as_ref().map(|s| match s {
+            Model::Run(dir) => dir.clone(),
+            Model::Outside(_) => PathBuf::from(OUTSIDE_SURROGATE),
+        });
         let (set, gallery) = Images::sets(images, self.gallery.clone())?;
         let context = |m: Model| -> Result<Context> {
             let oracle = m.oracle(set.item_shape(), device)?;
-            let ctx = Context::of(oracle, &set, self.options.batch, device, self.options.robrank_compat)?;
+            let ctx = Context::of(oracle, &set, options.batch, device, options.robrank_compat)?;
             match &gallery {
-                Some(g) => ctx.with_gallery(g, self.options.batch),
+                Some(g) => ctx.with_gallery(g, options.batch),
                 None => Ok(ctx),
             }
         };
-        Ok((context(model)?, surrogate.map(context).transpose()?))
-    }
-
-    fn setup<'a>(
-        &self,
-        (ctx, attacker): (&'a Context, &'a Context),
-        method: &'a dyn crate::attack::method::Method,
-        pgd: Pgd,
-        queries: usize,
-    ) -> Setup<'a> {
-        Setup {
-            target: ctx,
-            attacker,
-            method,
-            pgd,
-            queries,
-            batch: self.options.batch,
-            seed: self.options.seed,
+        Ok(Session {
+            target: context(model)?,
+            surrogate: surrogate.map(context).transpose()?,
+            options,
+            scoree: Scoree {
+                model: scored,
+                digest,
+                surrogate: surrogate_path,
+            },
             progress: self.progress,
-        }
+        })
     }
 
-    /// robrank's ERS suite on the caller's model and images; with `out`, its record and report
-    /// written there.
+    /// robrank's ERS suite on the caller's model and images (with `out`, that folder checked
+    /// before any work).
     pub fn robustness(
         &self,
         model: Model,
@@ -190,48 +185,16 @@ impl ModelScoring {
         images: Images,
         device: &Device,
     ) -> Result<ModelScored> {
-        self.check()?;
-        let pgd = self.options.pgd(Default::default())?;
+        let options = self.resolve(Default::default(), self.repeats)?;
         let out = self
             .out
             .as_ref()
             .map(|o| scored_dir::check(o, &OUT_FILES))
             .transpose()?;
-        let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
-        let (scored, digest) = model.record_of()?;
-        let surrogate_path = surrogate.as_ref().map(|s| match s {
-            Model::Run(dir) => dir.clone(),
-            Model::Outside(_) => PathBuf::from(OUTSIDE_SURROGATE),
-        });
-        let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
-        let queries = self.options.queries;
-        let pair = (&ctx, sur.as_ref().unwrap_or(&ctx));
-        let runs = robustness_repeated(&self.setup(pair, method.as_ref(), pgd, queries), self.repeats)?;
-        let spread = robustness_spread(&runs);
-        let record = RobustnessRecord {
-            model: scored,
-            model_digest: digest,
-            profile: Some(self.options.profile.clone()),
-            method: Some(self.options.method.clone()),
-            surrogate: surrogate_path,
-            pgd: Some(pgd),
-            queries: Some(queries),
-            seed: Some(self.options.seed),
-            robrank_compat: self.options.robrank_compat,
-            gallery: ctx.gallery.as_ref().map(|g| g.set.len()),
-            table: runs[0].clone(),
-            repeats: (self.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
-        };
-        let written = match &out {
-            Some(dir) => {
-                let json = crate::atomic::json_bytes(&record)?;
-                let page = crate::html::scored_page(&record, ctx.n())?.into_bytes();
-                scored_dir::write(dir, &[(OUT_FILES[0], json), (OUT_FILES[1], page)])?;
-                Some(dir.join(crate::html::FILE))
-            }
-            None => None,
-        };
-        Ok(ModelScored { record, written })
+        let session = self.session(&options, (model, surrogate), images, device)?;
+        let record = session.robustness()?.record;
+        let images = session.target.n();
+        Ok(ModelScored { record, images, out })
     }
 
     /// One attack (`spec`, as `rdml attack` names it) on the caller's model and images, run
@@ -244,23 +207,15 @@ impl ModelScoring {
         images: Images,
         device: &Device,
     ) -> Result<Vec<AttackResult>> {
-        self.check()?;
         crate::ensure_input!(
             self.out.is_none(),
             "out: an attack writes no record; out is for the robustness suite"
         );
         let (unit, spec_budget) =
             registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
-        let pgd = self.options.pgd(spec_budget)?;
-        let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
-        let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
-        let queries = self.options.queries;
-        run_repeated(
-            &self.setup((&ctx, sur.as_ref().unwrap_or(&ctx)), method.as_ref(), pgd, queries),
-            unit.as_ref(),
-            self.repeats,
-            None,
-        )
+        let options = self.resolve(spec_budget, self.repeats)?;
+        let session = self.session(&options, (model, surrogate), images, device)?;
+        session.attack(unit.as_ref(), None)
     }
 
     /// One attack (`spec`) on the caller's model and images, once: its result and its
@@ -269,20 +224,18 @@ impl ModelScoring {
     pub fn attack_images(
         &self,
         spec: &str,
-        (model, surrogate): (Model, Option<Model>),
+        models: (Model, Option<Model>),
         images: Images,
         every: bool,
         device: &Device,
     ) -> Result<(AttackResult, Adversarial)> {
-        self.check()?;
         crate::ensure_input!(
             self.out.is_none() && self.repeats == 1,
             "out, repeats: an attack that returns its images runs once and writes no record"
         );
         let (unit, spec_budget) =
             registry::attack_with_budget(spec).map_err(|e| crate::input_error(format!("spec: {e:#}")))?;
-        let pgd = self.options.pgd(spec_budget)?;
-        let method = self.method(surrogate.as_ref().unwrap_or(&model), surrogate.is_some())?;
+        let options = self.resolve(spec_budget, 1)?;
         let of_gallery = unit.moves_ranked() && self.gallery.is_some();
         let moved = match (&self.gallery, of_gallery) {
             (Some(g), true) => g,
@@ -294,10 +247,8 @@ impl ModelScoring {
             attacked: vec![],
             of_gallery,
         };
-        let (ctx, sur) = self.contexts(model, surrogate, images, device)?;
-        let queries = if every { usize::MAX } else { self.options.queries };
-        let setup = self.setup((&ctx, sur.as_ref().unwrap_or(&ctx)), method.as_ref(), pgd, queries);
-        let result = crate::attack::suite::run_saving(&setup, unit.as_ref(), Some(&mut adv))?;
+        let session = self.session(&options, models, images, device)?;
+        let result = session.attack_once(unit.as_ref(), every, Some(&mut adv))?;
         Ok((result, adv))
     }
 }

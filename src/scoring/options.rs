@@ -3,8 +3,9 @@
 //! line, `Run.attack`, `Run.robustness`, `rdml.attack` and `rdml.robustness` in Python. Errors name
 //! the option as a field token (`⟨queries⟩`), which each front end words as its own.
 
-use super::{Scoring, defaults};
+use super::defaults;
 use crate::attack::budget::Pgd;
+use crate::attack::method::Method;
 use crate::attack::profile::{Overrides, resolve};
 use crate::attack::spec::SpecBudget;
 use anyhow::Result;
@@ -55,12 +56,16 @@ impl Default for ScoringOptions {
 }
 
 impl ScoringOptions {
-    /// The options checked, and the profile's budget changed by them and by an attack spec's
-    /// own keys (which must agree with the options where both are given).
-    pub fn pgd(&self, spec: SpecBudget) -> Result<Pgd> {
+    /// The options checked once and resolved into what every scoring job runs with: the
+    /// profile's budget changed by them and by an attack spec's own keys (which must agree with
+    /// the options where both are given), the method parsed, the counts checked, and `repeats`
+    /// (runs of the attack or suite) with them.
+    pub fn resolve(&self, spec: SpecBudget, repeats: usize) -> Result<Resolved> {
         crate::ensure_input!(self.queries >= 1, "⟨queries⟩ must be ≥ 1");
         crate::ensure_input!(self.batch >= 1, "⟨batch⟩ must be ≥ 1");
-        crate::attack::registry::method(&self.method).map_err(|e| crate::input_error(format!("⟨method⟩: {e:#}")))?;
+        crate::ensure_input!(repeats >= 1, "⟨repeats⟩ must be ≥ 1");
+        let method = crate::attack::registry::method(&self.method)
+            .map_err(|e| crate::input_error(format!("⟨method⟩: {e:#}")))?;
         let norm = self
             .norm
             .as_deref()
@@ -74,28 +79,51 @@ impl ScoringOptions {
             norm,
             random_start: self.random_start,
         };
-        resolve(&self.profile, &flags, &spec.into(), self.robrank_compat)
-            .map_err(|e| crate::input_error(format!("{e:#}")))
-    }
-
-    /// What [`super::attack`] and [`super::robustness`] run on a run folder: these options with
-    /// their resolved budget.
-    pub fn scoring(&self, pgd: Pgd, run: RunScoring) -> Scoring {
-        Scoring {
-            data: run.data,
+        let pgd = resolve(&self.profile, &flags, &spec.into(), self.robrank_compat)
+            .map_err(|e| crate::input_error(format!("{e:#}")))?;
+        Ok(Resolved {
             profile: self.profile.clone(),
             pgd,
-            method: self.method.clone(),
+            method,
+            method_spec: self.method.clone(),
             queries: self.queries,
             batch: self.batch,
             seed: self.seed,
             robrank_compat: self.robrank_compat,
-            surrogate: run.surrogate,
-            repeats: run.repeats,
-            bn_set: run.bn_set,
-            progress: run.progress,
-            words: run.words,
-        }
+            repeats,
+        })
+    }
+}
+
+/// [`ScoringOptions`] resolved: what everything below the requests reads (nothing re-parsed,
+/// no count re-checked). `queries`, `batch` and `repeats` are ≥ 1.
+pub struct Resolved {
+    /// The budget's profile name, as the records name it.
+    pub profile: String,
+    pub pgd: Pgd,
+    pub method: Box<dyn Method>,
+    /// The method as the caller wrote it, as the records name it.
+    pub method_spec: String,
+    /// Items attacked: the first ones of the test split (or of the caller's images).
+    pub queries: usize,
+    pub batch: usize,
+    pub seed: u64,
+    pub robrank_compat: bool,
+    pub repeats: usize,
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolved")
+            .field("profile", &self.profile)
+            .field("pgd", &self.pgd)
+            .field("method", &self.method.spec())
+            .field("queries", &self.queries)
+            .field("batch", &self.batch)
+            .field("seed", &self.seed)
+            .field("robrank_compat", &self.robrank_compat)
+            .field("repeats", &self.repeats)
+            .finish()
     }
 }
 
@@ -111,9 +139,6 @@ pub struct RunScoring {
     /// Attack and score the model as it infers with this batch-norm set.
     pub bn_set: usize,
     pub progress: bool,
-    /// The front end that asked: how notes name options.
-    #[serde(skip)]
-    pub words: crate::field::Words,
 }
 
 impl Default for RunScoring {
@@ -124,7 +149,6 @@ impl Default for RunScoring {
             repeats: defaults::REPEATS,
             bn_set: 0,
             progress: true,
-            words: crate::field::Words::Plain,
         }
     }
 }

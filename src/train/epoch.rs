@@ -80,10 +80,10 @@ pub(super) fn run(
 fn tell(exp: &Experiment, opts: &TrainOptions, rec: &EpochRecord) {
     let epoch = rec.epoch;
     if let Some(d) = rec.diagnostics.as_ref().filter(|d| d.collapsed) {
-        eprintln!(
-            "warning: epoch {epoch}: training batches inseparable: separability {:.4}, mean distance {:.4} (separability ≤ 0 in every batch, or NaN)",
+        crate::notes::warn(format!(
+            "epoch {epoch}: training batches inseparable: separability {:.4}, mean distance {:.4} (separability ≤ 0 in every batch, or NaN)",
             d.separability, d.mean_distance
-        );
+        ));
     }
     if let Some(h) = rec
         .metrics
@@ -91,7 +91,7 @@ fn tell(exp: &Experiment, opts: &TrainOptions, rec: &EpochRecord) {
         .and_then(|m| m.health)
         .filter(|h| !h.verdict.is_healthy())
     {
-        eprintln!("warning: epoch {epoch}: {}", h.verdict.describe(&h));
+        crate::notes::warn(format!("epoch {epoch}: {}", h.verdict.describe(&h)));
     }
     if opts.progress {
         let m = rec.metrics.as_ref().map(|m| {
@@ -102,15 +102,15 @@ fn tell(exp: &Experiment, opts: &TrainOptions, rec: &EpochRecord) {
                 m.nmi.map(|v| format!(" NMI {v:.4}")).unwrap_or_default()
             )
         });
-        eprintln!(
+        crate::progress::line(&format!(
             "epoch {epoch}/{}: loss {:.4}, {:.1} s{}",
             exp.train.epochs,
             rec.mean_loss,
             rec.seconds,
             m.unwrap_or_default()
-        );
+        ));
         if let Some(d) = &rec.diagnostics {
-            eprintln!("  {}", diagnostics_line(d));
+            crate::progress::line(&format!("  {}", diagnostics_line(d)));
         }
     }
 }

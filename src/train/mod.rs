@@ -53,10 +53,10 @@ pub fn train(exp: &Experiment, opts: &TrainOptions, device: &Device) -> Result<R
     if trained.is_err()
         && let Err(e) = run.abandon_replacement()
     {
-        eprintln!(
-            "warning: {}: the replaced run could not be put back: {e:#}",
+        crate::notes::warn(format!(
+            "{}: the replaced run could not be put back: {e:#}",
             opts.out.display()
-        );
+        ));
     }
     trained
 }

@@ -3,7 +3,7 @@
 
 use super::{Answer, Call};
 use crate::attack::oracle::HostModel;
-use crate::model_scoring::{Images, Model, ModelScoring};
+use crate::scoring::model::{Images, Model, ModelScoring};
 use crate::scoring::options::ScoringOptions;
 use anyhow::Result;
 use burn::tensor::Device;
@@ -50,6 +50,9 @@ pub(super) struct Score {
     model_run: Option<PathBuf>,
     #[serde(default)]
     surrogate_run: Option<PathBuf>,
+    /// The digest the caller took of its model's parameters and buffers.
+    #[serde(default)]
+    model_digest: Option<String>,
     images: Shaped,
     #[serde(default)]
     gallery: Option<Shaped>,
@@ -86,6 +89,7 @@ pub(super) fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) ->
         gallery: r.gallery.map(|g| g.with(arrays.next())),
         out: r.out,
         progress: r.progress,
+        model_digest: r.model_digest,
     };
     let dev = open()?;
     if r.adversarial {
@@ -110,8 +114,14 @@ pub(super) fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) ->
         });
     }
     match &r.spec {
-        None => Answer::of(&req.robustness(m, sur, images, &dev)?.record),
-        Some(spec) => Answer::of(&crate::model_scoring::attack_json(
+        None => {
+            let scored = req.robustness(m, sur, images, &dev)?;
+            if let Some(dir) = &scored.out {
+                crate::html::write_scored(dir, &scored.record, scored.images)?;
+            }
+            Answer::of(&scored.record)
+        }
+        Some(spec) => Answer::of(&crate::scoring::model::attack_json(
             &req.attack(spec, m, sur, images, &dev)?,
         )?),
     }
@@ -135,7 +145,7 @@ fn batch() -> usize {
 pub(super) fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
     let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
     let images = c.arrays.into_iter().next().unwrap_or_default();
-    let e = crate::model_scoring::embed(m, &images, r.shape, r.batch, &open()?)?;
+    let e = crate::scoring::model::embed(m, &images, r.shape, r.batch, &open()?)?;
     Ok(Answer {
         arrays: vec![e.data],
         ..Answer::of(&json!({"dim": e.dim}))?
