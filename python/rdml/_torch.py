@@ -20,6 +20,14 @@ def _torch():
     return torch
 
 
+def _loaded_torch() -> Any:
+    """torch if the caller has imported it, else None: a torch tensor or dataset cannot exist
+    without it, and NumPy input never needs it (the package depends on NumPy alone)."""
+    import sys
+
+    return sys.modules.get("torch")
+
+
 def _placement(model: Any, device: Optional[Any]) -> Tuple[Any, Any]:
     """Where the images go and in which floating dtype: ``device`` when given, else the model's
     first parameter's (or buffer's) device and dtype, else the CPU in float32."""
@@ -139,18 +147,16 @@ def images_and_labels(images: Any, labels: Any, names: Tuple[str, str] = ("image
 
 def is_pairs(images: Any) -> bool:
     """Whether ``images`` is a dataset of (image, label) pairs rather than an array."""
-    torch = _torch()
-    if isinstance(images, (np.ndarray, torch.Tensor)) or not hasattr(images, "__getitem__") or not hasattr(images, "__len__"):
+    torch = _loaded_torch()
+    arrays = (np.ndarray,) if torch is None else (np.ndarray, torch.Tensor)
+    if isinstance(images, arrays) or not hasattr(images, "__getitem__") or not hasattr(images, "__len__"):
         return False
     return len(images) > 0 and isinstance(images[0], (tuple, list))
 
 
 def _array(a: Any, what: str) -> np.ndarray:
     """A NumPy view or copy of ``a`` (a torch tensor on any device, bfloat16 included)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        torch = None
+    torch = _loaded_torch()
     if torch is not None and isinstance(a, torch.Tensor):
         t = a.detach().cpu()
         if t.dtype in (torch.bfloat16, torch.float16):

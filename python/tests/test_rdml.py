@@ -253,3 +253,24 @@ def test_the_type_stubs_declare_what_the_extension_has():
         if isinstance(node, ast.ClassDef):
             methods = {m.name for m in node.body if isinstance(m, ast.FunctionDef) and not m.name.startswith("_")}
             assert all(hasattr(getattr(_rdml, name), m) for m in methods), (name, methods)
+
+
+def test_numpy_input_needs_no_torch(run):
+    """The package depends on NumPy alone: a run embeds, attacks and scores NumPy images, and
+    rdml.metrics reads NumPy embeddings, with torch impossible to import."""
+    code = f"""
+import sys
+sys.modules["torch"] = None  # `import torch` now raises ImportError, as without it installed
+import numpy as np
+import rdml
+r = rdml.open({str(run.path)!r}, quiet=True)
+x = np.random.default_rng(0).random((4, 1, 28, 28), dtype=np.float32)
+e = r.embed(x)
+assert e.shape == (4, 512), e.shape
+assert rdml.embed(r, x).shape == (4, 512)
+assert rdml.metrics(e, [0, 0, 1, 1], recall_ks=(1,), nmi=False)["queries"] == 4
+assert r.attack("ES", queries=2, steps=1)["queries"] == 2
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
