@@ -58,20 +58,23 @@ pub struct ImportRequest {
 
 /// Key-prefix rules as a request carries them: `OLD=NEW` texts (`--key-map`, a list in Python),
 /// or OLD → NEW (a dict in Python).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize)]
 #[serde(untagged)]
 pub enum KeyMap {
-    #[default]
-    None,
     Texts(Vec<String>),
     Prefixes(serde_json::Map<String, serde_json::Value>),
+}
+
+impl Default for KeyMap {
+    fn default() -> Self {
+        KeyMap::Texts(vec![])
+    }
 }
 
 impl KeyMap {
     /// The rules, each checked.
     pub fn rules(&self) -> Result<Vec<KeyRule>> {
         match self {
-            KeyMap::None => Ok(vec![]),
             KeyMap::Texts(t) => t.iter().map(|r| r.parse()).collect(),
             KeyMap::Prefixes(m) => m
                 .iter()
