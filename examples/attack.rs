@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
     let batch = 128;
     let ctx = target.context(&device, false, batch)?;
     // robrank's MNIST budget (L∞ ε 77/255, 32 steps of 3/255), unchanged by flags or spec keys.
-    let pgd = resolve("rob28", &Overrides::default(), &Overrides::default(), false)?;
+    let pgd = resolve("rob28".parse()?, &Overrides::default(), &Overrides::default(), false)?;
     let method = registry::method("white-box")?;
     let setup = suite::Setup {
         target: &ctx,
@@ -32,9 +32,9 @@ fn main() -> anyhow::Result<()> {
     };
     let ca = registry::attack("CA+")?;
     let result = suite::run_with(&setup, ca.as_ref())?;
-    print!("{}", rdml::report::attack_table(&result));
+    print!("{}", rdml::tables::attack_table(&result));
     let table = suite::robustness(&setup)?;
-    print!("{}", rdml::report::robustness_table(&table));
+    print!("{}", rdml::tables::robustness_table(&table));
     println!("ERS {:.1}   ARS {:.1}", table.ers, table.ars);
     Ok(())
 }

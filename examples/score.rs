@@ -13,6 +13,6 @@ fn main() -> anyhow::Result<()> {
     let run = load_run(Path::new(&dir), None, &device)?;
     let m = rdml::eval::evaluate(&run.net, &run.test, &run.exp.eval, run.exp.seed, &device)?;
     println!("{dir} on {}:", run.test.query.name);
-    print!("{}", rdml::report::metrics_table(&m));
+    print!("{}", rdml::tables::metrics_table(&m));
     Ok(())
 }

@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     };
     let report = train(&exp, &options, &selected.device)?;
     if let Some(m) = &report.final_metrics {
-        print!("{}", rdml::report::metrics_table(m));
+        print!("{}", rdml::tables::metrics_table(m));
     }
     println!("{out}: {:.0} s of training", report.train_seconds);
     Ok(())

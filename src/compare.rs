@@ -5,7 +5,7 @@
 //! per seed (`DIR/<name>-seed<S>`) and the table gives each column's mean ± sample std over the
 //! seeds, as the DML literature reports (Roth et al.).
 
-use crate::attack::score::MeanStd;
+use crate::attack::result::MeanStd;
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
 use crate::run_dir::{Found, config_diff, inspect};

@@ -8,7 +8,7 @@
 
 mod formats;
 mod npy_set;
-use crate::attack::examples::AdversarialSink;
+use crate::attack::adversarial::AdversarialSink;
 use crate::eval::knn::Embeddings;
 use anyhow::{Result, bail, ensure};
 use burn::tensor::Tensor;

@@ -85,7 +85,7 @@ pub fn rows(ctx: &Context, pgd: &Pgd, queries: usize, seed: u64) -> Result<Vec<G
                 Ok(Cell {
                     index: j,
                     label: set.labels[j],
-                    png: crate::attack::examples::png_bytes(&b.images[r * per..(r + 1) * per], shape)?,
+                    png: crate::attack::adversarial::png_bytes(&b.images[r * per..(r + 1) * per], shape)?,
                     same_label: set.labels[j] == set.labels[q],
                 })
             })
@@ -104,12 +104,12 @@ pub fn rows(ctx: &Context, pgd: &Pgd, queries: usize, seed: u64) -> Result<Vec<G
             query: Cell {
                 index: q,
                 label: set.labels[q],
-                png: crate::attack::examples::png_bytes(clean, shape)?,
+                png: crate::attack::adversarial::png_bytes(clean, shape)?,
                 same_label: true,
             },
             before: cells(q, &ctx.neighbours(q, TOP))?,
-            adversarial: crate::attack::examples::png_bytes(a, shape)?,
-            perturbation: crate::attack::examples::png_bytes(&shown, shape)?,
+            adversarial: crate::attack::adversarial::png_bytes(a, shape)?,
+            perturbation: crate::attack::adversarial::png_bytes(&shown, shape)?,
             linf,
             after: cells(q, &after)?,
         });

@@ -5,12 +5,12 @@
 //!
 //! The layers: a module uses only its own layer's earlier modules and the layers before it (no
 //! import points up, no two modules import each other; `tools/modules.py` checks both in CI):
-//! 1. `host`, `atomic` (files written whole), `run_dir`, `scored_dir` (a scored model's `out`
+//! 1. `host`, `atomic` (files written whole), `run_dir`, `out_folder` (a scored model's `out`
 //!    folder), `output`, `notes` (warnings and notes, to the front end's sink), `progress`, `device`,
 //!    `kernel`, `data`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
-//! 4. `attack` (one engine, objectives, units behind `attack::Attack`, the suite), `report`
+//! 4. `attack` (one engine, objectives, units behind `attack::Attack`, the suite), `tables`
 //!    (its text tables);
 //! 5. `defense` (one file per defense behind `defense::Defense`);
 //! 6. `config`, `train`;
@@ -41,14 +41,14 @@ mod kinds;
 pub mod loss;
 pub mod model;
 pub mod notes;
+pub mod out_folder;
 pub mod output;
 pub mod owned;
 pub mod progress;
 pub mod quickstart;
-pub mod report;
 pub mod run_dir;
-pub mod scored_dir;
 pub mod scoring;
+pub mod tables;
 pub mod target;
 pub mod train;
 

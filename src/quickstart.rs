@@ -101,7 +101,7 @@ impl Quickstart {
     pub fn attack_options(&self) -> Result<(Box<dyn Attack>, Resolved)> {
         let (unit, spec) = registry::attack_with_budget(ATTACK)?;
         let options = ScoringOptions {
-            profile: PROFILE.into(),
+            profile: PROFILE.parse()?,
             queries: QUERIES,
             seed: self.exp.seed,
             ..Default::default()

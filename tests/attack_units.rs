@@ -263,7 +263,7 @@ fn a_universal_perturbation_is_one_pattern_for_all_items() {
 
 #[test]
 fn save_examples_writes_each_adversarial_image_as_png() {
-    use rdml::attack::examples::ExampleWriter;
+    use rdml::attack::adversarial::ExampleWriter;
     let (net, set) = small();
     let ctx = Context::new(&net, &set, &Device::default(), false).unwrap();
     let dir = std::env::temp_dir().join(format!("rdml-examples-{}", std::process::id()));
@@ -390,7 +390,7 @@ fn es_d_is_reported_in_the_models_distance() {
 
 #[test]
 fn repeats_give_mean_and_sample_std_over_attack_seeds() {
-    use rdml::attack::score::{MeanStd, repeat_seed, spread};
+    use rdml::attack::result::{MeanStd, repeat_seed, spread};
     let m = MeanStd::of(&[1.0, 2.0, 4.0]);
     assert!((m.mean - 7.0 / 3.0).abs() < 1e-12);
     // Sample variance: ((4/3)² + (1/3)² + (5/3)²) / 2 = 7/3.

@@ -100,7 +100,7 @@ fn a_wrong_answer_is_an_error_naming_the_model() {
 
 #[test]
 fn the_out_folder_takes_only_what_rdml_wrote() {
-    use rdml::scored_dir::{MARKER, check, write};
+    use rdml::out_folder::{MARKER, check, write};
     let root = std::env::temp_dir().join(format!("rdml-scored-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let out = root.join("out");

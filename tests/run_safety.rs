@@ -804,7 +804,7 @@ fn the_command_lines_defaults_are_the_librarys() {
     // The library's requests start from the same defaults.
     let o = rdml::scoring::options::ScoringOptions::default();
     assert_eq!((o.queries, o.batch, o.seed), (d::QUERIES, d::BATCH, d::SEED));
-    assert_eq!((o.method.as_str(), o.profile.as_str()), (d::METHOD, d::PROFILE));
+    assert_eq!((o.method.as_str(), o.profile.name()), (d::METHOD, d::PROFILE));
     assert_eq!(rdml::scoring::model::ModelScoring::default().options, o);
 }
 

@@ -260,7 +260,7 @@ def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -
                    model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
                    model_digest=None if m["run"] else module_digest(model))
     with _frozen(m["model"]), _frozen(s["model"]):
-        return _run("score", request, arrays, device=m["device"], model=m["model"], surrogate=s["model"])[0]
+        return _run("score_model", request, arrays, device=m["device"], model=m["model"], surrogate=s["model"])[0]
 
 
 # The scoring keywords every attack, suite and attacked embedding takes (the library's

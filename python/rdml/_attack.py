@@ -53,7 +53,7 @@ class Attack:
                        surrogate_run=s["run"], images=shaped, gallery=g, adversarial=True,
                        every_item=queries is None)
         with _frozen(m["model"]), _frozen(s["model"]):
-            answer, (raw,) = _run("score", request, arrays, device=m["device"], model=m["model"],
+            answer, (raw,) = _run("score_model", request, arrays, device=m["device"], model=m["model"],
                                   surrogate=s["model"])
         like = gallery if answer["of_gallery"] else images
         shape = shaped["shape"] if not answer["of_gallery"] else g["shape"]

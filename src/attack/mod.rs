@@ -4,20 +4,20 @@
 //! [`method::Method`]; [`registry`] names them, [`suite`] runs them over a [`context`], and
 //! [`score`] aggregates ERS and ARS. [`profile`] holds the papers' budgets.
 
+pub mod adversarial;
 pub mod budget;
 pub mod column;
 pub mod context;
 pub mod cw;
 pub mod engine;
-pub mod examples;
 pub mod method;
 pub mod objective;
 pub mod oracle;
 pub mod profile;
 pub mod record;
 pub mod registry;
+pub mod result;
 pub mod robustness;
-pub mod score;
 pub mod spec;
 pub mod suite;
 pub mod unit;

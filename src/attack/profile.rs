@@ -91,54 +91,80 @@ impl From<SpecBudget> for Overrides {
     }
 }
 
-/// The budget of a command: profile `name` changed by the user's `flags` and by an attack
-/// spec's own budget keys (`spec`, robrank's `eps=…:alpha=…:pgditer=…`), which must agree with
-/// the flags where both are given; validated with the keys named as options (`⟨eps⟩`, …: each
-/// front end says them in its own words, [`crate::field`]). With `robrank_compat`, the profile's
-/// ε and step are the decimals robrank's code writes ([`Profile::robrank_code`]).
-pub fn resolve(name: &str, flags: &Overrides, spec: &Overrides, robrank_compat: bool) -> Result<Pgd> {
-    resolve_as(name, flags, spec, robrank_compat, "⟨")
+/// A profile chosen by its name: read by serde (the Python package's `profile=`) and by
+/// [`std::str::FromStr`] (`--profile`), so an unknown name is refused where it is read and
+/// everything below holds the profile itself.
+#[derive(Debug, Clone, Copy)]
+pub struct ProfileName(&'static Profile);
+
+impl ProfileName {
+    pub fn profile(self) -> &'static Profile {
+        self.0
+    }
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
 }
 
-/// [`resolve`], with the keys named as `prefix` + `eps`, `profile`, … (`--` on the command
-/// line; nothing for a library request, whose fields are the Python package's keywords).
-fn resolve_as(name: &str, flags: &Overrides, spec: &Overrides, robrank_compat: bool, prefix: &str) -> Result<Pgd> {
-    fn both<T: PartialEq + std::fmt::Display + Copy>(
-        flag: Option<T>,
-        key: Option<T>,
-        what: &str,
-        prefix: &str,
-    ) -> Result<Option<T>> {
+impl PartialEq for ProfileName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl std::str::FromStr for ProfileName {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        profile(s).map(ProfileName)
+    }
+}
+
+impl std::fmt::Display for ProfileName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl serde::Serialize for ProfileName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ProfileName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(|e| serde::de::Error::custom(format!("{e:#}")))
+    }
+}
+
+/// The budget of a command: `profile` changed by the user's `flags` and by an attack spec's own
+/// budget keys (`spec`, robrank's `eps=…:alpha=…:pgditer=…`), which must agree with the flags
+/// where both are given; validated with the keys named as options (`⟨eps⟩`, …: each front end
+/// says them in its own words, [`crate::field`]). With `robrank_compat`, the profile's ε and
+/// step are the decimals robrank's code writes ([`Profile::robrank_code`]).
+pub fn resolve(profile: ProfileName, flags: &Overrides, spec: &Overrides, robrank_compat: bool) -> Result<Pgd> {
+    fn both<T: PartialEq + std::fmt::Display + Copy>(flag: Option<T>, key: Option<T>, what: &str) -> Result<Option<T>> {
         match (flag, key) {
             (Some(f), Some(k)) if f != k => {
-                let key = if prefix == "⟨" {
-                    format!("⟨{what}⟩")
-                } else {
-                    format!("{prefix}{what}")
-                };
-                anyhow::bail!("{key} {f} and the attack spec's value {k} disagree: give one")
+                anyhow::bail!("⟨{what}⟩ {f} and the attack spec's value {k} disagree: give one")
             }
             (f, k) => Ok(f.or(k)),
         }
     }
     let o = Overrides {
-        eps: both(flags.eps, spec.eps, "eps", prefix)?,
-        step: both(flags.step, spec.step, "step", prefix)?,
-        steps: both(flags.steps, spec.steps, "steps", prefix)?,
+        eps: both(flags.eps, spec.eps, "eps")?,
+        step: both(flags.step, spec.step, "step")?,
+        steps: both(flags.steps, spec.steps, "steps")?,
         norm: flags.norm.or(spec.norm),
         random_start: flags.random_start || spec.random_start,
     };
-    let key = if prefix == "⟨" {
-        "⟨profile⟩".to_string()
-    } else {
-        format!("{prefix}profile")
-    };
-    let p = profile(name).with_context(|| key)?;
+    let p = profile.profile();
     let pgd = match (robrank_compat, p.robrank_code) {
         (true, Some(code)) => p.as_robrank_writes(code).pgd(&o),
         _ => p.pgd(&o),
     };
-    pgd.validate_as(prefix)?;
+    pgd.validate_as("⟨")?;
     Ok(pgd)
 }
 
@@ -183,6 +209,10 @@ pub fn help() -> String {
 mod resolve_tests {
     use super::*;
 
+    fn n(name: &str) -> ProfileName {
+        name.parse().unwrap()
+    }
+
     fn o(eps: Option<f32>, steps: Option<usize>) -> Overrides {
         Overrides {
             eps,
@@ -196,20 +226,24 @@ mod resolve_tests {
     /// A spec's budget fills what the flags leave out, and a disagreement names the flag.
     #[test]
     fn flags_and_a_specs_budget_merge_or_disagree() {
-        let p = resolve("rob28", &o(None, None), &o(Some(0.1), Some(4)), false).unwrap();
+        let p = resolve(n("rob28"), &o(None, None), &o(Some(0.1), Some(4)), false).unwrap();
         assert_eq!((p.eps, p.steps), (0.1, 4));
-        let p = resolve("rob28", &o(Some(0.1), None), &o(Some(0.1), Some(4)), false).unwrap();
+        let p = resolve(n("rob28"), &o(Some(0.1), None), &o(Some(0.1), Some(4)), false).unwrap();
         assert_eq!((p.eps, p.steps), (0.1, 4));
-        let e = resolve("rob28", &o(Some(0.2), None), &o(Some(0.1), None), false)
+        let e = resolve(n("rob28"), &o(Some(0.2), None), &o(Some(0.1), None), false)
             .unwrap_err()
             .to_string();
         assert_eq!(e, "⟨eps⟩ 0.2 and the attack spec's value 0.1 disagree: give one");
-        let e = format!(
-            "{:#}",
-            resolve("rob99", &o(None, None), &o(None, None), false).unwrap_err()
+        let e = format!("{:#}", "rob99".parse::<ProfileName>().unwrap_err());
+        assert!(e.starts_with("unknown profile 'rob99'"), "{e}");
+        let e = serde_json::from_str::<ProfileName>("\"rob99\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("unknown profile 'rob99': expected rob28, rob224, pp-pgd5"),
+            "{e}"
         );
-        assert!(e.starts_with("⟨profile⟩: unknown profile 'rob99'"), "{e}");
-        let e = resolve("rob28", &o(Some(f32::INFINITY), None), &o(None, None), false)
+        let e = resolve(n("rob28"), &o(Some(f32::INFINITY), None), &o(None, None), false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("⟨eps⟩ must be a finite number"), "{e}");
@@ -219,15 +253,15 @@ mod resolve_tests {
     /// still wins, and a profile robrank has not has none.
     #[test]
     fn robrank_compat_takes_the_decimals_robranks_code_writes() {
-        let exact = resolve("rob28", &o(None, None), &o(None, None), false).unwrap();
+        let exact = resolve(n("rob28"), &o(None, None), &o(None, None), false).unwrap();
         assert_eq!((exact.eps, exact.step), (77.0 / 255.0, 3.0 / 255.0));
-        let code = resolve("rob28", &o(None, None), &o(None, None), true).unwrap();
+        let code = resolve(n("rob28"), &o(None, None), &o(None, None), true).unwrap();
         assert_eq!((code.eps, code.step, code.steps), (0.30196, 0.011764, 32));
-        let code = resolve("rob224", &o(None, None), &o(None, None), true).unwrap();
+        let code = resolve(n("rob224"), &o(None, None), &o(None, None), true).unwrap();
         assert_eq!((code.eps, code.step), (0.03137, 0.011764));
-        let given = resolve("rob28", &o(Some(0.1), None), &o(None, None), true).unwrap();
+        let given = resolve(n("rob28"), &o(Some(0.1), None), &o(None, None), true).unwrap();
         assert_eq!((given.eps, given.step), (0.1, 0.011764));
-        let pp = resolve("pp-pgd5", &o(None, None), &o(None, None), true).unwrap();
+        let pp = resolve(n("pp-pgd5"), &o(None, None), &o(None, None), true).unwrap();
         assert_eq!(pp.eps, 0.01);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::column::Column;
 use super::registry;
-use super::score::{AttackResult, MeanStd};
+use super::result::{AttackResult, MeanStd};
 use super::unit::Attack;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};

@@ -1,12 +1,12 @@
 //! Running an attack over the test set: the batch loop (select and build the objective, move the
 //! images, score the moved embeddings), robrank's ERS suite of nine attacks, and the aggregation.
 
+pub use super::adversarial::AdversarialSink;
 use super::budget::Pgd;
 use super::column::{Score, Tally};
 use super::context::embed_tensor;
-pub use super::examples::AdversarialSink;
 use super::method::{Batch, Method, WhiteBox};
-use super::score::repeat_seed;
+use super::result::repeat_seed;
 use super::unit::Attack;
 use crate::data::{ImageSet, loader};
 use crate::eval::batch_tensor;
@@ -19,8 +19,8 @@ use std::time::Instant;
 
 pub use super::column::Column;
 pub use super::context::Context;
+pub use super::result::{AttackResult, ars_rank_term};
 pub use super::robustness::{ERS_SUITE, Robustness, Row, aggregate, ers, ers_suite};
-pub use super::score::{AttackResult, ars_rank_term};
 
 /// Who attacks whom, how, and on how many items.
 #[derive(Clone, Copy)]
@@ -75,7 +75,7 @@ pub fn run_with(setup: &Setup, attack: &dyn Attack) -> Result<AttackResult> {
 }
 
 /// [`run_with`], also handing every batch's clean and adversarial images to `examples` when
-/// given (an [`super::examples::ExampleWriter`] writes them as PNG).
+/// given (an [`super::adversarial::ExampleWriter`] writes them as PNG).
 pub fn run_saving(
     setup: &Setup,
     attack: &dyn Attack,

@@ -6,7 +6,7 @@
 use super::column::{Column, Score, Tally};
 use super::context::Context;
 use super::objective::Objective;
-use super::score::AttackResult;
+use super::result::AttackResult;
 use crate::eval::knn::Embeddings;
 use anyhow::Result;
 use rand_chacha::ChaCha8Rng;

@@ -31,7 +31,7 @@ pub struct AttackArgs {
     pub save_examples: Option<PathBuf>,
     /// The attack budget: rob28, rob224 or pp-pgd5 (--help says what each is).
     #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
-    pub profile: String,
+    pub profile: rdml::attack::profile::ProfileName,
     #[command(flatten)]
     pub budget: Budget,
     /// Print JSON instead of a table.
@@ -46,7 +46,7 @@ pub struct AttackArgs {
 pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
     let json = args.json;
     let job = rdml::job::AttackJob {
-        options: args.budget.options(&args.profile),
+        options: args.budget.options(args.profile),
         run: RunScoring {
             data: args.data,
             surrogate: args.surrogate.clone(),
@@ -93,9 +93,9 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
         runs.iter().map(|r| r.seconds).sum::<f64>()
     );
     if repeats > 1 {
-        print!("{}", rdml::report::spread_table(&rdml::attack::score::spread(runs)));
+        print!("{}", rdml::tables::spread_table(&rdml::attack::result::spread(runs)));
     } else {
-        print!("{}", rdml::report::attack_table(r));
+        print!("{}", rdml::tables::attack_table(r));
     }
     Ok(Outcome::Done)
 }
@@ -110,7 +110,7 @@ pub struct RobustnessArgs {
     pub data: Option<PathBuf>,
     /// The attack budget: rob28, rob224 or pp-pgd5 (--help says what each is).
     #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
-    pub profile: String,
+    pub profile: rdml::attack::profile::ProfileName,
     #[command(flatten)]
     pub budget: Budget,
     /// A transfer attack: make every attack's examples on this run's model, score them on
@@ -136,10 +136,10 @@ pub struct RobustnessArgs {
 
 pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
     let args_queries = args.budget.queries;
-    let (json, repeats, profile) = (args.json, args.repeats, args.profile.clone());
+    let (json, repeats, profile) = (args.json, args.repeats, args.profile);
     let job = rdml::job::RobustnessJob {
         model: args.model,
-        options: args.budget.options(&args.profile),
+        options: args.budget.options(args.profile),
         run: RunScoring {
             data: args.data,
             surrogate: args.surrogate,
@@ -157,13 +157,13 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     if json {
         println!("{}", serde_json::to_string_pretty(&scored.record)?);
     } else if repeats > 1 {
-        print!("{}", rdml::report::robustness_spread_table(spread));
+        print!("{}", rdml::tables::robustness_spread_table(spread));
         println!(
             "ERS {:.1} ± {:.1}   ARS {:.1} ± {:.1}   ({repeats} runs, {queries} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
             spread.ers.mean, spread.ers.std, spread.ars.mean, spread.ars.std, pgd.eps, pgd.step, pgd.steps
         );
     } else {
-        print!("{}", rdml::report::robustness_table(r));
+        print!("{}", rdml::tables::robustness_table(r));
         println!(
             "ERS {:.1}   ARS {:.1}   ({queries} queries, {profile}: ε {:.4}, step {:.4}, {} steps)",
             r.ers, r.ars, pgd.eps, pgd.step, pgd.steps

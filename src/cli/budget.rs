@@ -1,5 +1,8 @@
 //! The attack budget options shared by `attack`, `robustness`, `compare` and `embed --attack`.
 
+use rdml::attack::budget::Norm;
+use rdml::attack::profile::ProfileName;
+
 /// The library's texts with their options as the command line names them.
 fn words(text: &str) -> String {
     rdml::field::render(text, rdml::field::Words::CommandLine)
@@ -39,9 +42,9 @@ pub struct Budget {
     /// PGD iterations (default: the profile's).
     #[arg(long)]
     pub steps: Option<usize>,
-    /// The norm of the budget (default linf).
-    #[arg(long, value_parser = ["linf", "l2"])]
-    pub norm: Option<String>,
+    /// The norm of the budget: linf or l2 (default: the profile's, linf).
+    #[arg(long)]
+    pub norm: Option<Norm>,
     /// Start each attack from a uniformly random point of the ball.
     #[arg(long)]
     pub random_start: bool,
@@ -68,13 +71,13 @@ pub struct Budget {
 
 impl Budget {
     /// The library's scoring options, as these flags and `profile` fill them.
-    pub fn options(&self, profile: &str) -> rdml::scoring::options::ScoringOptions {
+    pub fn options(&self, profile: ProfileName) -> rdml::scoring::options::ScoringOptions {
         rdml::scoring::options::ScoringOptions {
-            profile: profile.to_string(),
+            profile,
             eps: self.eps,
             step: self.step,
             steps: self.steps,
-            norm: self.norm.clone(),
+            norm: self.norm,
             random_start: self.random_start,
             method: self.method.clone(),
             queries: self.queries,

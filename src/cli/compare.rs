@@ -27,7 +27,7 @@ pub struct CompareArgs {
     #[arg(long)]
     pub max_batches: Option<usize>,
     #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
-    pub profile: String,
+    pub profile: rdml::attack::profile::ProfileName,
     #[command(flatten)]
     pub budget: Budget,
     /// Train every config again, replacing finished runs under --out (by default a finished
@@ -64,7 +64,7 @@ pub fn compare(args: CompareArgs, flag: Option<&str>, quiet: bool) -> Result<Out
     let device = open_device(flag, &exps.iter().collect::<Vec<_>>(), quiet)?;
     let opts = rdml::compare::CompareOptions {
         out: out.clone(),
-        scoring: budget.options(&profile),
+        scoring: budget.options(profile),
         progress: !quiet,
         overwrite,
         seeds,

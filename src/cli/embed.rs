@@ -30,7 +30,7 @@ pub struct EmbedArgs {
     pub attack: Option<String>,
     /// The attack's budget (with --attack).
     #[arg(long, default_value = rdml::scoring::defaults::PROFILE, long_help = profile_help())]
-    pub profile: String,
+    pub profile: rdml::attack::profile::ProfileName,
     #[command(flatten)]
     pub budget: Budget,
 }
@@ -42,7 +42,7 @@ pub fn embed(args: EmbedArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome
         data: args.data,
         split: args.split.parse()?,
         attack: args.attack,
-        options: args.budget.options(&args.profile),
+        options: args.budget.options(args.profile),
         out: Some(args.out),
         overwrite: args.overwrite,
         progress: !quiet,

@@ -2,7 +2,7 @@
 
 use super::{Outcome, open_device, outcome, report_health};
 use anyhow::{Context as _, Result};
-use rdml::report::metrics_table;
+use rdml::tables::metrics_table;
 use rdml::train::load_run;
 use std::path::PathBuf;
 

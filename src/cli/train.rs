@@ -2,7 +2,7 @@
 
 use super::{Outcome, open_device, outcome, refresh_report, report_health};
 use anyhow::Result;
-use rdml::report::metrics_table;
+use rdml::tables::metrics_table;
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -3,7 +3,7 @@
 //! report takes its cells from here.
 
 use super::{CompareOptions, Row, SeedSummary, summaries};
-use crate::attack::score::MeanStd;
+use crate::attack::result::MeanStd;
 use crate::config::Experiment;
 use crate::eval::health::Verdict;
 use crate::owned::Ledger;
@@ -136,7 +136,7 @@ pub(super) fn write_tables(
 ) -> Result<()> {
     let sums = summaries_so_far(rows, configs, opts.seeds);
     let json = serde_json::json!({
-        "profile": scoring.profile, "pgd": scoring.pgd, "method": scoring.method_spec,
+        "profile": scoring.profile.name(), "pgd": scoring.pgd, "method": scoring.method_spec,
         "queries": scoring.queries, "seed": scoring.seed, "robrank_compat": scoring.robrank_compat,
         "seeds": opts.seeds, "summary": sums, "rows": rows
     });

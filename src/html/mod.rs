@@ -100,7 +100,7 @@ pub fn write_scored(dir: &Path, record: &crate::attack::record::RobustnessRecord
     let [json_name, page_name] = crate::scoring::model::OUT_FILES;
     let json = crate::atomic::json_bytes(record)?;
     let page = scored_page(record, images)?.into_bytes();
-    crate::scored_dir::write(dir, &[(json_name, json), (page_name, page)])?;
+    crate::out_folder::write(dir, &[(json_name, json), (page_name, page)])?;
     Ok(dir.join(page_name))
 }
 

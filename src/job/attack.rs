@@ -1,8 +1,8 @@
 //! One attack on a run folder's model: `rdml attack` and Python's `Run.attack`.
 
+use crate::attack::adversarial::{AdversarialSink, ExampleWriter};
 use crate::attack::budget::Pgd;
-use crate::attack::examples::{AdversarialSink, ExampleWriter};
-use crate::attack::score::AttackResult;
+use crate::attack::result::AttackResult;
 use crate::scoring::options::{RunScoring, ScoringOptions};
 use anyhow::Result;
 use burn::tensor::Device;

@@ -15,6 +15,16 @@ pub struct Labelled {
     pub labels: Vec<i64>,
 }
 
+/// How embeddings the caller gives are compared (`distance=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricDistance {
+    #[default]
+    Euclidean,
+    /// Rows scaled to unit length first (cosine ranking is Euclidean ranking on the sphere).
+    Cosine,
+}
+
 /// The metrics asked for.
 #[derive(Debug, Clone)]
 pub struct MetricsJob {
@@ -22,8 +32,7 @@ pub struct MetricsJob {
     pub dim: usize,
     /// The items the queries are ranked among; `None`: the queries among themselves.
     pub gallery: Option<Labelled>,
-    /// `euclidean`, or `cosine` (rows scaled to unit length first).
-    pub distance: String,
+    pub distance: MetricDistance,
     pub eval: EvalConfig,
     /// NMI's k-means seed.
     pub seed: u64,
@@ -32,15 +41,7 @@ pub struct MetricsJob {
 impl MetricsJob {
     pub fn run(mut self, device: &Device) -> Result<Metrics> {
         self.eval.validate().map_err(|e| crate::input_error(format!("{e:#}")))?;
-        let cosine = match self.distance.as_str() {
-            "euclidean" => false,
-            "cosine" => true,
-            d => {
-                return Err(crate::input_error(format!(
-                    "distance = {d:?}: expected \"euclidean\" or \"cosine\""
-                )));
-            }
-        };
+        let cosine = self.distance == MetricDistance::Cosine;
         crate::ensure_input!(
             self.dim > 0,
             "embeddings: rows of 0 values; each row needs at least one"
@@ -147,7 +148,7 @@ mod tests {
             },
             dim: 0,
             gallery: None,
-            distance: "euclidean".into(),
+            distance: MetricDistance::Euclidean,
             eval: EvalConfig::default(),
             seed: 0,
         };

@@ -107,7 +107,7 @@ pub fn call(mut c: Call) -> Result<Answer> {
             };
             Answer::of(&crate::html::refresh(&r.dir, &opts, &open()?)?.display().to_string())?
         }
-        "score" => model::score(read(c.request)?, c, open)?,
+        "score_model" => model::score(read(c.request)?, c, open)?,
         "trainer_step" => harden::trainer_step(read(c.request)?, c.arrays, open)?,
         "preset_tables" => harden::preset_tables(&read::<harden::Preset>(c.request)?.name)?,
         "embed_model" => model::embed_model(read(c.request)?, c, open)?,
@@ -149,7 +149,7 @@ fn the_callers(e: anyhow::Error) -> anyhow::Error {
 fn defaults() -> Value {
     let (o, d) = (ScoringOptions::default(), ModelScoring::default());
     json!({
-        "profile": o.profile, "method": o.method, "batch": o.batch, "seed": o.seed, "repeats": d.repeats,
+        "profile": o.profile.name(), "method": o.method, "batch": o.batch, "seed": o.seed, "repeats": d.repeats,
         "queries": o.queries, "grid": crate::html::GRID_QUERIES,
     })
 }
@@ -185,18 +185,14 @@ struct Metrics {
     gallery_labels: Option<Vec<i64>>,
     #[serde(default)]
     recall_ks: Option<Vec<usize>>,
-    #[serde(default = "euclidean")]
-    distance: String,
+    #[serde(default)]
+    distance: crate::job::metrics::MetricDistance,
     #[serde(default = "crate::field::yes")]
     nmi: bool,
     #[serde(default = "crate::field::yes")]
     pi_ratio: bool,
     #[serde(default)]
     seed: u64,
-}
-
-fn euclidean() -> String {
-    "euclidean".into()
 }
 
 fn metrics(r: Metrics, arrays: Vec<Vec<f32>>) -> Result<Answer> {
@@ -289,8 +285,26 @@ mod tests {
             r#"{"dim": 2, "labels": [0, 1], "distance": "l1"}"#,
             vec![vec![0.0; 4]],
         );
-        assert!(said.contains("distance"), "{said}");
-        let said = refusal("score", r#"{"images": {"shape": [1, 1, 2, 2]}}"#, vec![vec![0.0; 4]]);
+        assert!(
+            said.starts_with("distance: unknown variant `l1`, expected `euclidean` or `cosine`"),
+            "{said}"
+        );
+        let attack = |options: &str| format!(r#"{{"model": "r", "attack": "CA+", "options": {options}}}"#);
+        let said = refusal("attack", &attack(r#"{"profile": "rob99"}"#), vec![]);
+        assert!(
+            said.starts_with("options.profile: unknown profile 'rob99': expected rob28"),
+            "{said}"
+        );
+        let said = refusal("attack", &attack(r#"{"norm": "l3"}"#), vec![]);
+        assert!(
+            said.starts_with("options.norm: unknown variant `l3`, expected `linf` or `l2`"),
+            "{said}"
+        );
+        let said = refusal(
+            "score_model",
+            r#"{"images": {"shape": [1, 1, 2, 2]}}"#,
+            vec![vec![0.0; 4]],
+        );
         assert!(said.contains("model: missing"), "{said}");
         let e = run("attacks", "{}", vec![]).unwrap_err();
         assert!(!e.chain().any(|c| c.is::<crate::InputError>()) && format!("{e:#}").contains("attacks"));
@@ -301,7 +315,7 @@ mod tests {
     fn defaults_and_presets_are_the_librarys() {
         let d = run("defaults", "{}", vec![]).unwrap();
         let o = ScoringOptions::default();
-        assert_eq!(d["profile"], o.profile.as_str());
+        assert_eq!(d["profile"], o.profile.name());
         assert_eq!(d["method"], o.method.as_str());
         assert_eq!(
             (d["queries"].as_u64(), d["batch"].as_u64()),

@@ -8,10 +8,10 @@
 use crate::attack::oracle::{External, HostModel, Net, Oracle};
 use crate::attack::record::{FILE, RobustnessRecord};
 use crate::attack::registry::{self, SpecBudget};
-use crate::attack::score::AttackResult;
+use crate::attack::result::AttackResult;
 use crate::attack::suite::Context;
 use crate::eval::knn::Embeddings;
-use crate::scored_dir;
+use crate::out_folder;
 use crate::scoring::options::{Resolved, ScoringOptions};
 use crate::scoring::{Scoree, Session};
 use anyhow::Result;
@@ -189,7 +189,7 @@ impl ModelScoring {
         let out = self
             .out
             .as_ref()
-            .map(|o| scored_dir::check(o, &OUT_FILES))
+            .map(|o| out_folder::check(o, &OUT_FILES))
             .transpose()?;
         let session = self.session(&options, (model, surrogate), images, device)?;
         let record = session.robustness()?.record;
@@ -262,7 +262,7 @@ pub struct Adversarial {
     pub of_gallery: bool,
 }
 
-impl crate::attack::examples::AdversarialSink for Adversarial {
+impl crate::attack::adversarial::AdversarialSink for Adversarial {
     fn add(
         &mut self,
         items: &[usize],
@@ -289,7 +289,7 @@ impl crate::attack::examples::AdversarialSink for Adversarial {
 pub fn attack_json(runs: &[AttackResult]) -> Result<serde_json::Value> {
     Ok(match runs {
         [one] => serde_json::to_value(one)?,
-        _ => serde_json::json!({"runs": runs, "mean_std": crate::attack::score::spread(runs)}),
+        _ => serde_json::json!({"runs": runs, "mean_std": crate::attack::result::spread(runs)}),
     })
 }
 

@@ -4,9 +4,9 @@
 //! the option as a field token (`⟨queries⟩`), which each front end words as its own.
 
 use super::defaults;
-use crate::attack::budget::Pgd;
+use crate::attack::budget::{Norm, Pgd};
 use crate::attack::method::Method;
-use crate::attack::profile::{Overrides, resolve};
+use crate::attack::profile::{Overrides, ProfileName, resolve};
 use crate::attack::spec::SpecBudget;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -17,12 +17,12 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScoringOptions {
-    pub profile: String,
+    pub profile: ProfileName,
     pub eps: Option<f32>,
     pub step: Option<f32>,
     pub steps: Option<usize>,
-    /// `linf` or `l2` (`None`: the profile's).
-    pub norm: Option<String>,
+    /// `None`: the profile's.
+    pub norm: Option<Norm>,
     /// `true` turns a random start on; profiles that have one keep it.
     pub random_start: bool,
     /// `white-box`, `nes[:…]` or `universal`.
@@ -40,7 +40,7 @@ pub struct ScoringOptions {
 impl Default for ScoringOptions {
     fn default() -> Self {
         Self {
-            profile: defaults::PROFILE.into(),
+            profile: defaults::PROFILE.parse().expect("the default profile is a profile"),
             eps: None,
             step: None,
             steps: None,
@@ -66,23 +66,17 @@ impl ScoringOptions {
         crate::ensure_input!(repeats >= 1, "⟨repeats⟩ must be ≥ 1");
         let method = crate::attack::registry::method(&self.method)
             .map_err(|e| crate::input_error(format!("⟨method⟩: {e:#}")))?;
-        let norm = self
-            .norm
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| crate::input_error(format!("⟨norm⟩: {e:#}")))?;
         let flags = Overrides {
             eps: self.eps,
             step: self.step,
             steps: self.steps,
-            norm,
+            norm: self.norm,
             random_start: self.random_start,
         };
-        let pgd = resolve(&self.profile, &flags, &spec.into(), self.robrank_compat)
+        let pgd = resolve(self.profile, &flags, &spec.into(), self.robrank_compat)
             .map_err(|e| crate::input_error(format!("{e:#}")))?;
         Ok(Resolved {
-            profile: self.profile.clone(),
+            profile: self.profile,
             pgd,
             method,
             method_spec: self.method.clone(),
@@ -98,8 +92,8 @@ impl ScoringOptions {
 /// [`ScoringOptions`] resolved: what everything below the requests reads (nothing re-parsed,
 /// no count re-checked). `queries`, `batch` and `repeats` are ≥ 1.
 pub struct Resolved {
-    /// The budget's profile name, as the records name it.
-    pub profile: String,
+    /// The budget's profile, as the records name it.
+    pub profile: ProfileName,
     pub pgd: Pgd,
     pub method: Box<dyn Method>,
     /// The method as the caller wrote it, as the records name it.

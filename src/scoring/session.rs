@@ -6,10 +6,10 @@
 //! ([`Session::robustness`]) and kept by one policy ([`Scored::store`]).
 
 use super::options::Resolved;
-use crate::attack::examples::AdversarialSink;
+use crate::attack::adversarial::AdversarialSink;
 use crate::attack::record::{FILE, RobustnessRecord};
+use crate::attack::result::AttackResult;
 use crate::attack::robustness::{Robustness, RobustnessSpread, robustness_spread};
-use crate::attack::score::AttackResult;
 use crate::attack::suite::{Context, Setup, robustness_repeated, run_repeated, run_saving};
 use crate::attack::unit::Attack;
 use anyhow::Result;
@@ -86,7 +86,7 @@ impl<'o> Session<'o> {
         let record = RobustnessRecord {
             model: self.scoree.model.clone(),
             model_digest: self.scoree.digest.clone(),
-            profile: Some(o.profile.clone()),
+            profile: Some(o.profile.name().to_string()),
             method: Some(o.method_spec.clone()),
             surrogate: self.scoree.surrogate.clone(),
             pgd: Some(o.pgd),

@@ -11,7 +11,7 @@ use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::shift::{EmbeddingShift, FirstStep};
-use crate::attack::score::AttackResult;
+use crate::attack::result::AttackResult;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use crate::host::read;

@@ -10,7 +10,7 @@ use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::rank::{Direction, QueryAttack};
 use crate::attack::objective::targets::{LabelMislead, TowardPoint};
-use crate::attack::score::AttackResult;
+use crate::attack::result::AttackResult;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::{Embeddings, top_k};
 use anyhow::Result;

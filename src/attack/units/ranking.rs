@@ -9,7 +9,7 @@ use crate::attack::context::{Context, euclid, from_top, random_other};
 use crate::attack::objective::Objective;
 use crate::attack::objective::dist_to_all;
 use crate::attack::objective::rank::{CandidateAttack, Direction, QueryAttack};
-use crate::attack::score::{AttackResult, ars_rank_term};
+use crate::attack::result::{AttackResult, ars_rank_term};
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use crate::host::read;

@@ -13,7 +13,7 @@ use crate::attack::column::{Column, Tally};
 use crate::attack::context::{Context, from_top, random_other};
 use crate::attack::objective::Objective;
 use crate::attack::objective::{dist_rows, dist_to_all};
-use crate::attack::score::ars_rank_term;
+use crate::attack::result::ars_rank_term;
 use crate::attack::spec::Params;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;

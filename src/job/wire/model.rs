@@ -99,7 +99,7 @@ pub(super) fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) ->
         #[derive(serde::Serialize)]
         struct WithImages<'a> {
             #[serde(flatten)]
-            result: &'a crate::attack::score::AttackResult,
+            result: &'a crate::attack::result::AttackResult,
             attacked: &'a [usize],
             of_gallery: bool,
         }

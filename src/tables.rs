@@ -34,7 +34,7 @@ pub fn metrics_table(m: &Metrics) -> String {
 }
 
 /// One attack's scores, one per line, for the terminal.
-pub fn attack_table(r: &crate::attack::score::AttackResult) -> String {
+pub fn attack_table(r: &crate::attack::result::AttackResult) -> String {
     r.scores
         .iter()
         .map(|s| format!("  {:<13} {:>8.3}\n", s.name.name(), s.value))
@@ -57,7 +57,7 @@ pub fn robustness_table(r: &crate::attack::robustness::Robustness) -> String {
 }
 
 /// Each column's mean ± std over repeated runs of one attack, for the terminal.
-pub fn spread_table(rows: &[(crate::attack::column::Column, crate::attack::score::MeanStd)]) -> String {
+pub fn spread_table(rows: &[(crate::attack::column::Column, crate::attack::result::MeanStd)]) -> String {
     rows.iter()
         .map(|(c, m)| format!("  {:<13} {:>8.3} ± {:.3}\n", c.name(), m.mean, m.std))
         .collect()
