@@ -340,8 +340,16 @@ fn attack_scores_leave_lone_queries_out_as_eval_does() {
     let rows: Vec<f32> = items.iter().flat_map(|&i| ctx.clean.row(i).to_vec()).collect();
     let q = rdml::eval::knn::Embeddings::new(rows, 32, ctx.clean.dim).unwrap();
     let ql: Vec<u32> = items.iter().map(|&i| set.labels[i]).collect();
-    let m =
-        rdml::eval::metrics::retrieval_skipping(&q, &ql, &ctx.clean, &set.labels, Some(&items), &[1], &dev).unwrap();
+    let m = rdml::eval::metrics::retrieval_skipping(
+        &q,
+        &ql,
+        &ctx.clean,
+        &set.labels,
+        Some(&items.iter().copied().map(Some).collect::<Vec<_>>()),
+        &[1],
+        &dev,
+    )
+    .unwrap();
     assert_eq!(m.lone_queries, 2);
     let eval_r1 = 100.0 * m.recall_at(1).unwrap();
     for name in ["NN", "ES", "LTM"] {

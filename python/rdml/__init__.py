@@ -92,8 +92,9 @@ def metrics(
     length first). Returns recall@k for each k, map@r, map@10, map, r_precision, nmi, pi_ratio,
     queries, lone_queries (queries with no other item of their class), health and
     metric_seconds. Torch tensors are taken as they are held (requiring grad, bfloat16, on a GPU).
-    A gallery that is the queries themselves is read as leave-one-out (PML's
-    ``ref_includes_query``) with a warning; labels that leave every query alone in its class are
+    A query's own row in the gallery (the same values and label, found whatever the order or
+    subset) is left out of its own list with a warning; a gallery that is the queries is read as
+    leave-one-out (PML's ``ref_includes_query``); labels that leave every query alone in its class are
     a ``ValueError``: the metrics would be undefined.
     """
     q = _matrix(embeddings, "embeddings")

@@ -382,10 +382,21 @@ def test_metrics_traps_are_closed():
     e = rng.standard_normal((60, 8)).astype(np.float32)
     y = rng.integers(0, 6, 60)
     plain = rdml.metrics(e, y, nmi=False)
-    # The queries passed again as the gallery: leave-one-out, with a warning, not R@1 = 1.
-    with pytest.warns(rdml.RdmlWarning, match="the gallery is the query set itself.*leave the gallery out"):
-        same = rdml.metrics(e, y, gallery=e.copy(), gallery_labels=y.copy(), nmi=False)
-    assert same["recall@1"] == plain["recall@1"] < 1.0
+    # The queries passed again as the gallery, in any order: leave-one-out, with a warning, not R@1 = 1.
+    perm = rng.permutation(60)
+    for g, gy in [(e.copy(), y.copy()), (e[perm], y[perm])]:
+        with pytest.warns(rdml.RdmlWarning, match="the gallery is the queries themselves.*leave the gallery out"):
+            same = rdml.metrics(e, y, gallery=g, gallery_labels=gy, nmi=False)
+        assert same["recall@1"] == plain["recall@1"] < 1.0
+    # A gallery holding some queries' own items among others: each left out of its own list only.
+    other = rng.standard_normal((30, 8)).astype(np.float32)
+    g, gy = np.concatenate([other, e[perm[:25]]]), np.concatenate([rng.integers(0, 6, 30), y[perm[:25]]])
+    with pytest.warns(rdml.RdmlWarning, match="the gallery holds 25 of the 60 queries' own items"):
+        part = rdml.metrics(e, y, gallery=g, gallery_labels=gy, recall_ks=(1,), nmi=False, pi_ratio=False)
+    d = ((e[:, None, :] - g[None, :, :]) ** 2).sum(-1)
+    for j, i in enumerate(perm[:25]):
+        d[i, 30 + j] = np.inf
+    assert part["recall@1"] == pytest.approx(np.mean(gy[d.argmin(1)] == y))
     # No query has another item of its class: an error, not zeros and NMI 1.
     with pytest.raises(ValueError, match="no query has another item of its class"):
         rdml.metrics(e[:12], np.arange(12), recall_ks=(1,))
@@ -414,10 +425,23 @@ def test_a_gallery_ranks_the_queries_among_it_alone():
     # Ranks are percentiles among the 160 gallery images: a query's list holds no copy of itself.
     one = rdml.attack(model, q[:1], qy[:1], "QA-", queries=1, steps=2, **kw)
     assert (one["scores"]["QA-"] * 160 / 100) == pytest.approx(round(one["scores"]["QA-"] * 160 / 100))
-    # The queries passed as their own gallery: leave-one-out, with a warning, as with no gallery.
-    with pytest.warns(rdml.RdmlWarning, match="the gallery is the queries themselves"):
-        same = rdml.attack(model, q, qy, "ES", queries=40, gallery=q, gallery_labels=qy, quiet=True)
-    assert same["scores"] == rdml.attack(model, q, qy, "ES", queries=40, quiet=True)["scores"]
+    # The queries passed as their own gallery, in any order: leave-one-out, with a warning, as with
+    # no gallery; a gallery holding some of them leaves each out of its own list (clean Recall@1 as
+    # rdml.metrics gives it, whose own test computes it by hand).
+    alone = rdml.attack(model, q, qy, "ES", queries=40, quiet=True)["scores"]
+    perm = np.random.default_rng(0).permutation(40)
+    for same_g, same_y in [(q, qy), (q[perm], qy[perm])]:
+        with pytest.warns(rdml.RdmlWarning, match="the gallery is the queries themselves"):
+            same = rdml.attack(model, q, qy, "ES", queries=40, gallery=same_g, gallery_labels=same_y, quiet=True)
+        assert same["scores"] == alone
+    mixed, mixed_y = np.concatenate([g, q[perm[:10]]]), np.concatenate([gy, qy[perm[:10]]])
+    with pytest.warns(rdml.RdmlWarning, match="the gallery holds 10 of the 40 queries' own items"):
+        part = rdml.attack(model, q, qy, "ES", queries=40, gallery=mixed, gallery_labels=mixed_y, quiet=True)
+    eq, eg = (np.asarray(rdml.embed(model, x)) for x in (q, mixed))
+    d = ((eq[:, None, :] - eg[None, :, :]) ** 2).sum(-1)
+    d[perm[:10], 160 + np.arange(10)] = np.inf
+    by_hand = np.mean(mixed_y[d.argmin(1)] == qy)
+    assert part["scores"]["recall@1:clean"] == pytest.approx(100 * by_hand) and by_hand < 0.99
     for bad, match in [
         (dict(gallery_labels=gy), "gallery_labels: given without gallery"),
         (dict(gallery=np.repeat(g, 3, axis=1), gallery_labels=gy), r"gallery: images of shape \[3, 28, 28\]"),

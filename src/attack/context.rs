@@ -38,10 +38,12 @@ pub struct Context {
     pub distance: Distance,
 }
 
-/// A gallery apart from the queries: its images (CA± moves them) and their clean embeddings.
+/// A gallery apart from the queries: its images (CA± moves them), their clean embeddings, and
+/// each query's own image among them, if it is there ([`crate::data::labelled::own_copies`]).
 pub struct Gallery {
     pub set: ImageSet,
     pub clean: Embeddings,
+    pub own: Vec<Option<usize>>,
 }
 
 /// The batch of the clean embeddings for [`Context::new`]; the pipelines pass their `--batch`.
@@ -90,8 +92,14 @@ impl Context {
     }
 
     /// The same context ranking the queries among `gallery` (embedded `batch` at a time) rather
-    /// than among themselves.
-    pub fn with_gallery(mut self, gallery: &ImageSet, batch: usize) -> Result<Self> {
+    /// than among themselves, query `i` left out of the gallery at `own[i]` where it has one.
+    pub fn with_gallery(mut self, gallery: &ImageSet, own: Vec<Option<usize>>, batch: usize) -> Result<Self> {
+        anyhow::ensure!(
+            own.len() == self.n(),
+            "{} own places for {} queries",
+            own.len(),
+            self.n()
+        );
         let clean = embed_set(self.model.as_ref(), gallery, batch.max(1), &self.device)?;
         anyhow::ensure!(
             clean.dim == self.clean.dim,
@@ -103,6 +111,7 @@ impl Context {
         self.gallery = Some(Gallery {
             set: gallery.clone(),
             clean,
+            own,
         });
         Ok(self)
     }
@@ -138,9 +147,13 @@ impl Context {
         self.ranked_clean().n
     }
 
-    /// Item `i`'s own place in the lists, left out of its own: none when there is a gallery.
+    /// Item `i`'s own place in the lists, left out of its own: `i` without a gallery, its own
+    /// image's row in a gallery that holds it.
     pub fn own(&self, i: usize) -> Option<usize> {
-        self.gallery.is_none().then_some(i)
+        match &self.gallery {
+            None => Some(i),
+            Some(g) => g.own.get(i).copied().flatten(),
+        }
     }
 
     /// The top 1 % of a ranking (at least one item): where CA− and QA− draw their targets.
@@ -195,12 +208,13 @@ impl Context {
     /// ranked images, each item's own clean copy left out when it is among them.
     pub(crate) fn retrieval(&self, items: &[usize], emb: &Embeddings, ks: &[usize]) -> Result<Retrieval> {
         let labels: Vec<u32> = items.iter().map(|&i| self.set.labels[i]).collect();
+        let own: Vec<Option<usize>> = items.iter().map(|&i| self.own(i)).collect();
         metrics::retrieval_skipping(
             emb,
             &labels,
             self.ranked_clean(),
             self.ranked_labels(),
-            self.gallery.is_none().then_some(items),
+            Some(&own),
             ks,
             &self.device,
         )

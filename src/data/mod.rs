@@ -11,6 +11,7 @@ mod example;
 pub mod folder;
 pub mod idx;
 pub mod inshop;
+pub mod labelled;
 pub mod loader;
 pub mod mat;
 pub mod mnist;

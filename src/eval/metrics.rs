@@ -141,20 +141,21 @@ pub fn retrieval(
                     .collect();
                 return Ok(summary(&rows, ks, query.n));
             }
-            let own: Vec<usize> = (0..query.n).collect();
+            let own: Vec<Option<usize>> = (0..query.n).map(Some).collect();
             retrieval_skipping(query, qlabels, query, qlabels, Some(&own), ks, device)
         }
     }
 }
 
-/// Like [`retrieval`], with query `i` left out of the gallery at index `own[i]` (an attacked
-/// query searched among the clean embeddings of its own test set).
+/// Like [`retrieval`], with query `i` left out of the gallery at index `own[i]` where it has one
+/// (an attacked query searched among the clean embeddings of its own test set; a gallery holding
+/// queries' own items, [`crate::data::labelled`]).
 pub fn retrieval_skipping(
     query: &Embeddings,
     qlabels: &[u32],
     gemb: &Embeddings,
     glabels: &[u32],
-    own: Option<&[usize]>,
+    own: Option<&[Option<usize>]>,
     ks: &[usize],
     device: &Device,
 ) -> Result<Retrieval> {
@@ -178,7 +179,7 @@ pub fn retrieval_skipping(
         members.entry(l).or_default().push(j as u32);
     }
     let rows = scan_rows(query, gemb, device, |i, row| {
-        let skip = own.map(|o| o[i]);
+        let skip = own.and_then(|o| o[i]);
         let class = members.get(&qlabels[i]).map_or(&[][..], |m| &m[..]);
         let r = class.len() - usize::from(skip.is_some_and(|j| glabels[j] == qlabels[i]));
         row_stats(row, qlabels[i], glabels, class, skip, r, ks)

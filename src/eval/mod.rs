@@ -163,16 +163,34 @@ pub fn score(
     seed: u64,
     device: &Device,
 ) -> Result<Metrics> {
+    score_among(q, qlabels, gallery, None, cfg, seed, device)
+}
+
+/// [`score`], with query `i` left out of the gallery at row `own[i]` where it has one (a gallery
+/// holding queries' own items, [`crate::data::labelled::own_copies`]).
+fn score_among(
+    q: &Embeddings,
+    qlabels: &[u32],
+    gallery: Option<(&Embeddings, &[u32])>,
+    own: Option<&[Option<usize>]>,
+    cfg: &EvalConfig,
+    seed: u64,
+    device: &Device,
+) -> Result<Metrics> {
     let plain = device.clone().without_autodiff();
     ensure!(q.n > 0, "the test split is empty: nothing to evaluate");
-    let gallery_size = gallery.map_or(q.n - 1, |(g, _)| g.n);
+    let left_out = usize::from(own.is_some_and(|o| o.iter().any(Option::is_some)));
+    let gallery_size = gallery.map_or(q.n - 1, |(g, _)| g.n - left_out);
     check_recall_ks(&cfg.recall_ks, gallery_size)?;
     // Recall@1 is always computed: the health verdict rests on it.
     let mut ks = cfg.recall_ks.clone();
     if !ks.contains(&1) {
         ks.push(1);
     }
-    let mut retrieval = metrics::retrieval(q, qlabels, gallery, &ks, &plain)?;
+    let mut retrieval = match (gallery, own) {
+        (Some((g, gl)), Some(own)) => metrics::retrieval_skipping(q, qlabels, g, gl, Some(own), &ks, &plain)?,
+        _ => metrics::retrieval(q, qlabels, gallery, &ks, &plain)?,
+    };
     let r1 = retrieval.recall_at(1).unwrap_or(0.0);
     retrieval.recall.retain(|(k, _)| cfg.recall_ks.contains(k));
     let chance = health::chance_recall_at_1(qlabels, gallery.map(|g| g.1));
@@ -205,10 +223,11 @@ pub fn score(
 }
 
 /// The metrics of embeddings the caller gives (`rdml.metrics`), with the traps of such input
-/// closed: a gallery that is the query set itself is read as leave-one-out (each query's own copy
-/// left out: pytorch-metric-learning's `ref_includes_query`), with a warning, never a perfect
-/// Recall@1 by construction; metrics that no query defines (no query has another item of its
-/// class) are an error, never zeros and NMI 1.
+/// closed: a query's own item in the gallery, found by content in any order or subset, is left
+/// out of its own list (the gallery that is the queries is read as leave-one-out:
+/// pytorch-metric-learning's `ref_includes_query`), with a warning, never a perfect Recall@1 by
+/// construction ([`crate::data::labelled`]); metrics that no query defines (no query has another
+/// item of its class) are an error, never zeros and NMI 1.
 pub fn score_given(
     q: &Embeddings,
     qlabels: &[u32],
@@ -217,18 +236,21 @@ pub fn score_given(
     seed: u64,
     device: &Device,
 ) -> Result<Metrics> {
+    use crate::data::labelled::{Overlap, own_copies};
     let t0 = Instant::now();
-    let gallery = match gallery {
-        Some((g, gl)) if g.n == q.n && g.dim == q.dim && gl == qlabels && g.data == q.data => {
-            crate::notes::warn(
-                "the gallery is the query set itself: each query is ranked against the others, its own copy left \
-                 out (pytorch-metric-learning's ref_includes_query); leave the gallery out to say so",
-            );
-            None
-        }
-        other => other,
+    let overlap = match gallery {
+        Some((g, gl)) if g.dim == q.dim => own_copies((&q.data, qlabels), (&g.data, gl), q.dim),
+        _ => Overlap::Apart,
     };
-    let mut m = score(q, qlabels, gallery, cfg, seed, device)?;
+    if let Some(note) = overlap.note() {
+        crate::notes::warn(&note);
+    }
+    let (gallery, own) = match &overlap {
+        Overlap::Queries => (None, None),
+        Overlap::Some { own, .. } => (gallery, Some(own.as_slice())),
+        Overlap::Apart => (gallery, None),
+    };
+    let mut m = score_among(q, qlabels, gallery, own, cfg, seed, device)?;
     crate::ensure_input!(
         m.retrieval.lone_queries < m.retrieval.queries,
         "labels: no query has another item of its class {}, so Recall@k, MAP@R and NMI are undefined",

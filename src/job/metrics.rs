@@ -5,7 +5,6 @@ use crate::eval::knn::Embeddings;
 use crate::eval::{EvalConfig, Metrics};
 use anyhow::Result;
 use burn::tensor::Device;
-use std::collections::HashMap;
 
 /// Embeddings `[n, dim]` (row-major) with a label each, of any integers.
 #[derive(Debug, Clone, Default)]
@@ -80,17 +79,8 @@ impl MetricsJob {
                 unit_rows(&mut g.values, self.dim);
             }
         }
-        // Labels of any integers: dense ids, equal where the given labels are equal.
-        let mut ids = HashMap::new();
-        let mut dense = |v: &[i64]| -> Vec<u32> {
-            v.iter()
-                .map(|l| {
-                    let next = ids.len() as u32;
-                    *ids.entry(*l).or_insert(next)
-                })
-                .collect()
-        };
-        let ql = dense(&self.query.labels);
+        let mut ids = crate::data::labelled::DenseIds::default();
+        let ql = ids.ids(&self.query.labels);
         let q = Embeddings::new(self.query.values, self.query.n, self.dim)?;
         let gallery = match self.gallery {
             Some(g) => {
@@ -100,7 +90,7 @@ impl MetricsJob {
                     g.labels.len(),
                     g.n
                 );
-                let gl = dense(&g.labels);
+                let gl = ids.ids(&g.labels);
                 Some((Embeddings::new(g.values, g.n, self.dim)?, gl))
             }
             None => None,

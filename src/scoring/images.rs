@@ -20,19 +20,33 @@ impl Images {
     }
 
     /// The queries and the gallery checked as in-memory sets, their labels made dense together
-    /// (a label means one class in both).
-    pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<ImageSet>)> {
-        let gallery = match gallery {
-            Some(g) if g.shape == queries.shape && g.labels == queries.labels && g.images == queries.images => {
-                crate::notes::warn(
-                    "the gallery is the queries themselves: each query is ranked among the others, its own copy \
-                     left out (pytorch-metric-learning's ref_includes_query); leave the gallery out to say so",
-                );
-                None
+    /// (a label means one class in both), with each query's own image in the gallery (found by
+    /// content, [`crate::data::labelled`]) to leave out of its list; a gallery that is the queries
+    /// in any order is read as the queries ranked among themselves.
+    pub fn sets(
+        queries: Images,
+        gallery: Option<Images>,
+    ) -> Result<(ImageSet, Option<(ImageSet, Vec<Option<usize>>)>)> {
+        use crate::data::labelled::{Overlap, own_copies};
+        let per = |s: [usize; 4]| s[1..].iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let overlap = match &gallery {
+            Some(g) if g.shape[1..] == queries.shape[1..] && per(g.shape).is_some() => {
+                let width = per(g.shape).unwrap_or(1);
+                let fits = |i: &Images| i.images.len() == i.labels.len().saturating_mul(width);
+                if fits(&queries) && fits(g) {
+                    own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width)
+                } else {
+                    Overlap::Apart
+                }
             }
-            other => other,
+            _ => Overlap::Apart,
         };
-        let mut ids = std::collections::HashMap::new();
+        if let Some(note) = overlap.note() {
+            crate::notes::warn(note);
+        }
+        let gallery = if overlap == Overlap::Queries { None } else { gallery };
+        let own = overlap.own(queries.labels.len());
+        let mut ids = crate::data::labelled::DenseIds::default();
         let at_least = if gallery.is_some() { 1 } else { 2 };
         let shape = queries.shape;
         let queries = queries.checked(&mut ids, ("images", "labels"), at_least)?;
@@ -50,7 +64,7 @@ impl Images {
                     queries.labels.iter().any(|l| g.labels.contains(l)),
                     "gallery_labels: no query's class is in the gallery, so no query has a match to rank"
                 );
-                Some(g)
+                Some((g, own))
             }
         };
         Ok((queries, gallery))
@@ -60,7 +74,7 @@ impl Images {
     /// `at_least` of them, their labels mapped to dense ids through `ids`.
     fn checked(
         self,
-        ids: &mut std::collections::HashMap<i64, u32>,
+        ids: &mut crate::data::labelled::DenseIds,
         (images, labels): (&str, &str),
         at_least: usize,
     ) -> Result<ImageSet> {
@@ -76,14 +90,7 @@ impl Images {
             "{images}: {n} image(s); an attack ranks each item among {}, so at least {at_least} are needed",
             if at_least == 1 { "the gallery" } else { "the others" }
         );
-        let dense: Vec<u32> = self
-            .labels
-            .iter()
-            .map(|l| {
-                let next = ids.len() as u32;
-                *ids.entry(*l).or_insert(next)
-            })
-            .collect();
+        let dense = ids.ids(&self.labels);
         let source = Source::Floats {
             data: self.images,
             channels: c,

@@ -159,7 +159,7 @@ impl ModelScoring {
             let oracle = m.oracle(set.item_shape(), device)?;
             let ctx = Context::of(oracle, &set, options.batch, device, options.robrank_compat)?;
             match &gallery {
-                Some(g) => ctx.with_gallery(g, options.batch),
+                Some((g, own)) => ctx.with_gallery(g, own.clone(), options.batch),
                 None => Ok(ctx),
             }
         };

@@ -1,0 +1,148 @@
+//! The rules of labelled arrays a caller gives (queries, and a gallery to rank them among), for
+//! embeddings (`rdml.metrics`) and images (`rdml.robustness`, `rdml.attack`) alike:
+//! - labels of any integers become dense class ids, equal where the given labels are equal, the
+//!   same in the queries and the gallery ([`DenseIds`]);
+//! - a query's own item in the gallery (the same values and label, found by content, in any order
+//!   or subset) would rank first at distance 0 and make Recall@1 perfect by construction: it is
+//!   left out of that query's list, as pytorch-metric-learning's `ref_includes_query` and
+//!   robrank's leave-one-out do ([`own_copies`], [`Overlap`]).
+
+use std::collections::HashMap;
+
+/// Dense class ids, shared by every array read through the same map.
+#[derive(Debug, Default)]
+pub struct DenseIds(HashMap<i64, u32>);
+
+impl DenseIds {
+    /// The ids of `labels`, in order: the first label seen is 0, the next new one 1, ….
+    pub fn ids(&mut self, labels: &[i64]) -> Vec<u32> {
+        labels
+            .iter()
+            .map(|l| {
+                let next = self.0.len() as u32;
+                *self.0.entry(*l).or_insert(next)
+            })
+            .collect()
+    }
+}
+
+/// How a gallery relates to the queries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Overlap {
+    /// No query's item is in the gallery.
+    Apart,
+    /// The gallery is the queries, in any order: the queries ranked among themselves
+    /// (leave-one-out) are the same lists.
+    Queries,
+    /// Some gallery rows are queries' own items: `own[i]` is query `i`'s, left out of its list.
+    Some { own: Vec<Option<usize>>, found: usize },
+}
+
+impl Overlap {
+    /// What a caller is told when its gallery holds queries' own items (`None`: nothing to say).
+    pub fn note(&self) -> Option<String> {
+        match self {
+            Overlap::Apart => None,
+            Overlap::Queries => Some(
+                "the gallery is the queries themselves (found by content): each query is ranked among the \
+                 others, its own copy left out (pytorch-metric-learning's ref_includes_query); leave the gallery \
+                 out to say so"
+                    .into(),
+            ),
+            Overlap::Some { found, own } => Some(format!(
+                "the gallery holds {found} of the {} queries' own items (found by content): each is left out of \
+                 its own query's list, as a query's own copy would otherwise rank first by construction",
+                own.len()
+            )),
+        }
+    }
+
+    /// Each query's own row in the gallery (all `None` when apart).
+    pub fn own(&self, queries: usize) -> Vec<Option<usize>> {
+        match self {
+            Overlap::Some { own, .. } => own.clone(),
+            _ => vec![None; queries],
+        }
+    }
+}
+
+/// The gallery rows that are queries' own items: rows of `width` values, equal bit for bit (so
+/// `-0.0` and `0.0` differ, and a NaN row matches its own copy) and with an equal label. Each
+/// gallery row is one query's at most: a gallery holding two copies of an item keeps the second
+/// as an item of its own.
+pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[f32], &[L]), width: usize) -> Overlap {
+    let (q, ql) = queries;
+    let (g, gl) = gallery;
+    let width = width.max(1);
+    let key = |row: &[f32], label: &L| -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        label.hash(&mut h);
+        row.iter().for_each(|v| v.to_bits().hash(&mut h));
+        h.finish()
+    };
+    let mut rows: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (j, row) in g.chunks_exact(width).enumerate() {
+        rows.entry(key(row, &gl[j])).or_default().push(j);
+    }
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let mut taken = vec![false; gl.len()];
+    let own: Vec<Option<usize>> = q
+        .chunks_exact(width)
+        .enumerate()
+        .map(|(i, row)| {
+            let candidates = rows.get(&key(row, &ql[i]))?;
+            let j = candidates
+                .iter()
+                .copied()
+                .find(|&j| !taken[j] && gl[j] == ql[i] && same(row, &g[j * width..(j + 1) * width]))?;
+            taken[j] = true;
+            Some(j)
+        })
+        .collect();
+    let found = own.iter().flatten().count();
+    match found {
+        0 => Overlap::Apart,
+        f if f == ql.len() && f == gl.len() => Overlap::Queries,
+        found => Overlap::Some { own, found },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_ids_are_shared_and_in_order_of_first_sight() {
+        let mut ids = DenseIds::default();
+        assert_eq!(ids.ids(&[7, -3, 7]), vec![0, 1, 0]);
+        assert_eq!(ids.ids(&[-3, 9]), vec![1, 2]);
+    }
+
+    /// The queries' own items are found whatever the order and subset, by values and label.
+    #[test]
+    fn own_items_are_found_by_content_in_any_order_or_subset() {
+        let q = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0];
+        let ql = [0, 1, 2];
+        let permuted = [4.0, 5.0, 0.0, 1.0, 2.0, 3.0];
+        assert_eq!(own_copies((&q, &ql), (&permuted, &[2, 0, 1]), 2), Overlap::Queries);
+        let subset = [9.0, 9.0, 2.0, 3.0];
+        let o = own_copies((&q, &ql), (&subset, &[0, 1]), 2);
+        assert_eq!(
+            o,
+            Overlap::Some {
+                own: vec![None, Some(1), None],
+                found: 1
+            }
+        );
+        assert!(o.note().unwrap().contains("1 of the 3 queries' own items"));
+        // The same values under another label are another item; so is a second copy.
+        assert_eq!(
+            own_copies((&q, &ql), (&permuted, &[2, 1, 1]), 2).own(3),
+            vec![None, Some(2), Some(0)]
+        );
+        let twice = [0.0, 1.0, 0.0, 1.0];
+        assert_eq!(own_copies((&q[..2], &[0]), (&twice, &[0, 0]), 2).own(1), vec![Some(0)]);
+        assert_eq!(own_copies((&q, &ql), (&[7.0, 7.0], &[0]), 2), Overlap::Apart);
+    }
+}
