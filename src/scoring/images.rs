@@ -13,6 +13,9 @@ pub struct Images {
     pub labels: Vec<i64>,
 }
 
+/// A gallery as a set, with each query's own image's row in it (`None`: not there).
+pub type GallerySet = (ImageSet, Vec<Option<usize>>);
+
 impl Images {
     /// The images checked (shape, range, labels) as an in-memory test set, labels made dense.
     pub fn set(self) -> Result<ImageSet> {
@@ -23,10 +26,7 @@ impl Images {
     /// (a label means one class in both), with each query's own image in the gallery (found by
     /// content, [`crate::data::labelled`]) to leave out of its list; a gallery that is the queries
     /// in any order is read as the queries ranked among themselves.
-    pub fn sets(
-        queries: Images,
-        gallery: Option<Images>,
-    ) -> Result<(ImageSet, Option<(ImageSet, Vec<Option<usize>>)>)> {
+    pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<GallerySet>)> {
         use crate::data::labelled::{Overlap, own_copies};
         let per = |s: [usize; 4]| s[1..].iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         let overlap = match &gallery {
