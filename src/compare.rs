@@ -124,7 +124,15 @@ pub fn summaries(exps: &[Experiment], rows: &[Row], seeds: usize) -> Vec<SeedSum
 
 fn finished(dir: &Path) -> Option<RunReport> {
     crate::run_dir::status(dir).filter(|s| s.completed)?;
-    serde_json::from_slice(&std::fs::read(dir.join(crate::run_dir::RUN)).ok()?).ok()
+    serde_json::from_slice(
+        &crate::read::bytes(
+            &dir.join(crate::run_dir::RUN),
+            crate::read::Follow::NoLinks,
+            crate::read::BOOKKEEPING,
+        )
+        .ok()?,
+    )
+    .ok()
 }
 
 /// Trains (or loads) and scores every experiment; writes `compare.json` and `compare.md`.
@@ -193,7 +201,12 @@ fn check_names(exps: &[Experiment]) -> Result<()> {
 fn trained(exp: &Experiment, dir: &Path, opts: &CompareOptions, device: &Device) -> Result<RunReport> {
     let wanted = exp.to_toml()?;
     if let Some(r) = finished(dir).filter(|_| !opts.overwrite) {
-        let saved = std::fs::read_to_string(dir.join(crate::run_dir::CONFIG)).unwrap_or_default();
+        let saved = crate::read::text(
+            &dir.join(crate::run_dir::CONFIG),
+            crate::read::Follow::NoLinks,
+            crate::read::BOOKKEEPING,
+        )
+        .unwrap_or_default();
         let diff = config_diff(&saved, &wanted);
         anyhow::ensure!(
             diff.is_empty(),

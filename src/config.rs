@@ -293,7 +293,7 @@ impl Experiment {
 
     /// A config file by its path (any path, UTF-8 or not; `load` also takes preset names).
     pub fn load_file(p: &Path, overrides: &[String]) -> Result<Self> {
-        let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let text = crate::read::text(p, crate::read::Follow::Links, crate::read::TEXT)?;
         Self::from_toml(&text, &p.display().to_string(), overrides)
     }
 

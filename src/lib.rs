@@ -5,7 +5,7 @@
 //!
 //! The layers: a module uses only its own layer's earlier modules and the layers before it (no
 //! import points up, no two modules import each other; `tools/modules.py` checks both in CI):
-//! 1. `host`, `atomic` (files written whole), `run_dir`, `out_folder` (a scored model's `out`
+//! 1. `host`, `read` (every file read: by type and size, bookkeeping never through a link), `atomic` (files written whole), `run_dir`, `out_folder` (a scored model's `out`
 //!    folder), `output`, `notes` (warnings and notes, to the front end's sink), `progress`, `device`,
 //!    `kernel`, `data`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
@@ -46,6 +46,7 @@ pub mod output;
 pub mod owned;
 pub mod progress;
 pub mod quickstart;
+pub mod read;
 pub mod run_dir;
 pub mod scoring;
 pub mod tables;

@@ -36,8 +36,8 @@ fn matches(p: &Path, recorded: &str) -> bool {
     let Some(len) = prefix.rsplit(':').next().and_then(|l| l.parse::<usize>().ok()) else {
         return false;
     };
-    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
-        && std::fs::read(p).is_ok_and(|b| b.len() >= len && digest(&b[..len]) == prefix)
+    crate::read::bytes(p, crate::read::Follow::NoLinks, crate::read::ANY)
+        .is_ok_and(|b| b.len() >= len && digest(&b[..len]) == prefix)
 }
 
 /// A token tying a stash to its run (written to the run's marker and to the stash's journal), or
@@ -122,9 +122,12 @@ fn lock(dir: &Path, what: &str, wait: bool) -> Result<Option<std::fs::File>> {
     }
 }
 
+/// The digest of the plain file at `p` (none for a link, a FIFO, a device, a folder: never
+/// rdml's).
 fn current_digest(p: &Path) -> Option<String> {
-    std::fs::symlink_metadata(p).ok().filter(|m| m.is_file())?;
-    std::fs::read(p).ok().map(|b| digest(&b))
+    crate::read::bytes(p, crate::read::Follow::NoLinks, crate::read::ANY)
+        .ok()
+        .map(|b| digest(&b))
 }
 
 /// Whether `name` is a plain file name (no folder, no `..`): the only names a ledger holds.
@@ -156,7 +159,7 @@ impl Ledger {
                 path.display()
             ),
             Ok(_) => {
-                let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+                let bytes = crate::read::bytes(&path, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING)?;
                 match serde_json::from_slice::<OnDisk>(&bytes) {
                     Ok(OnDisk::Now(s)) => s,
                     Ok(OnDisk::Before(d)) => State {
@@ -214,7 +217,7 @@ impl Ledger {
         self.check_free([name], what)?;
         let p = self.dir.join(name);
         let now = match std::fs::symlink_metadata(&p) {
-            Ok(_) => std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?,
+            Ok(_) => crate::read::bytes(&p, crate::read::Follow::NoLinks, crate::read::ANY)?,
             Err(_) => vec![],
         };
         self.state.files.insert(name.to_string(), prefix_digest(&now));
@@ -278,14 +281,34 @@ impl Ledger {
         crate::atomic::write_json(&self.dir.join(&self.name), &self.state)
     }
 
+    /// The staging folder a pending change names, proven rdml's before anything in it is moved
+    /// or removed: named as rdml names them, inside the folder, and a real folder (rdml creates
+    /// it with `create_dir`; a link, to a user's folder or anywhere, was not made by rdml).
     fn staging(&self, p: &Pending) -> Result<PathBuf> {
-        anyhow::ensure!(
+        let ledger = self.dir.join(&self.name);
+        crate::ensure_input!(
             plain(&p.staging) && p.staging.starts_with(".rdml-staging-"),
-            "{}: its staging folder '{}' is not one rdml names",
-            self.dir.join(&self.name).display(),
+            "{}: its staging folder '{}' is not one rdml names: nothing was moved; remove the ledger's \
+             \"pending\" entry (or the ledger) to go on",
+            ledger.display(),
             p.staging
         );
-        Ok(self.dir.join(&p.staging))
+        let staging = self.dir.join(&p.staging);
+        if let Ok(m) = std::fs::symlink_metadata(&staging) {
+            crate::ensure_input!(
+                m.is_dir(),
+                "{}: the staging folder its unfinished change names, {}, is {} and not the folder rdml made: \
+                 nothing was moved or removed; it is left as it is (remove it to let rdml settle the change)",
+                ledger.display(),
+                staging.display(),
+                if m.file_type().is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "not a folder"
+                }
+            );
+        }
+        Ok(staging)
     }
 
     /// Finishes (from `swapping`) or undoes (from `writing`) an interrupted change.
@@ -321,6 +344,14 @@ impl Ledger {
             if std::fs::symlink_metadata(&staged).is_err() {
                 continue;
             }
+            // Only the file rdml staged moves: a plain file with the digest the journal holds.
+            crate::ensure_input!(
+                current_digest(&staged).as_ref() == Some(new),
+                "{}: {} is not the file rdml staged (a link, another kind of file, or other bytes): nothing \
+                 more was moved; it is left as it is (remove it to let rdml settle the change)",
+                self.dir.join(&self.name).display(),
+                staged.display()
+            );
             // The place must still be empty, rdml's, or already the new file: one the user put
             // or changed there meanwhile is not replaced (the change stays pending).
             let target = self.dir.join(name);

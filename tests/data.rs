@@ -56,6 +56,32 @@ fn folder_tree_split_transform_and_corrupt_image() {
     let pos = s.test.query.indices.iter().position(|&i| matches!(&*s.test.query.source, rdml::data::Source::Files { paths, .. } if paths[i].ends_with("9.jpg"))).unwrap();
     let err = format!("{:#}", loader::load_batch(&s.test.query, &[pos], None).unwrap_err());
     assert!(err.contains("9.jpg") && err.contains("corrupt"), "{err}");
+    // A FIFO named like an image (issue 52: `rdml train` waited on it forever): refused by its
+    // type, by the header check and by the loader, within a bound (a regression fails, not hangs).
+    #[cfg(unix)]
+    {
+        std::fs::remove_file(root.join("c").join("9.jpg")).unwrap();
+        let pipe = root.join("c").join("pipe.png");
+        let c = std::ffi::CString::new(pipe.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || {
+            let s = cfg(DatasetKind::Folder, &r).load(0).unwrap();
+            let checked = rdml::data::check::files(&s.test.query).map_err(|e| format!("{e:#}"));
+            let pos = s.test.query.indices.iter().position(|&i| matches!(&*s.test.query.source, rdml::data::Source::Files { paths, .. } if paths[i].ends_with("pipe.png"))).unwrap();
+            let loaded = loader::load_batch(&s.test.query, &[pos], None)
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"));
+            tx.send((checked, loaded)).unwrap();
+        });
+        let (checked, loaded) = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a FIFO read must not wait");
+        for err in [checked.unwrap_err(), loaded.unwrap_err()] {
+            assert!(err.contains("pipe.png is a named pipe (FIFO), not a file"), "{err}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&root);
 }
 

@@ -748,6 +748,26 @@ fn an_npy_set_is_complete_or_recognisably_not() {
     std::fs::remove_file(d.join("e.labels.npy")).unwrap();
     expect(&rdml(&over), 0, &["Wrote"]);
     rdml::embed::verify_set(&e).unwrap();
+    // A manifest naming a file outside the set (`../x`, an absolute path) is not read through;
+    // a member that is a FIFO is refused before a read that would wait forever (issue 52).
+    let good = bytes(&d.join("e.set.json"));
+    for outside in ["../f.labels.npy", "/etc/hostname"] {
+        let text = String::from_utf8(good.clone())
+            .unwrap()
+            .replace("\"e.labels.npy\"", &format!("{outside:?}"));
+        std::fs::write(d.join("e.set.json"), text).unwrap();
+        let err = format!("{:#}", rdml::embed::verify_set(&e).unwrap_err());
+        assert!(err.contains("is not one of the set's files"), "{err}");
+    }
+    std::fs::write(d.join("e.set.json"), &good).unwrap();
+    #[cfg(unix)]
+    {
+        std::fs::remove_file(d.join("e.labels.npy")).unwrap();
+        let c = std::ffi::CString::new(d.join("e.labels.npy").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = format!("{:#}", rdml::embed::verify_set(&e).unwrap_err());
+        assert!(err.contains("is a named pipe (FIFO), not a file"), "{err}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

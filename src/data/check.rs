@@ -56,10 +56,8 @@ pub fn files(set: &ImageSet) -> Result<()> {
     };
     set.indices.par_iter().enumerate().try_for_each(|(pos, &i)| {
         let p = &paths[i];
-        let (w, h) = image::ImageReader::open(p)
-            .with_context(|| format!("{}: item {pos}: cannot open image {}", set.name, p.display()))?
-            .with_guessed_format()
-            .with_context(|| format!("{}: item {pos}: cannot read image {}", set.name, p.display()))?
+        let (w, h) = crate::read::image(p)
+            .with_context(|| format!("{}: item {pos}", set.name))?
             .into_dimensions()
             .with_context(|| {
                 format!(

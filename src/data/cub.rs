@@ -2,13 +2,13 @@
 //! Zero-shot split of the papers: classes 1–100 train, 101–200 test.
 
 use super::set::{EvalSet, ImageSet, Source, Splits, parse_int};
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 use std::path::Path;
 use std::sync::Arc;
 
 pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
     let list = root.join("images.txt");
-    let text = std::fs::read_to_string(&list).with_context(|| format!("cannot read {}", list.display()))?;
+    let text = crate::read::text(&list, crate::read::Follow::Links, crate::read::TEXT)?;
     let (mut paths, mut labels) = (vec![], vec![]);
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();

@@ -20,7 +20,7 @@ pub struct IdxImages {
 
 /// Reads a whole file, inflating it when it starts with the gzip magic bytes.
 fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
-    let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let raw = crate::read::bytes(path, crate::read::Follow::Links, crate::read::ANY)?;
     if raw.len() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b {
         let mut out = Vec::new();
         GzDecoder::new(&raw[..])

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 pub fn load(root: &Path, resize: usize, crop: usize) -> Result<Splits> {
     let list = root.join("Eval").join("list_eval_partition.txt");
-    let text = std::fs::read_to_string(&list).with_context(|| format!("cannot read {}", list.display()))?;
+    let text = crate::read::text(&list, crate::read::Follow::Links, crate::read::TEXT)?;
     let mut parts: [(Vec<std::path::PathBuf>, Vec<u32>); 3] = Default::default();
     for (n, line) in text.lines().enumerate().skip(2) {
         if line.trim().is_empty() {

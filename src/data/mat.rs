@@ -275,6 +275,6 @@ pub fn parse(bytes: &[u8], what: &str) -> Result<BTreeMap<String, MatValue>> {
 
 /// Reads a MAT-file from disk.
 pub fn read(path: &Path) -> Result<BTreeMap<String, MatValue>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = crate::read::bytes(path, crate::read::Follow::Links, crate::read::ANY)?;
     parse(&bytes, &path.display().to_string())
 }

@@ -3,13 +3,13 @@
 //! 11,316 test classes).
 
 use super::set::{EvalSet, ImageSet, Source, Splits, parse_int};
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 use std::path::Path;
 use std::sync::Arc;
 
 fn read_list(root: &Path, file: &str) -> Result<Vec<(String, u32)>> {
     let list = root.join(file);
-    let text = std::fs::read_to_string(&list).with_context(|| format!("cannot read {}", list.display()))?;
+    let text = crate::read::text(&list, crate::read::Follow::Links, crate::read::TEXT)?;
     let mut out = vec![];
     for (n, line) in text.lines().enumerate().skip(1) {
         if line.trim().is_empty() {

@@ -98,10 +98,7 @@ pub fn load_file(
     mut rng: Option<&mut ChaCha8Rng>,
     out: &mut [f32],
 ) -> Result<()> {
-    let mut reader = image::ImageReader::open(path)
-        .with_context(|| format!("cannot open image {}", path.display()))?
-        .with_guessed_format()
-        .with_context(|| format!("cannot read image {}", path.display()))?;
+    let mut reader = crate::read::image(path)?;
     reader.limits(decode_limits());
     let img = reader
         .decode()

@@ -66,14 +66,18 @@ fn ledger(path: &Path) -> Result<Ledger> {
     let mut l = Ledger::open(folder(path), &format!(".{}.rdml.json", name(path)), WHAT)?;
     if l.names().next().is_none() && verify_set(path).is_ok() {
         let manifest = manifest_path(path);
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest)?)?;
+        let v: serde_json::Value = serde_json::from_slice(&crate::read::bytes(
+            &manifest,
+            crate::read::Follow::NoLinks,
+            crate::read::BOOKKEEPING,
+        )?)?;
         for m in v["members"].as_array().into_iter().flatten() {
             let (Some(f), Some(crc), Some(n)) = (m["file"].as_str(), m["crc32"].as_str(), m["bytes"].as_u64()) else {
                 continue;
             };
             l.adopt(f, &format!("crc32:{crc}:{n}"));
         }
-        let bytes = std::fs::read(&manifest)?;
+        let bytes = crate::read::bytes(&manifest, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING)?;
         l.adopt(&name(&manifest), &crate::owned::digest(&bytes));
     }
     Ok(l)
@@ -112,12 +116,14 @@ pub(super) fn write(path: &Path, members: Vec<(PathBuf, Vec<u8>)>, meta: &[(&str
 /// every member has the size and CRC-32 it lists.
 pub fn verify_set(path: &Path) -> Result<()> {
     let manifest = manifest_path(path);
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).with_context(|| {
-        format!(
-            "{}: no manifest: the set is incomplete (its writing was interrupted)",
-            manifest.display()
-        )
-    })?)
+    let v: serde_json::Value = serde_json::from_slice(
+        &crate::read::bytes(&manifest, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING).with_context(|| {
+            format!(
+                "{}: no manifest: the set is incomplete (its writing was interrupted)",
+                manifest.display()
+            )
+        })?,
+    )
     .with_context(|| format!("{}: not JSON", manifest.display()))?;
     let members = v["members"]
         .as_array()
@@ -129,9 +135,20 @@ pub fn verify_set(path: &Path) -> Result<()> {
         manifest.display(),
         files(path)?.len()
     );
+    let expected: Vec<String> = files(path)?.iter().map(|p| name(p)).collect();
     for m in members {
         let name = m["file"].as_str().unwrap_or_default();
-        let bytes = std::fs::read(dir.join(name)).with_context(|| format!("{name}: a member of the set is missing"))?;
+        // Only the names rdml gives a set's members: never `../x`, an absolute path, another file.
+        anyhow::ensure!(
+            expected.iter().any(|e| e == name),
+            "{}: member '{}' is not one of the set's files ({}): the manifest is not as rdml wrote it; nothing \
+             was read through it",
+            manifest.display(),
+            name.escape_debug(),
+            expected.join(", ")
+        );
+        let bytes = crate::read::bytes(&dir.join(name), crate::read::Follow::NoLinks, crate::read::ANY)
+            .with_context(|| format!("{name}: a member of the set is missing"))?;
         let crc = format!("{:08x}", crc32fast::hash(&bytes));
         anyhow::ensure!(
             Some(bytes.len() as u64) == m["bytes"].as_u64() && Some(crc.as_str()) == m["crc32"].as_str(),

@@ -78,11 +78,15 @@ fn is_data_type(name: &str) -> bool {
 
 /// Reads `path`, whatever its extension: a safetensors file, or a PyTorch zip or legacy pickle.
 pub fn read(path: &Path) -> Result<Checkpoint> {
-    ensure!(path.is_file(), "{}: no such checkpoint file", path.display());
+    ensure!(
+        std::fs::metadata(path).is_ok(),
+        "{}: no such checkpoint file",
+        path.display()
+    );
     let mut head = [0u8; 16];
     let n = {
         use std::io::Read;
-        let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let (mut f, _) = crate::read::open(path, crate::read::Follow::Links, crate::read::ANY)?;
         f.read(&mut head)
             .with_context(|| format!("cannot read {}", path.display()))?
     };
@@ -92,7 +96,7 @@ pub fn read(path: &Path) -> Result<Checkpoint> {
     let mut tar = [0u8; 5];
     let is_tar = {
         use std::io::{Read, Seek};
-        let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let (mut f, _) = crate::read::open(path, crate::read::Follow::Links, crate::read::ANY)?;
         f.seek(std::io::SeekFrom::Start(257)).is_ok() && f.read_exact(&mut tar).is_ok() && &tar == b"ustar"
     };
     ensure!(
@@ -208,7 +212,7 @@ fn refuse_code(path: &Path, v: &PickleValue, at: &mut Vec<String>) -> Result<()>
 }
 
 fn read_safetensors(path: &Path) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = crate::read::bytes(path, crate::read::Follow::Links, crate::read::ANY)?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
         anyhow::anyhow!(
             "{}: not a readable safetensors file (truncated or damaged?): {e}",

@@ -51,7 +51,7 @@ fn pickles(path: &Path, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
 
 /// Refuses `path` when a callable its pickle names is not one of `allowed` or a tensor rebuild.
 pub fn refuse_hidden_code(path: &Path, allowed: impl Fn(&str) -> bool) -> Result<()> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = crate::read::bytes(path, crate::read::Follow::Links, crate::read::ANY)?;
     let zip = bytes.starts_with(b"PK\x03\x04");
     for p in pickles(path, &bytes)? {
         let mut at = 0;

@@ -11,8 +11,12 @@ const ADVICE: &str =
 
 /// The bytes of `path` once its layout and every float value have been checked.
 pub fn read_checked(path: &Path) -> Result<Vec<u8>> {
-    ensure!(path.is_file(), "{}: no such weights file", path.display());
-    let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    ensure!(
+        std::fs::metadata(path).is_ok(),
+        "{}: no such weights file",
+        path.display()
+    );
+    let bytes = crate::read::bytes(path, crate::read::Follow::Links, crate::read::ANY)?;
     check(&bytes).with_context(|| format!("{}: {ADVICE}", path.display()))?;
     Ok(bytes)
 }

@@ -130,3 +130,69 @@ fn a_file_put_in_place_meanwhile_is_not_replaced() {
     assert_eq!(std::fs::read(d.join("a")).unwrap(), b"the user's");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The family "links in rdml's bookkeeping": a ledger's unfinished change is settled only through
+/// what rdml can prove it made. A staging folder that is a link (to a user's folder), a staged
+/// file that is a link or has other bytes, a ledger that is a link: refused, nothing moved or
+/// removed, the way forward said; a recorded file replaced by a link is not rdml's.
+#[cfg(unix)]
+#[test]
+fn links_in_the_bookkeeping_are_never_followed() {
+    use std::os::unix::fs::symlink;
+    let d = scratch("links");
+    let mine = scratch("links-mine");
+    std::fs::write(mine.join("a"), b"the user's a").unwrap();
+    let pending = |staging: &str, writes: &[(&str, &[u8])]| {
+        let state = State {
+            files: BTreeMap::new(),
+            pending: Some(Pending {
+                staging: staging.into(),
+                phase: Phase::Swapping,
+                writes: writes.iter().map(|(n, b)| (n.to_string(), digest(b))).collect(),
+                removes: vec![],
+            }),
+        };
+        std::fs::write(d.join(L), serde_json::to_vec(&state).unwrap()).unwrap();
+    };
+    // The staging folder a link to the user's folder, the digest even matching the user's file.
+    pending(".rdml-staging-1", &[("a", b"the user's a")]);
+    symlink(&mine, d.join(".rdml-staging-1")).unwrap();
+    let e = format!("{:#}", Ledger::open(&d, L, "out").unwrap_err());
+    assert!(e.contains("is a symbolic link and not the folder rdml made"), "{e}");
+    assert_eq!(std::fs::read(mine.join("a")).unwrap(), b"the user's a");
+    assert!(!d.join("a").exists());
+    // The way forward: the link removed, the change settles with nothing to move.
+    std::fs::remove_file(d.join(".rdml-staging-1")).unwrap();
+    let l = Ledger::open(&d, L, "out").unwrap();
+    assert!(!l.owns("a") && !d.join("a").exists());
+    drop(l);
+    // A staged file that is a link to the user's file, or a file of other bytes.
+    pending(".rdml-staging-2", &[("a", b"the user's a")]);
+    std::fs::create_dir(d.join(".rdml-staging-2")).unwrap();
+    symlink(mine.join("a"), d.join(".rdml-staging-2/a")).unwrap();
+    let e = format!("{:#}", Ledger::open(&d, L, "out").unwrap_err());
+    assert!(e.contains("is not the file rdml staged"), "{e}");
+    std::fs::remove_file(d.join(".rdml-staging-2/a")).unwrap();
+    std::fs::write(d.join(".rdml-staging-2/a"), b"other bytes").unwrap();
+    let e = format!("{:#}", Ledger::open(&d, L, "out").unwrap_err());
+    assert!(e.contains("is not the file rdml staged"), "{e}");
+    assert_eq!(std::fs::read(mine.join("a")).unwrap(), b"the user's a");
+    assert!(!d.join("a").exists());
+    std::fs::remove_dir_all(d.join(".rdml-staging-2")).unwrap();
+    Ledger::open(&d, L, "out").unwrap();
+    // A recorded file replaced by a link to the user's file is not rdml's: not replaced, not removed.
+    write_set(&d, &[("b", b"rdml's b")], &[]).unwrap();
+    std::fs::remove_file(d.join("b")).unwrap();
+    std::fs::write(mine.join("b"), b"rdml's b").unwrap();
+    symlink(mine.join("b"), d.join("b")).unwrap();
+    let e = write_set(&d, &[("c", b"c")], &["b"]).map(|l| l.owns("b"));
+    assert_eq!(e.unwrap(), false);
+    assert!(d.join("b").exists() && mine.join("b").exists());
+    // The ledger itself a link.
+    std::fs::rename(d.join(L), mine.join("ledger")).unwrap();
+    symlink(mine.join("ledger"), d.join(L)).unwrap();
+    let e = format!("{:#}", Ledger::open(&d, L, "out").unwrap_err());
+    assert!(e.contains("is not a file rdml wrote (a link or a folder)"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&mine);
+}

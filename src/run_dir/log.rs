@@ -19,7 +19,7 @@ impl RunLog {
     /// Opens the log for an attempt that starts after `from_epoch` finished epochs.
     pub fn open(path: &Path, from_epoch: usize) -> Result<Self> {
         let old = match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_file() => std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+            Ok(m) if m.is_file() => crate::read::bytes(path, crate::read::Follow::NoLinks, crate::read::ANY)?,
             _ => vec![],
         };
         let text = String::from_utf8_lossy(&old);

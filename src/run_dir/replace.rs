@@ -29,13 +29,29 @@ fn run_names() -> impl Iterator<Item = &'static str> {
 
 /// The token a run's marker holds while a replacement is under way.
 fn marker_token(dir: &Path) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).ok()?).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(
+        &crate::read::bytes(
+            &dir.join(MARKER),
+            crate::read::Follow::NoLinks,
+            crate::read::BOOKKEEPING,
+        )
+        .ok()?,
+    )
+    .ok()?;
     v.get("replacing")?.as_str().map(str::to_string)
 }
 
 /// The stash's journal: `(token, phase)`.
 fn journal(stash: &Path) -> Option<(String, String)> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(stash.join(JOURNAL)).ok()?).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(
+        &crate::read::bytes(
+            &stash.join(JOURNAL),
+            crate::read::Follow::NoLinks,
+            crate::read::BOOKKEEPING,
+        )
+        .ok()?,
+    )
+    .ok()?;
     Some((
         v.get("token")?.as_str()?.to_string(),
         v.get("phase")?.as_str()?.to_string(),
@@ -128,7 +144,9 @@ pub(super) fn put_back_after(dir: &Path, new_files_written: bool) -> Result<()> 
             let ours = [CKPT, CKPT_TMP, CKPT_OLD, super::record::FILES].contains(&n) || record.owns(n);
             if std::fs::symlink_metadata(&p).is_ok() && !ours {
                 bail!(
-                    "{}: rdml did not write this file (it appeared while a replacement of the run was under way):                      it is left as it is; move it out of the run folder, and the next command puts the replaced                      run back",
+                    "{}: rdml did not write this file (it appeared while a replacement of the run was under way): \
+                     it is left as it is; move it out of the run folder, and the next command puts the replaced \
+                     run back",
                     p.display()
                 );
             }

@@ -3,7 +3,7 @@
 
 use super::Found;
 use super::files::{MODEL, RUN, is_link};
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use std::path::Path;
 
 /// What a run's `run.json` says of it (the fields every version of rdml wrote).
@@ -20,7 +20,7 @@ pub fn status(dir: &Path) -> Option<RunStatus> {
     if is_link(&p) {
         return None;
     }
-    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    serde_json::from_slice(&crate::read::bytes(&p, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING).ok()?).ok()
 }
 
 /// Checks that `dir` holds a finished run with its weights: the one "is this run finished" of
@@ -73,7 +73,7 @@ pub fn check_finished(dir: &Path) -> Result<RunStatus> {
 pub fn finished_run_json(dir: &Path) -> Result<String> {
     check_finished(dir)?;
     let p = dir.join(RUN);
-    std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))
+    crate::read::text(&p, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING)
 }
 
 /// The digest that names a run's weights in every record derived from them (robustness,
@@ -81,7 +81,7 @@ pub fn finished_run_json(dir: &Path) -> Result<String> {
 /// is not the current model's was computed on other weights.
 pub fn model_digest(dir: &Path) -> Result<String> {
     let p = dir.join(MODEL);
-    let bytes = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    let bytes = crate::read::bytes(&p, crate::read::Follow::NoLinks, crate::read::ANY)?;
     Ok(format!("crc32:{:08x}:{}", crc32fast::hash(&bytes), bytes.len()))
 }
 
