@@ -161,6 +161,7 @@ fn check_out(out: &Path, overwrite: bool) -> Result<Start> {
         out.display()
     );
     ensure!(out.file_name().is_some(), "⟨out⟩ {}: name a folder", out.display());
+    run_dir::refuse_own_folder(out, out)?;
     run_dir::settle_interrupted(out)?;
     match run_dir::inspect(out)? {
         run_dir::Found::Nothing | run_dir::Found::Started => Ok(Start::New),
@@ -182,9 +183,11 @@ fn check_out(out: &Path, overwrite: bool) -> Result<Start> {
 /// Imports `req.from` into the run folder `req.out`; returns what was read and where it went.
 pub fn import(req: &ImportRequest) -> Result<ImportRecord> {
     for f in std::iter::once(&req.from).chain(&req.embedder) {
-        if !f.is_file() {
+        if std::fs::metadata(f).is_err() {
             return Err(crate::not_found(format!("{}: no such checkpoint file", f.display())));
         }
+        // A folder, a FIFO or a device is said as what it is.
+        crate::read::open(f, crate::read::Follow::Links, crate::read::ANY)?;
     }
     let start = check_out(&req.out, req.overwrite)?;
     let rules = req.key_map.rules()?;

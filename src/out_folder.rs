@@ -15,6 +15,7 @@ pub const MARKER: &str = ".rdml-scored.json";
 /// names rdml wrote); refuses a run folder, whose records are its own. Nothing is created: a call
 /// refused later leaves nothing behind.
 pub fn check(dir: &Path, names: &[&str]) -> Result<PathBuf> {
+    crate::run_dir::refuse_own_folder(dir, dir).map_err(|e| crate::input_error(format!("out: {e:#}")))?;
     let Ok(meta) = std::fs::symlink_metadata(dir) else {
         return Ok(dir.to_path_buf());
     };

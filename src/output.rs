@@ -44,6 +44,7 @@ pub enum Target {
 /// Checks that `path` may be written, and how.
 pub fn check(path: &Path, overwrite: bool) -> Result<Target> {
     refuse_run_files(path)?;
+    crate::run_dir::refuse_bookkeeping_name(path)?;
     let link = crate::run_dir::is_link(path);
     // The path as it resolves (through a link), to tell a stream from a file.
     let Ok(meta) = std::fs::metadata(path) else {
@@ -109,28 +110,7 @@ fn refuse_run_files(path: &Path) -> Result<()> {
             dir.display()
         );
     }
-    // Lexically, and as the folder resolves (`..`, a link into a run's checkpoint).
-    let resolved = dir.canonicalize().ok();
-    let lexical = dir.ancestors().take_while(|a| !a.as_os_str().is_empty());
-    for inner in lexical.chain(resolved.iter().flat_map(|r| r.ancestors())) {
-        let (Some(name), Some(run)) = (inner.file_name().and_then(|n| n.to_str()), inner.parent()) else {
-            continue;
-        };
-        let run = if run.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            run
-        };
-        if crate::run_dir::is_own_folder(name) && crate::run_dir::is_run_folder(run) {
-            bail!(
-                "{} is inside {}, a folder the rdml run in {} keeps for itself (its checkpoint or a \
-                 replaced run); choose a path outside it",
-                path.display(),
-                inner.display(),
-                run.display()
-            );
-        }
-    }
+    crate::run_dir::refuse_own_folder(dir, path)?;
     Ok(())
 }
 

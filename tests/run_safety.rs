@@ -905,3 +905,77 @@ fn a_run_file_rdml_cannot_prove_it_wrote_is_never_replaced() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The family "folder outputs inside a run" (issue 52: `compare --out RUN/checkpoint` was taken
+/// and the run's next `train --resume` removed the comparison): no output that is a folder or
+/// lands in one goes into a folder a run keeps for itself, nor takes a name rdml keeps for its
+/// bookkeeping, whatever the command or front end; the run resumes untouched.
+#[test]
+fn no_output_goes_into_a_runs_own_folders() {
+    let (d, run) = scratch_with_run("ownfolders", &[]);
+    let r = run.to_str().unwrap();
+    let ckpt = run.join("checkpoint");
+    let before: Vec<_> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let inside = |p: &str| run.join(p).to_str().unwrap().to_string();
+    let (compare_out, train_out, import_out) = (inside("checkpoint"), inside("checkpoint/x"), inside("checkpoint/imp"));
+    let examples_out = inside(".rdml-replaced/ex");
+    let model = inside("model.safetensors");
+    let mut train = vec!["train", "--out", &train_out];
+    train.extend(QUICK);
+    for args in [
+        vec![
+            "compare",
+            "--configs",
+            "quickstart",
+            "--out",
+            &compare_out,
+            "--epochs",
+            "1",
+            "--max-batches",
+            "1",
+        ],
+        train,
+        vec!["import", "--from", &model, "--arch", "c2f2", "--out", &import_out],
+        vec![
+            "attack",
+            "--model",
+            r,
+            "--attack",
+            "ES",
+            "--queries",
+            "2",
+            "--save-examples",
+            &examples_out,
+        ],
+    ] {
+        expect(&rdml(&args), 1, &["a folder the rdml run in", "keeps for itself"]);
+    }
+    // A file output named as a ledger, anywhere.
+    let ledger = d.join(".rdml-files.json");
+    let o = rdml(&["eval", "--model", r, "--out", ledger.to_str().unwrap()]);
+    expect(&o, 1, &["is a name rdml keeps for its own bookkeeping"]);
+    assert!(!ledger.exists());
+    // Python's out= (the library's one check for it).
+    let e = format!(
+        "{:#}",
+        rdml::out_folder::check(&ckpt.join("scored"), &["robustness.json"]).unwrap_err()
+    );
+    assert!(e.contains("keeps for itself"), "{e}");
+    let after: Vec<_> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(before, after, "the checkpoint folder is as the run left it");
+    assert!(!run.join(".rdml-replaced").exists());
+    let mut resume = vec!["train", "--out", r, "--resume"];
+    resume.extend(QUICK);
+    let epochs = resume.iter().position(|a| *a == "1").unwrap();
+    resume[epochs] = "2";
+    expect(&rdml(&resume), 0, &[]);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -44,6 +44,7 @@ impl ExampleWriter {
     /// Checks, before any work, that `dir` can take the set (making it): every file there that
     /// bears this attack's names must be one rdml wrote. An interrupted earlier set is settled.
     pub fn new(dir: &Path, attack_spec: &str) -> Result<Self> {
+        crate::run_dir::refuse_own_folder(dir, dir).context(WHAT)?;
         crate::atomic::check_writable(&dir.join("index.json")).context(WHAT)?;
         ensure!(
             !crate::run_dir::is_link(dir),

@@ -157,6 +157,7 @@ const WHAT: &str = "⟨out⟩";
 /// Checks, before the first run trains, that `out` can take the comparison: a folder (new, or
 /// not a run: the runs go into it), whose `compare.json` and `compare.md`, if any, rdml wrote.
 pub(super) fn check_out(out: &std::path::Path) -> Result<()> {
+    crate::run_dir::refuse_own_folder(out, out)?;
     if let Ok(m) = std::fs::symlink_metadata(out) {
         anyhow::ensure!(
             m.is_dir(),
