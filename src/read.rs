@@ -125,6 +125,12 @@ pub fn text(path: &Path, follow: Follow, limit: u64) -> Result<String> {
         .map_err(|_| crate::input_error(format!("{}: not UTF-8 text", path.display())))
 }
 
+/// The number of elements of a shape a model or a file declares, `None` where the product does
+/// not fit a `usize` (a wrapped product would pass a size check it should fail).
+pub fn declared_len(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
 /// An image file opened for decoding (its format guessed from its bytes), after [`open`]'s checks.
 pub fn image(path: &Path) -> Result<image::ImageReader<std::io::BufReader<File>>> {
     let (f, _) = open(path, Follow::Links, ANY)?;

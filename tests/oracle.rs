@@ -96,6 +96,12 @@ fn a_wrong_answer_is_an_error_naming_the_model() {
         message(2)
     );
     assert!(message(3).contains("the gradient with respect to the images has"));
+    // A declared size at the overflow edge is an error, not a wrapped product or a panic.
+    assert!(
+        message(4).starts_with("model: returned 0 values for the shape [4, 9223372036854775808]"),
+        "{}",
+        message(4)
+    );
 }
 
 #[test]

@@ -142,7 +142,7 @@ impl External {
             e.shape
         );
         crate::ensure_input!(
-            e.values.len() == e.shape[0] * e.shape[1],
+            crate::read::declared_len(&e.shape) == Some(e.values.len()),
             "model: returned {} values for the shape {:?}",
             e.values.len(),
             e.shape
@@ -198,7 +198,7 @@ impl Oracle for External {
         };
         let g = crate::host::read(&g.without_autodiff())?;
         let back = self.model.pull_back(&g)?;
-        let n: usize = shape.iter().product();
+        let n = crate::read::declared_len(&shape).unwrap_or(usize::MAX);
         crate::ensure_input!(
             back.len() == n,
             "model: the gradient with respect to the images has {} values; expected {n} ({:?})",

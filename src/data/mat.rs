@@ -153,7 +153,8 @@ fn parse_matrix(payload: &[u8], what: &str) -> Result<(String, MatValue)> {
         .into_iter()
         .map(|d| d as usize)
         .collect();
-    let count: usize = dims.iter().product();
+    let count = crate::read::declared_len(&dims)
+        .with_context(|| format!("{what}: the dimensions {dims:?} overflow (a damaged or non-MAT file)"))?;
     let (_, name_raw) = c.element()?;
     let name = String::from_utf8_lossy(name_raw).into_owned();
     let value = match class {

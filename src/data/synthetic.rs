@@ -13,9 +13,15 @@ use rand_distr::{Distribution, Normal};
 use std::sync::Arc;
 
 fn draw(n: usize, cfg: &SyntheticConfig, rng: &mut ChaCha8Rng) -> Result<(Vec<f32>, Vec<u32>)> {
-    let k: usize = cfg.shape.iter().product();
+    let total = crate::read::declared_len(&cfg.shape).and_then(|k| k.checked_mul(n).map(|t| (k, t)));
+    let Some((k, total)) = total.filter(|&(_, t)| t <= 1 << 32) else {
+        anyhow::bail!(
+            "data.synthetic.shape {:?}: {n} images of this shape do not fit in memory",
+            cfg.shape
+        );
+    };
     let noise = Normal::new(0.0, cfg.sigma)?;
-    let mut data = Vec::with_capacity(n * k);
+    let mut data = Vec::with_capacity(total);
     let mut labels = Vec::with_capacity(n);
     for i in 0..n {
         // Alternate classes so both halves are balanced (n/2 each, the extra one to "a").

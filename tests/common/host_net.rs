@@ -13,7 +13,8 @@ use std::sync::Mutex;
 pub struct HostNet {
     pub net: EmbeddingNet,
     pub kept: Mutex<Option<(Tensor<4>, Tensor<2>)>>,
-    /// Changes its answers: 0 as it is, 1 a NaN, 2 a wrong shape, 3 a gradient of the wrong size.
+    /// Changes its answers: 0 as it is, 1 a NaN, 2 a wrong shape, 3 a gradient of the wrong size,
+    /// 4 a shape `[b, 2^63]` with no values (a size check that wraps would take it).
     pub fault: usize,
 }
 
@@ -31,7 +32,14 @@ impl HostModel for HostNet {
         if keep {
             *self.kept.lock().unwrap() = Some((x, e));
         }
-        let shape = if self.fault == 2 { vec![b, d / 2, 2] } else { vec![b, d] };
+        let shape = match self.fault {
+            2 => vec![b, d / 2, 2],
+            4 => {
+                values.clear();
+                vec![b, 1 << 63]
+            }
+            _ => vec![b, d],
+        };
         Ok(Embedded {
             values,
             shape,
