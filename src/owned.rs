@@ -173,10 +173,19 @@ impl Ledger {
                             .collect(),
                         pending: None,
                     },
-                    Err(e) => bail!(
-                        "{what}: {} is not a ledger rdml wrote ({e}); it is left as it is: choose another folder",
-                        path.display()
-                    ),
+                    Err(_) => {
+                        let why = if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() {
+                            "JSON, but not a ledger's layout"
+                        } else {
+                            "damaged: not JSON"
+                        };
+                        return Err(crate::input_error(format!(
+                            "{what}: {} is not a ledger rdml wrote ({why}); it is left as it is: move it aside (rdml then \
+                             re-records the files of a run it can prove it wrote; in another folder its files are \
+                             the user's until moved away), or choose another folder",
+                            path.display()
+                        )));
+                    }
                 }
             }
         };
@@ -230,6 +239,19 @@ impl Ledger {
         let mut change = self.begin()?;
         change.stage(name, bytes)?;
         change.commit(&[], what)
+    }
+
+    /// Records `name`, a plain file rdml appends to (a run's log), as rdml's while it begins with
+    /// the bytes it holds now, and saves the ledger.
+    pub fn adopt_appended(&mut self, name: &str) -> Result<()> {
+        let p = self.dir.join(name);
+        if plain(name)
+            && let Ok(now) = crate::read::bytes(&p, crate::read::Follow::NoLinks, crate::read::ANY)
+        {
+            self.state.files.insert(name.to_string(), prefix_digest(&now));
+            self.save()?;
+        }
+        Ok(())
     }
 
     /// The recorded names, for a writer that removes its earlier files.

@@ -8,6 +8,7 @@
 pub mod files;
 pub mod log;
 pub mod record;
+mod recover;
 mod replace;
 pub mod status;
 

@@ -979,3 +979,44 @@ fn no_output_goes_into_a_runs_own_folders() {
     expect(&rdml(&resume), 0, &[]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The family "a damaged ledger's way forward" (issue 52: a deleted or damaged
+/// `.rdml-files.json` left a finished run unusable, with serde's words and "rdml did not write
+/// this file" about rdml's own model): a damaged ledger is said as damaged with what to do; once
+/// it is gone, what rdml's other records prove is re-recorded and the rest named, and the run
+/// resumes once the named file is moved away.
+#[test]
+fn a_lost_ledger_has_a_way_forward() {
+    let (d, run) = scratch_with_run("lostledger", &[]);
+    let r = run.to_str().unwrap();
+    let ledger = run.join(".rdml-files.json");
+    std::fs::write(&ledger, br#"{"files": {"run.json": 3}}"#).unwrap();
+    let mut resume = vec!["train", "--out", r, "--resume"];
+    resume.extend(QUICK);
+    let epochs = resume.iter().position(|a| *a == "1").unwrap();
+    resume[epochs] = "2";
+    let o = rdml(&resume);
+    expect(
+        &o,
+        1,
+        &[
+            "is not a ledger rdml wrote (JSON, but not a ledger's layout)",
+            "move it aside",
+        ],
+    );
+    assert!(!text(&o).contains("untagged enum"), "{}", text(&o));
+    std::fs::rename(&ledger, d.join("ledger.damaged")).unwrap();
+    let o = rdml(&resume);
+    expect(
+        &o,
+        1,
+        &[
+            "re-recorded the files its other records prove it wrote (model.safetensors, config.toml, run.json, log.jsonl, grid.json)",
+            "left as the user's: report.html",
+            "report.html: rdml did not write this file",
+        ],
+    );
+    std::fs::rename(run.join("report.html"), d.join("report.html")).unwrap();
+    expect(&rdml(&resume), 0, &["Wrote"]);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -35,7 +35,10 @@ fn predates_record(dir: &Path) -> bool {
 /// they are, once, with a note: they are the run's by its marker, the only proof that version kept.
 pub fn ledger(dir: &Path) -> Result<Ledger> {
     let mut l = Ledger::open_locked(dir, FILES, WHAT, true)?;
-    if !l.exists() && predates_record(dir) {
+    if !l.exists() && !predates_record(dir) {
+        let names: Vec<&str> = RUN_FILES.iter().copied().filter(|n| *n != FILES).collect();
+        super::recover::rerecord(dir, &mut l, &names)?;
+    } else if !l.exists() {
         let names: Vec<&str> = RUN_FILES.iter().copied().filter(|n| *n != FILES).collect();
         let adopted = l.adopt_as_is(&names)?;
         if !adopted.is_empty() {
