@@ -37,7 +37,7 @@ pub fn ledger(dir: &Path) -> Result<Ledger> {
     let mut l = Ledger::open_locked(dir, FILES, WHAT, true)?;
     if !l.exists() && !predates_record(dir) {
         let names: Vec<&str> = RUN_FILES.iter().copied().filter(|n| *n != FILES).collect();
-        super::recover::rerecord(dir, &mut l, &names)?;
+        super::recover::rerecord(dir, &mut l, FILES, &names)?;
     } else if !l.exists() {
         let names: Vec<&str> = RUN_FILES.iter().copied().filter(|n| *n != FILES).collect();
         let adopted = l.adopt_as_is(&names)?;

@@ -78,7 +78,7 @@ fn proven(dir: &Path) -> Vec<&'static str> {
 /// Re-records in `l` the run files of `dir` rdml can prove it wrote, and says which were
 /// re-recorded and which were not (those stay the user's: a command that would replace one
 /// refuses until it is moved away).
-pub(super) fn rerecord(dir: &Path, l: &mut Ledger, files: &[&str]) -> Result<()> {
+pub(super) fn rerecord(dir: &Path, l: &mut Ledger, ledger_name: &str, files: &[&str]) -> Result<()> {
     let present: Vec<&str> = files
         .iter()
         .copied()
@@ -99,7 +99,7 @@ pub(super) fn rerecord(dir: &Path, l: &mut Ledger, files: &[&str]) -> Result<()>
         "{}: the run's record of its files ({}) was missing; rdml re-recorded the files its other records prove it \
          wrote ({})",
         dir.display(),
-        super::record::FILES,
+        ledger_name,
         if yes.is_empty() {
             "none".to_string()
         } else {
