@@ -13,6 +13,7 @@ use std::path::Path;
 /// removed if the write fails. The rename replaces a link at `path` rather than writing through it.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     check_writable(path)?;
+    remove_leftovers(path);
     let tmp = temp_name(path);
     let _ = std::fs::remove_file(&tmp);
     crate::fault::point("write", &tmp);
@@ -100,6 +101,52 @@ fn parent(path: &Path) -> &Path {
 }
 
 /// `.NAME.PID.tmp` beside `path`: hidden, and distinct per process.
+/// Removes the temporary files an earlier write of `path` left when it was killed between its
+/// link and its rename: those rdml can prove are its own, by their name (`.NAME.PID.tmp`, as
+/// [`temp_name`] makes them), their kind (a plain file, never a link) and their writer (a process
+/// that is gone; a live one may be writing it now).
+pub fn remove_leftovers(path: &Path) {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(parent(path)) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_suffix(".tmp"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if e.file_type().is_ok_and(|t| t.is_file()) && (pid == std::process::id() || gone(pid)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Whether no process `pid` runs (a PID the system reuses counts as running: its file stays).
+fn gone(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = i32::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
 fn temp_name(path: &Path) -> std::path::PathBuf {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
     path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))

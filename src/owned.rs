@@ -152,6 +152,9 @@ impl Ledger {
     pub fn open_locked(dir: &Path, name: &str, what: &str, wait: bool) -> Result<Self> {
         let lock = lock(dir, what, wait)?;
         let path = dir.join(name);
+        if lock.is_some() {
+            crate::atomic::remove_leftovers(&path);
+        }
         let state = match std::fs::symlink_metadata(&path) {
             Err(_) => State::default(),
             Ok(m) if !m.is_file() => bail!(

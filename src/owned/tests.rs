@@ -196,3 +196,29 @@ fn links_in_the_bookkeeping_are_never_followed() {
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&mine);
 }
+
+/// The family "leftovers" (issue 52): a kill between a ledger's link and its rename leaves
+/// `.NAME.PID.tmp`; the next open removes those rdml can prove are its own (its name, a plain
+/// file, a writer that is gone), never a link or a live process's file.
+#[cfg(unix)]
+#[test]
+fn a_killed_writes_temporary_files_are_removed() {
+    let d = scratch("leftovers");
+    write_set(&d, &[("a", b"a")], &[]).unwrap();
+    let dead = d.join(format!(".{L}.999999999.tmp"));
+    let live = d.join(format!(".{L}.1.tmp"));
+    let link = d.join(format!(".{L}.999999998.tmp"));
+    std::fs::write(&dead, b"{}").unwrap();
+    std::fs::write(&live, b"{}").unwrap();
+    std::os::unix::fs::symlink(d.join("a"), &link).unwrap();
+    let other = d.join(".a.999999999.tmp");
+    std::fs::write(&other, b"not a ledger's").unwrap();
+    let l = Ledger::open(&d, L, "out").unwrap();
+    assert!(!dead.exists(), "a gone writer's temporary ledger is removed");
+    assert!(live.exists() && std::fs::symlink_metadata(&link).is_ok() && other.exists());
+    assert!(l.owns("a"));
+    // Any atomic write removes its own name's leftovers.
+    crate::atomic::write_atomic(&d.join("a"), b"b").unwrap();
+    assert!(!other.exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
