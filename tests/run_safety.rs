@@ -1020,3 +1020,19 @@ fn a_lost_ledger_has_a_way_forward() {
     expect(&rdml(&resume), 0, &["Wrote"]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Issue 52: `train.sampler.pairs = 2` trains (every batch holds two classes; a batch of one had
+/// no negative and a NaN loss), and a run that does diverge is told a true cause: after an update,
+/// the learning rate, named with its value.
+#[test]
+fn what_trains_trains_and_divergence_is_told_truly() {
+    let d = scratch("diverge");
+    let o = train_into(
+        &d.join("pairs2"),
+        &["--set", "train.sampler.pairs=2", "--set", "train.max_batches=100"],
+    );
+    expect(&o, 0, &["Wrote"]);
+    let o = train_into(&d.join("lr"), &["--set", "train.optimizer.lr=1e8"]);
+    expect(&o, 1, &["training diverged; lower train.optimizer.lr (now 100000000)"]);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -80,6 +80,7 @@ pub fn epoch_batches(cfg: &SamplerConfig, labels: &[u32], seed: u64, epoch: usiz
         SamplerConfig::Spc2 { pairs } => {
             let mut order: Vec<usize> = (0..labels.len()).filter(|&p| by_class[&labels[p]].len() >= 2).collect();
             order.shuffle(&mut rng);
+            two_classes_a_chunk(&mut order, pairs, labels);
             let mut chunks: Vec<&[usize]> = order.chunks(pairs).collect();
             // A short last chunk whose anchors share one class would be a batch without a single
             // negative (no triplet, a NaN loss): its anchors join the batch before it instead.
@@ -128,6 +129,40 @@ pub fn epoch_batches(cfg: &SamplerConfig, labels: &[u32], seed: u64, epoch: usiz
                 out.push(b);
             }
             Ok(out)
+        }
+    }
+}
+
+/// Makes every full chunk of `pairs` anchors hold two classes at least (a batch of one class
+/// has no negative: no triplet, a NaN loss, whatever the learning rate): an anchor of a chunk of
+/// one class trades places with one of another class in a chunk that keeps two classes. The
+/// epoch still covers every anchor once; orders with no such chunk are left as they are.
+fn two_classes_a_chunk(order: &mut [usize], pairs: usize, labels: &[u32]) {
+    let chunks = order.len() / pairs.max(1);
+    if pairs < 2 {
+        return;
+    }
+    let classes = |o: &[usize], c: usize| -> Vec<u32> {
+        let mut l: Vec<u32> = o[c * pairs..(c + 1) * pairs].iter().map(|&a| labels[a]).collect();
+        l.sort_unstable();
+        l.dedup();
+        l
+    };
+    for c in 0..chunks {
+        let one = classes(order, c);
+        if one.len() > 1 {
+            continue;
+        }
+        let swap = (0..order.len()).find(|&j| {
+            let d = j / pairs;
+            d != c && labels[order[j]] != one[0] && {
+                // The chunk that gives an anchor keeps a class besides the one it receives.
+                let end = ((d + 1) * pairs).min(order.len());
+                (d * pairs..end).any(|k| k != j && labels[order[k]] != one[0])
+            }
+        });
+        if let Some(j) = swap {
+            order.swap(c * pairs, j);
         }
     }
 }
@@ -181,6 +216,21 @@ mod tests {
             merged += usize::from(b.len() == 5);
         }
         assert!(merged > 0, "some epoch had a one-class tail to merge");
+        // Issue 52: `train.sampler.pairs = 2` made a full batch of one class about every fifth
+        // batch (5 classes) and the loss NaN; no full batch is of one class at any size now.
+        let five: Vec<u32> = (0..200).map(|i| i % 5).collect();
+        for pairs in [2, 3] {
+            for epoch in 0..50 {
+                let b = epoch_batches(&SamplerConfig::Spc2 { pairs }, &five, 7, epoch).unwrap();
+                assert!(
+                    b.iter().all(|x| x.iter().any(|&i| five[i] != five[x[0]])),
+                    "pairs {pairs}"
+                );
+                let mut anchors: Vec<usize> = b.iter().flat_map(|x| x.iter().step_by(2).copied()).collect();
+                anchors.sort();
+                assert_eq!(anchors, (0..200).collect::<Vec<_>>());
+            }
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::kernel::adam::FusedAdam;
 use crate::loss::{self, LossParams};
 use crate::model::EmbeddingNet;
 use crate::run_dir::{self, RunDir};
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
@@ -31,6 +31,10 @@ pub struct Trainer {
     pub defense_memory: Box<dyn Memory>,
     optim: ModuleOptimizer,
     optim_loss: ModuleOptimizer,
+    /// Steps this process took, and whether the weights came from a checkpoint: a loss that is
+    /// not finite before the first update is not the learning rate's doing.
+    steps: u64,
+    resumed: bool,
 }
 
 impl Trainer {
@@ -47,6 +51,8 @@ impl Trainer {
             ),
             optim: adam(&exp.train.optimizer),
             optim_loss: adam(&exp.train.optimizer),
+            steps: 0,
+            resumed: false,
         })
     }
 
@@ -125,10 +131,22 @@ impl Trainer {
             triplets: None,
         };
         let value = f64::from(self.read_loss(&out.loss)?);
-        ensure!(
-            value.is_finite(),
-            "the loss became {value} (diverged); lower train.optimizer.lr"
-        );
+        if !value.is_finite() {
+            let lr = exp.train.optimizer.lr;
+            anyhow::bail!(if self.steps == 0 && !self.resumed {
+                format!(
+                    "the loss of the first batch is {value}, before any update (so not the learning rate's doing): \
+                     the model's embeddings of these images or the loss's settings make it undefined; check \
+                     [loss] and [model] (an input normalisation of zero spread, a margin or temperature of 0)"
+                )
+            } else {
+                format!(
+                    "the loss became {value} after {} step(s): training diverged; lower train.optimizer.lr (now {lr})",
+                    self.steps
+                )
+            });
+        }
+        self.steps += 1;
         let mut grads = out.loss.backward();
         let g_net = GradientsParams::from_module(&mut grads, &self.net);
         let g_loss = GradientsParams::from_module(&mut grads, &self.loss_params);
@@ -152,6 +170,7 @@ impl Trainer {
     }
 
     pub(super) fn load_checkpoint(mut self, dir: &Path) -> Result<(Self, CheckpointState)> {
+        self.resumed = true;
         let state: CheckpointState = serde_json::from_slice(
             &crate::read::bytes(
                 &dir.join(run_dir::STATE),
