@@ -212,6 +212,12 @@ fn bad_checkpoints_are_refused_naming_the_file_and_key() {
         ],
     );
     assert!(e.contains("hidden.pth: the pickle calls `posix.system`"), "{e}");
+    // A call the reader cannot even build (`os.system` as a rebuild's storage argument) is said
+    // by its name, not as a damaged file (issue 52).
+    let mut p = b"\x80\x02}q\x00X\x01\x00\x00\x00wq\x01".to_vec();
+    p.extend(b"ctorch._utils\n_rebuild_tensor_v2\nq\x02(cos\nsystem\nX\x01\x00\x00\x00x\x85Rtq\x03Rs.");
+    let e = refused(&dir, &["--from", &put("unreadable.pkl", &p), "--arch", "c2f2"]);
+    assert!(e.contains("unreadable.pkl: the pickle calls `os.system`"), "{e}");
     let e = refused(&dir, &["--from", &good, "--arch", "resnet50"]);
     assert!(e.contains("tv.pth") && e.contains("looks like a ResNet-18"), "{e}");
     assert!(e.contains("layer1.0.bn1.weight") || e.contains("layer1.0.conv"), "{e}");

@@ -1036,3 +1036,36 @@ fn what_trains_trains_and_divergence_is_told_truly() {
     expect(&o, 1, &["training diverged; lower train.optimizer.lr (now 100000000)"]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Issue 52: a surrogate trained on images of another shape is said as that, not as burn's
+/// `ShapeMismatch`.
+#[test]
+fn a_surrogate_of_other_images_is_said_as_such() {
+    let (d, run) = scratch_with_run("surrogate-shape", &[]);
+    let rgb = d.join("rgb");
+    let data = "data={dataset=\"synthetic\",synthetic={shape=[3,28,28],sigma=0.1,train=64,test=64}}";
+    expect(
+        &train_into(&rgb, &["--set", data, "--set", "train.sampler.pairs=8"]),
+        0,
+        &["Wrote"],
+    );
+    let o = rdml(&[
+        "robustness",
+        "--model",
+        run.to_str().unwrap(),
+        "--surrogate",
+        rgb.to_str().unwrap(),
+        "--queries",
+        "4",
+    ]);
+    expect(
+        &o,
+        1,
+        &[
+            "its model takes images of another shape than these 1×28×28 ones",
+            "data.dataset = \"synthetic\"",
+        ],
+    );
+    assert!(!text(&o).contains("ShapeMismatch"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

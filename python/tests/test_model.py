@@ -318,6 +318,12 @@ def test_import_refuses_what_it_cannot_read_and_names_the_data_it_scores_on(tmp_
                 rdml.import_torch(tmp_path / f"{name}.pth", tmp_path / name, arch="resnet18", embedding_dim=8,
                                   allow_missing=allow, allow_unused=allow)
         assert not (tmp_path / name).exists()
+    # Weights cast to integers are said as such, not as a model without its layers (issue 52).
+    torch.manual_seed(0)
+    ints = {k: v.to(torch.int64) for k, v in L2(c2f2(16)).state_dict().items()}
+    torch.save(ints, tmp_path / "ints.pth")
+    with pytest.raises(ValueError, match=r"tensor .* holds int64 values: a model's weights are floating point"):
+        rdml.import_torch(tmp_path / "ints.pth", tmp_path / "ints", arch="c2f2", quiet=True)
     # A ResNet's stem alone: --allow-missing would leave almost all of it random.
     torchvision = pytest.importorskip("torchvision")
     r = torchvision.models.resnet18(weights=None, num_classes=8).state_dict()

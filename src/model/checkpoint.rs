@@ -126,7 +126,18 @@ fn damaged(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 fn read_torch(path: &Path, format: &str) -> Result<Checkpoint> {
-    let tree = PytorchReader::read_pickle_data(path, None).map_err(|e| damaged(path, e))?;
+    let tree = match PytorchReader::read_pickle_data(path, None) {
+        Ok(tree) => tree,
+        Err(e) => {
+            // A callable the reader stumbled over is said by its own name, not as damage.
+            if let Err(found) = super::pickle_scan::refuse_hidden_code(path, is_data_type)
+                && found.is::<crate::InputError>()
+            {
+                return Err(found);
+            }
+            return Err(damaged(path, e));
+        }
+    };
     refuse_code(path, &tree, &mut Vec::new())?;
     super::pickle_scan::refuse_hidden_code(path, is_data_type)?;
     let root = weights_key(&tree);
@@ -155,7 +166,29 @@ fn read_torch(path: &Path, format: &str) -> Result<Checkpoint> {
                 ck.tensors
                     .insert(key.to_string(), checked(path, &name, t.shape().to_vec(), values)?);
             }
-            None => ck.integer.push(key.to_string()),
+            None => {
+                // A parameter's name on integer values: weights cast by mistake, said as such
+                // (not as an architecture without its layers).
+                let parameter = [".weight", ".bias", ".running_mean", ".running_var"]
+                    .iter()
+                    .any(|s| key.ends_with(s) || key == &s[1..]);
+                ensure!(
+                    !parameter,
+                    "{}: tensor {name} holds {} values: a model's weights are floating point (float32, float16, \
+                     bfloat16 or float64); save them as such (`tensor.float()`)",
+                    path.display(),
+                    match format!("{:?}", t.dtype()).as_str() {
+                        "I64" => "int64",
+                        "I32" => "int32",
+                        "I16" => "int16",
+                        "I8" => "int8",
+                        "U8" => "uint8",
+                        "Bool" => "bool",
+                        _ => "integer",
+                    }
+                );
+                ck.integer.push(key.to_string())
+            }
         }
     }
     ck.outside.sort();

@@ -4,7 +4,7 @@
 //! rebuild's hooks or metadata, a parameter's state) is consumed there and leaves no trace. This
 //! scan sees them all: a pickle is refused when any callable outside plain data appears anywhere.
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use std::path::Path;
 
 /// The calls PyTorch's own `torch.save` writes to rebuild tensors and parameters (those
@@ -63,13 +63,13 @@ pub fn refuse_hidden_code(path: &Path, allowed: impl Fn(&str) -> bool) -> Result
             let (names, end) = globals(&p[at..]).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             for n in names {
                 if !allowed(&n) && !REBUILDS.contains(&n.as_str()) {
-                    bail!(
+                    return Err(crate::input_error(format!(
                         "{}: the pickle calls `{n}` (inside data the reader would otherwise have consumed): \
                          loading it in PyTorch would run that code. rdml runs no code from a checkpoint and \
                          reads only tensor records; if the file is yours, save `model.state_dict()` (or a \
                          safetensors file) instead",
                         path.display()
-                    );
+                    )));
                 }
             }
             at += end;

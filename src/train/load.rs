@@ -35,7 +35,22 @@ pub fn load_run(dir: &Path, data: Option<&Path>, device: &Device) -> Result<Load
 /// surrogate, made on another run's test images); its own data need not be present.
 pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result<(Experiment, EmbeddingNet)> {
     let exp = finished_config(dir)?;
-    let net = load_net(dir, &exp, item_shape, device)?;
+    let net = load_net(dir, &exp, item_shape, device).map_err(|e| {
+        // burn's own words for weights of another input shape, said as what the user did.
+        if !format!("{e:#}").contains("ShapeMismatch") {
+            return e;
+        }
+        let [c, h, w] = item_shape;
+        let dataset = serde_json::to_value(&exp.data.dataset)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        crate::input_error(format!(
+            "{}: its model takes images of another shape than these {c}×{h}×{w} ones (it was trained on \
+             data.dataset = \"{dataset}\"): use a model trained on images like these",
+            dir.display()
+        ))
+    })?;
     Ok((exp, net))
 }
 
