@@ -41,7 +41,7 @@ pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result
             return e;
         }
         let [c, h, w] = item_shape;
-        let dataset = serde_json::to_value(&exp.data.dataset)
+        let dataset = serde_json::to_value(exp.data.dataset)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
