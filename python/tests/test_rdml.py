@@ -100,7 +100,7 @@ def test_embed_images_is_the_models_embedding(run):
     assert np.allclose(run.embed(x[:1]), e[:1], atol=1e-5)
     with pytest.raises(ValueError, match="N × C × H × W"):
         run.embed(x[0])
-    with pytest.raises(ValueError, match="3×32×32 .* do not fit the model"):
+    with pytest.raises(ValueError, match="the run .*: its model takes images of another shape than these 3×32×32 ones"):
         run.embed(np.zeros((2, 3, 32, 32), np.float32))
     assert run.embed(x[:0]).shape == (0, 512)
 

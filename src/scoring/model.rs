@@ -57,20 +57,9 @@ impl Model {
         Ok(match self {
             Model::Outside(m) => Arc::new(External::new(m, device)),
             Model::Run(dir) => {
-                // Weights that do not fit a model built for these images mean images of another
-                // shape than the run's data (load_model checks the run is finished first).
-                let (_, net) = crate::train::load_model(&dir, item, device).map_err(|e| {
-                    let [c, h, w] = item;
-                    let said = format!("{e:#}");
-                    if !said.contains("do not fit") {
-                        return e.context(format!("model: the run {}", dir.display()));
-                    }
-                    crate::input_error(format!(
-                        "images of shape {c}×{h}×{w} (C×H×W) do not fit the model of {}, trained on images of its \
-                         data set ({said})",
-                        dir.display()
-                    ))
-                })?;
+                // Images of another shape than the run's data are said by load_model itself.
+                let (_, net) = crate::train::load_model(&dir, item, device)
+                    .map_err(|e| e.context(format!("model: the run {}", dir.display())))?;
                 Arc::new(Net::new(&net, 0))
             }
         })

@@ -46,9 +46,8 @@ pub fn load_model(dir: &Path, item_shape: [usize; 3], device: &Device) -> Result
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
         crate::input_error(format!(
-            "{}: its model takes images of another shape than these {c}×{h}×{w} ones (it was trained on \
-             data.dataset = \"{dataset}\"): use a model trained on images like these",
-            dir.display()
+            "its model takes images of another shape than these {c}×{h}×{w} ones (C×H×W; it was trained on \
+             data.dataset = \"{dataset}\"): use a model trained on images like these"
         ))
     })?;
     Ok((exp, net))
