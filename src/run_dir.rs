@@ -7,6 +7,7 @@
 
 pub mod files;
 pub mod log;
+mod own;
 pub mod record;
 mod recover;
 mod replace;
@@ -15,6 +16,7 @@ pub mod status;
 pub use crate::owned::{new_token, remove_file};
 pub use files::*;
 pub use log::RunLog;
+pub use own::{is_bookkeeping_name, refuse_bookkeeping_name, refuse_own_folder};
 pub use record::{put, put_json};
 pub use replace::settle_interrupted;
 pub use status::{RunStatus, check_finished, check_unchanged, finished_run_json, model_digest, status};
@@ -127,60 +129,6 @@ pub fn is_own_file(name: &str) -> bool {
 /// nothing but rdml writes inside it.
 pub fn is_own_folder(name: &str) -> bool {
     [CKPT, CKPT_TMP, CKPT_OLD, REPLACED].contains(&name)
-}
-
-/// The one rule between outputs and a run's own folders: `dir` (a folder an output fills, or the
-/// folder an output file lands in) is not, and is not inside, a folder a run keeps for itself
-/// (its checkpoints, a replaced run's stash), lexically or as it resolves (`..`, a link into a
-/// run's checkpoint): the run's next `train --resume` or `--overwrite` would remove what was
-/// written there. `shown` is the output as the user named it.
-pub fn refuse_own_folder(dir: &Path, shown: &Path) -> Result<()> {
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    let resolved = dir.canonicalize().ok();
-    let lexical = dir.ancestors().take_while(|a| !a.as_os_str().is_empty());
-    for inner in lexical.chain(resolved.iter().flat_map(|r| r.ancestors())) {
-        let (Some(name), Some(run)) = (inner.file_name().and_then(|n| n.to_str()), inner.parent()) else {
-            continue;
-        };
-        let run = if run.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            run
-        };
-        if is_own_folder(name) && is_run_folder(run) {
-            return Err(crate::input_error(format!(
-                "{} is inside {}, a folder the rdml run in {} keeps for itself (its checkpoint or a replaced \
-                 run; the run's next ⟨resume!⟩ or ⟨overwrite!⟩ would remove it); choose a path outside it",
-                shown.display(),
-                inner.display(),
-                run.display()
-            )));
-        }
-    }
-    refuse_bookkeeping_name(dir)
-}
-
-/// Whether `name` is one rdml gives its own bookkeeping (a run's marker, a ledger, a journal, a
-/// staging folder, a replaced run's stash: `.rdml-…`; an `.npy` set's ledger: `.NAME.rdml.json`).
-pub fn is_bookkeeping_name(name: &str) -> bool {
-    name.starts_with(".rdml-") || (name.starts_with('.') && name.ends_with(".rdml.json"))
-}
-
-/// Refuses an output named as rdml names its bookkeeping: writing it would pass for rdml's own
-/// record of what it wrote.
-pub fn refuse_bookkeeping_name(path: &Path) -> Result<()> {
-    match path.file_name().and_then(|n| n.to_str()) {
-        Some(name) if is_bookkeeping_name(name) => Err(crate::input_error(format!(
-            "{}: '{name}' is a name rdml keeps for its own bookkeeping (a ledger, a marker, a staging folder); \
-             choose another name",
-            path.display()
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// What `dir` holds.

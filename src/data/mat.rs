@@ -153,8 +153,7 @@ fn parse_matrix(payload: &[u8], what: &str) -> Result<(String, MatValue)> {
         .into_iter()
         .map(|d| d as usize)
         .collect();
-    let count = crate::read::declared_len(&dims)
-        .with_context(|| format!("{what}: the dimensions {dims:?} overflow (a damaged or non-MAT file)"))?;
+    let count = crate::read::declared_len(&dims).with_context(|| overflow(what, &dims))?;
     let (_, name_raw) = c.element()?;
     let name = String::from_utf8_lossy(name_raw).into_owned();
     let value = match class {
@@ -278,4 +277,9 @@ pub fn parse(bytes: &[u8], what: &str) -> Result<BTreeMap<String, MatValue>> {
 pub fn read(path: &Path) -> Result<BTreeMap<String, MatValue>> {
     let bytes = crate::read::bytes(path, crate::read::Follow::Links, crate::read::ANY)?;
     parse(&bytes, &path.display().to_string())
+}
+
+/// The error of dimensions whose product does not fit a `usize`.
+fn overflow(what: &str, dims: &[usize]) -> String {
+    format!("{what}: the dimensions {dims:?} overflow (a damaged or non-MAT file)")
 }
