@@ -238,11 +238,8 @@ impl Experiment {
             apply_override(&mut value, o)?;
         }
         let exp: Experiment = value.try_into().map_err(|e| {
-            anyhow::anyhow!(
-                "{origin} with ⟨set⟩ {}: {}",
-                overrides.join(" ⟨set⟩ "),
-                keyed(&e, overrides)
-            )
+            let given: Vec<String> = overrides.iter().map(|o| overrides::said(o)).collect();
+            anyhow::anyhow!("{origin} with {}: {}", given.join(" "), keyed(&e, overrides))
         })?;
         exp.validate()
             .with_context(|| format!("{origin}: invalid configuration"))?;
@@ -263,7 +260,7 @@ impl Experiment {
                 "⟨defense⟩ {d:?}: expected an inline TOML table such as '{{kind=\"act\",eps=0.302,step=0.0118,steps=32}}', or none; kind is one of {}",
                 crate::defense::DefenseConfig::KINDS.join(", ")
             );
-            o.push(format!("defense={d}"));
+            o.push(format!("⟨defense⟩={d}"));
         }
         let mut exp = Self::load(path_or_preset, &o)?;
         if defense.is_some_and(|d| d.trim() == "none") {
@@ -309,7 +306,7 @@ impl Experiment {
 }
 
 mod overrides;
-pub use overrides::{SetKeys, apply_override, command_overrides, repeated_overrides};
+pub use overrides::{SetKeys, apply_override, command_overrides, config_key, repeated_overrides};
 
 #[cfg(test)]
 mod tests {

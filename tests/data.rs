@@ -272,6 +272,31 @@ fn values_that_would_wrap_or_repeat_are_refused() {
         vec!["seed is set more than once (1 then 2): 2, the last, is used".to_string()]
     );
     rdml::config::Experiment::load("quickstart", &["seed=1".into(), "seed=1".into()]).unwrap();
+    // A command's own option is named as the caller gave it, never as a `--set` they did not
+    // write (issue 51: Python showed `epochs=1` as `set= train.epochs=1`).
+    let o = rdml::config::command_overrides(&["train.epochs=3".into(), "loss.margin=\"x\"".into()], Some(1), Some(2));
+    assert_eq!(
+        rdml::config::repeated_overrides(&o),
+        vec![
+            "train.epochs is given more than once (⟨set⟩ train.epochs=3, then ⟨epochs⟩ 1): the last is used"
+                .to_string()
+        ]
+    );
+    let e = format!("{:#}", rdml::config::Experiment::load("quickstart", &o).unwrap_err());
+    let words = |w| rdml::field::render(&e, w);
+    assert!(
+        words(rdml::field::Words::CommandLine)
+            .contains("with --set train.epochs=3 --set loss.margin=\"x\" --epochs 1 --max-batches 2:"),
+        "{e}"
+    );
+    assert!(
+        words(rdml::field::Words::Python).contains("epochs=1 max_batches=2:"),
+        "{}",
+        words(rdml::field::Words::Python)
+    );
+    let exp =
+        rdml::config::Experiment::load("quickstart", &rdml::config::command_overrides(&[], Some(1), Some(2))).unwrap();
+    assert_eq!((exp.train.epochs, exp.train.max_batches), (1, Some(2)));
 }
 
 /// A PNG whose header declares `w`×`h` pixels over a few bytes of data (a decompression bomb).

@@ -40,37 +40,69 @@ impl SetKeys {
 }
 
 /// The overrides a command's flags make: `--set KEY=VALUE`s, then `--epochs` and
-/// `--max-batches` as `train.epochs` and `train.max_batches` (so they win over a `--set`).
+/// `--max-batches` (so they win over a `--set`), each kept as the option the caller gave
+/// (`⟨epochs⟩=3`: [`config_key`] reads it as `train.epochs`), so that every message names it in
+/// the caller's words (`--epochs 3`, `epochs=3`), never as a `--set` they did not write.
 pub fn command_overrides(set: &[String], epochs: Option<usize>, max_batches: Option<usize>) -> Vec<String> {
     let mut v = set.to_vec();
     if let Some(e) = epochs {
-        v.push(format!("train.epochs={e}"));
+        v.push(format!("⟨epochs⟩={e}"));
     }
     if let Some(m) = max_batches {
-        v.push(format!("train.max_batches={m}"));
+        v.push(format!("⟨max_batches⟩={m}"));
     }
     v
+}
+
+/// The config key an override's key sets: itself, or the one a command's option stands for.
+pub fn config_key(key: &str) -> &str {
+    match key {
+        "⟨epochs⟩" => "train.epochs",
+        "⟨max_batches⟩" => "train.max_batches",
+        "⟨defense⟩" => "defense",
+        k => k,
+    }
+}
+
+/// An override as a message names it: `⟨set⟩ key=value`, or the option that made it (`⟨epochs⟩ 3`,
+/// which each front end words as its own: `--epochs 3`, `epochs=3`).
+pub fn said(o: &str) -> String {
+    match o.split_once('=') {
+        Some((k, v)) if k.starts_with('⟨') => format!("{k} {v}"),
+        _ => format!("⟨set⟩ {o}"),
+    }
 }
 
 /// A word for each key that `overrides` give more than once with different values: the last
 /// one is used (a later `--set` overrides an earlier one, as a flag such as `--epochs` does).
 pub fn repeated_overrides(overrides: &[String]) -> Vec<String> {
-    let mut last: std::collections::BTreeMap<&str, (&str, Vec<&str>)> = std::collections::BTreeMap::new();
+    type Given<'a> = (&'a str, &'a str);
+    let mut last: std::collections::BTreeMap<&str, (Given, Vec<Given>)> = std::collections::BTreeMap::new();
     for o in overrides {
         if let Some((k, v)) = o.split_once('=') {
-            let e = last.entry(k.trim()).or_insert((v.trim(), vec![]));
-            if e.0 != v.trim() {
+            let given = (o.as_str(), v.trim());
+            let e = last.entry(config_key(k.trim())).or_insert((given, vec![]));
+            if e.0.1 != v.trim() {
                 e.1.push(e.0);
-                e.0 = v.trim();
+                e.0 = given;
             }
         }
     }
     last.iter()
         .filter(|(_, (_, earlier))| !earlier.is_empty())
-        .map(|(k, (v, earlier))| {
+        .map(|(k, ((o, v), earlier))| {
+            if earlier.iter().chain([&(*o, *v)]).all(|(o, _)| !o.starts_with('⟨')) {
+                let before: Vec<&str> = earlier.iter().map(|e| e.1).collect();
+                return format!(
+                    "{k} is set more than once ({} then {v}): {v}, the last, is used",
+                    before.join(", ")
+                );
+            }
+            let before: Vec<String> = earlier.iter().map(|e| said(e.0)).collect();
             format!(
-                "{k} is set more than once ({} then {v}): {v}, the last, is used",
-                earlier.join(", ")
+                "{k} is given more than once ({}, then {}): the last is used",
+                before.join(", "),
+                said(o)
             )
         })
         .collect()
@@ -87,7 +119,7 @@ pub fn apply_override(root: &mut toml::Value, spec: &str) -> Result<()> {
     let (key, raw) = spec
         .split_once('=')
         .with_context(|| format!("⟨set⟩ {spec}: expected key=value"))?;
-    let key = key.trim();
+    let key = config_key(key.trim());
     ensure!(!key.is_empty(), "⟨set⟩ {spec}: empty key");
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => t.remove("v").expect("parsed key"),
