@@ -124,15 +124,7 @@ pub fn summaries(exps: &[Experiment], rows: &[Row], seeds: usize) -> Vec<SeedSum
 
 fn finished(dir: &Path) -> Option<RunReport> {
     crate::run_dir::status(dir).filter(|s| s.completed)?;
-    serde_json::from_slice(
-        &crate::read::bytes(
-            &dir.join(crate::run_dir::RUN),
-            crate::read::Follow::NoLinks,
-            crate::read::BOOKKEEPING,
-        )
-        .ok()?,
-    )
-    .ok()
+    crate::read::record(&dir.join(crate::run_dir::RUN))
 }
 
 /// Trains (or loads) and scores every experiment; writes `compare.json` and `compare.md`.

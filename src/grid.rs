@@ -155,8 +155,7 @@ pub fn store(
 /// The grid stored in `dir`, when it was computed on the folder's current model (`None`: no
 /// grid, an unreadable one, or one of other weights).
 pub fn read(dir: &Path) -> Option<GridRecord> {
-    let bytes = crate::read::bytes(&dir.join(FILE), crate::read::Follow::NoLinks, crate::read::BOOKKEEPING).ok()?;
-    let record: GridRecord = serde_json::from_slice(&bytes).ok()?;
+    let record: GridRecord = crate::read::record(&dir.join(FILE))?;
     let digest = crate::run_dir::model_digest(dir).ok()?;
     (record.model_digest == digest).then_some(record)
 }

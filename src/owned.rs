@@ -162,7 +162,7 @@ impl Ledger {
                 path.display()
             ),
             Ok(_) => {
-                let bytes = crate::read::bytes(&path, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING)?;
+                let bytes = crate::read::bookkeeping(&path)?;
                 match serde_json::from_slice::<OnDisk>(&bytes) {
                     Ok(OnDisk::Now(s)) => s,
                     Ok(OnDisk::Before(d)) => State {

@@ -125,6 +125,18 @@ pub fn text(path: &Path, follow: Follow, limit: u64) -> Result<String> {
         .map_err(|_| crate::input_error(format!("{}: not UTF-8 text", path.display())))
 }
 
+/// The bytes of one of rdml's own bookkeeping files (a ledger, a marker, a journal, a manifest, a
+/// record): never through a link, at most [`BOOKKEEPING`] bytes.
+pub fn bookkeeping(path: &Path) -> Result<Vec<u8>> {
+    bytes(path, Follow::NoLinks, BOOKKEEPING)
+}
+
+/// One of rdml's own JSON records as `T` ([`bookkeeping`]'s checks), `None` when it is absent or
+/// does not read as one: the caller goes on as without it.
+pub fn record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_slice(&bookkeeping(path).ok()?).ok()
+}
+
 /// The number of elements of a shape a model or a file declares, `None` where the product does
 /// not fit a `usize` (a wrapped product would pass a size check it should fail).
 pub fn declared_len(dims: &[usize]) -> Option<usize> {

@@ -99,10 +99,7 @@ fn checkpoint_epochs(dir: &Path) -> Option<usize> {
     if is_link(dir) {
         return None;
     }
-    let v: serde_json::Value = serde_json::from_slice(
-        &crate::read::bytes(&dir.join(STATE), crate::read::Follow::NoLinks, crate::read::BOOKKEEPING).ok()?,
-    )
-    .ok()?;
+    let v: serde_json::Value = crate::read::record(&dir.join(STATE))?;
     v.get("epochs_done")?.as_u64().map(|e| e as usize)
 }
 

@@ -79,13 +79,7 @@ pub fn open_run<'o>(dir: &Path, run: &RunScoring, options: &'o Resolved, device:
 /// What an imported run is scored on when it was imported without a config: its architecture's
 /// default config's data, which the user may not have meant.
 fn imported_data_note(dir: &Path, target: &Target) -> Option<String> {
-    let bytes = crate::read::bytes(
-        &dir.join(crate::run_dir::IMPORT),
-        crate::read::Follow::NoLinks,
-        crate::read::BOOKKEEPING,
-    )
-    .ok()?;
-    let record: crate::model::import::ImportRecord = serde_json::from_slice(&bytes).ok()?;
+    let record: crate::model::import::ImportRecord = crate::read::record(&dir.join(crate::run_dir::IMPORT))?;
     if !record.default_config {
         return None;
     }

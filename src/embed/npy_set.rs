@@ -66,18 +66,14 @@ fn ledger(path: &Path) -> Result<Ledger> {
     let mut l = Ledger::open(folder(path), &format!(".{}.rdml.json", name(path)), WHAT)?;
     if l.names().next().is_none() && verify_set(path).is_ok() {
         let manifest = manifest_path(path);
-        let v: serde_json::Value = serde_json::from_slice(&crate::read::bytes(
-            &manifest,
-            crate::read::Follow::NoLinks,
-            crate::read::BOOKKEEPING,
-        )?)?;
+        let v: serde_json::Value = serde_json::from_slice(&crate::read::bookkeeping(&manifest)?)?;
         for m in v["members"].as_array().into_iter().flatten() {
             let (Some(f), Some(crc), Some(n)) = (m["file"].as_str(), m["crc32"].as_str(), m["bytes"].as_u64()) else {
                 continue;
             };
             l.adopt(f, &format!("crc32:{crc}:{n}"));
         }
-        let bytes = crate::read::bytes(&manifest, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING)?;
+        let bytes = crate::read::bookkeeping(&manifest)?;
         l.adopt(&name(&manifest), &crate::owned::digest(&bytes));
     }
     Ok(l)
@@ -116,14 +112,12 @@ pub(super) fn write(path: &Path, members: Vec<(PathBuf, Vec<u8>)>, meta: &[(&str
 /// every member has the size and CRC-32 it lists.
 pub fn verify_set(path: &Path) -> Result<()> {
     let manifest = manifest_path(path);
-    let v: serde_json::Value = serde_json::from_slice(
-        &crate::read::bytes(&manifest, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING).with_context(|| {
-            format!(
-                "{}: no manifest: the set is incomplete (its writing was interrupted)",
-                manifest.display()
-            )
-        })?,
-    )
+    let v: serde_json::Value = serde_json::from_slice(&crate::read::bookkeeping(&manifest).with_context(|| {
+        format!(
+            "{}: no manifest: the set is incomplete (its writing was interrupted)",
+            manifest.display()
+        )
+    })?)
     .with_context(|| format!("{}: not JSON", manifest.display()))?;
     let members = v["members"]
         .as_array()

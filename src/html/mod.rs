@@ -195,12 +195,8 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
 fn finished_run(dir: &Path) -> Result<RunReport> {
     crate::run_dir::check_finished(dir)?;
     let p = dir.join(crate::run_dir::RUN);
-    serde_json::from_slice(&crate::read::bytes(
-        &p,
-        crate::read::Follow::NoLinks,
-        crate::read::BOOKKEEPING,
-    )?)
-    .with_context(|| format!("{}: not a run.json written by rdml", p.display()))
+    serde_json::from_slice(&crate::read::bookkeeping(&p)?)
+        .with_context(|| format!("{}: not a run.json written by rdml", p.display()))
 }
 
 /// The suite's table, its budget in words when recorded, and why it is stale when it was
@@ -211,12 +207,8 @@ fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String, Option<Stri
     if !p.is_file() {
         return Ok(None);
     }
-    let rec: crate::attack::record::RobustnessRecord = serde_json::from_slice(&crate::read::bytes(
-        &p,
-        crate::read::Follow::NoLinks,
-        crate::read::BOOKKEEPING,
-    )?)
-    .with_context(|| format!("{}: not a robustness record", p.display()))?;
+    let rec: crate::attack::record::RobustnessRecord = serde_json::from_slice(&crate::read::bookkeeping(&p)?)
+        .with_context(|| format!("{}: not a robustness record", p.display()))?;
     let stale = match &rec.model_digest {
         Some(d) => {
             let now = crate::run_dir::model_digest(dir)?;
@@ -240,12 +232,8 @@ fn compare_header(first: &str, after: &str) -> String {
 
 pub fn write_compare(dir: &Path) -> Result<PathBuf> {
     let p = dir.join("compare.json");
-    let v: serde_json::Value = serde_json::from_slice(&crate::read::bytes(
-        &p,
-        crate::read::Follow::NoLinks,
-        crate::read::BOOKKEEPING,
-    )?)
-    .with_context(|| format!("{}: not JSON", p.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&crate::read::bookkeeping(&p)?).with_context(|| format!("{}: not JSON", p.display()))?;
     let rows: Vec<CompareRow> = serde_json::from_value(v.get("rows").cloned().unwrap_or_default())
         .with_context(|| format!("{}: `rows` is not a list of compare rows", p.display()))?;
     ensure!(!rows.is_empty(), "{}: no experiment finished yet", p.display());

@@ -17,11 +17,7 @@ const WHAT: &str = "the run folder";
 /// Whether the run in `dir` was written by a version that kept no record: its marker does not
 /// name the ledger (or it has no marker and rdml's `run.json`).
 fn predates_record(dir: &Path) -> bool {
-    match crate::read::bytes(
-        &dir.join(MARKER),
-        crate::read::Follow::NoLinks,
-        crate::read::BOOKKEEPING,
-    ) {
+    match crate::read::bookkeeping(&dir.join(MARKER)) {
         Ok(b) => serde_json::from_slice::<serde_json::Value>(&b)
             .ok()
             .and_then(|v| v.get("ledger").cloned())

@@ -14,10 +14,6 @@ use anyhow::Result;
 use serde_json::Value;
 use std::path::Path;
 
-fn json(p: &Path) -> Option<Value> {
-    serde_json::from_slice(&bytes(p, Follow::NoLinks, BOOKKEEPING).ok()?).ok()
-}
-
 /// Whether two config values are the same, floats compared at single precision (TOML and JSON
 /// print an `f32` field differently) and a JSON `null` the same as a key TOML leaves out.
 fn same(a: &Value, b: &Value) -> bool {
@@ -39,8 +35,8 @@ fn same(a: &Value, b: &Value) -> bool {
 /// The names among a run's files that rdml can prove it wrote, by the proofs above.
 fn proven(dir: &Path) -> Vec<&'static str> {
     let mut out = vec![];
-    let run = json(&dir.join(RUN));
-    let history = json(&dir.join(CKPT).join(STATE)).and_then(|s| s.get("history").cloned());
+    let run = crate::read::record::<Value>(&dir.join(RUN));
+    let history = crate::read::record::<Value>(&dir.join(CKPT).join(STATE)).and_then(|s| s.get("history").cloned());
     if let (Some(r), Some(h)) = (&run, &history)
         && r.get("epochs").is_some_and(|e| same(e, h))
     {
@@ -57,7 +53,10 @@ fn proven(dir: &Path) -> Vec<&'static str> {
     if let Ok(model) = super::model_digest(dir) {
         let derived: Vec<&'static str> = [GRID, ROBUSTNESS]
             .into_iter()
-            .filter(|n| json(&dir.join(n)).is_some_and(|v| v.get("model_digest") == Some(&Value::from(model.clone()))))
+            .filter(|n| {
+                crate::read::record::<Value>(&dir.join(n))
+                    .is_some_and(|v| v.get("model_digest") == Some(&Value::from(model.clone())))
+            })
             .collect();
         if !derived.is_empty() {
             out.push(MODEL);

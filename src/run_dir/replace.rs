@@ -29,29 +29,13 @@ fn run_names() -> impl Iterator<Item = &'static str> {
 
 /// The token a run's marker holds while a replacement is under way.
 fn marker_token(dir: &Path) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(
-        &crate::read::bytes(
-            &dir.join(MARKER),
-            crate::read::Follow::NoLinks,
-            crate::read::BOOKKEEPING,
-        )
-        .ok()?,
-    )
-    .ok()?;
+    let v: serde_json::Value = crate::read::record(&dir.join(MARKER))?;
     v.get("replacing")?.as_str().map(str::to_string)
 }
 
 /// The stash's journal: `(token, phase)`.
 fn journal(stash: &Path) -> Option<(String, String)> {
-    let v: serde_json::Value = serde_json::from_slice(
-        &crate::read::bytes(
-            &stash.join(JOURNAL),
-            crate::read::Follow::NoLinks,
-            crate::read::BOOKKEEPING,
-        )
-        .ok()?,
-    )
-    .ok()?;
+    let v: serde_json::Value = crate::read::record(&stash.join(JOURNAL))?;
     Some((
         v.get("token")?.as_str()?.to_string(),
         v.get("phase")?.as_str()?.to_string(),

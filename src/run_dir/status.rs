@@ -20,7 +20,7 @@ pub fn status(dir: &Path) -> Option<RunStatus> {
     if is_link(&p) {
         return None;
     }
-    serde_json::from_slice(&crate::read::bytes(&p, crate::read::Follow::NoLinks, crate::read::BOOKKEEPING).ok()?).ok()
+    crate::read::record(&p)
 }
 
 /// Checks that `dir` holds a finished run with its weights: the one "is this run finished" of

@@ -172,12 +172,8 @@ impl Trainer {
     pub(super) fn load_checkpoint(mut self, dir: &Path) -> Result<(Self, CheckpointState)> {
         self.resumed = true;
         let state: CheckpointState = serde_json::from_slice(
-            &crate::read::bytes(
-                &dir.join(run_dir::STATE),
-                crate::read::Follow::NoLinks,
-                crate::read::BOOKKEEPING,
-            )
-            .with_context(|| format!("{}: no checkpoint to resume", dir.display()))?,
+            &crate::read::bookkeeping(&dir.join(run_dir::STATE))
+                .with_context(|| format!("{}: no checkpoint to resume", dir.display()))?,
         )
         .with_context(|| format!("{}/state.json is corrupt", dir.display()))?;
         let err = |e: burn::store::RecordError| anyhow::anyhow!("{}: cannot load checkpoint: {e:?}", dir.display());
