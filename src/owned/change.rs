@@ -79,7 +79,7 @@ impl Change {
         p.removes = removes.iter().filter(|n| self.ledger.owns(n)).cloned().collect();
         self.ledger.state.pending = Some(p.clone());
         self.ledger.save()?;
-        self.ledger.swap(&p, &self.staging)?;
+        self.ledger.swap(&p, &self.staging, true)?;
         Ok(self.ledger)
     }
 
