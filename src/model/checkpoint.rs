@@ -177,13 +177,13 @@ fn read_torch(path: &Path, format: &str) -> Result<Checkpoint> {
                     "{}: tensor {name} holds {} values: a model's weights are floating point (float32, float16, \
                      bfloat16 or float64); save them as such (`tensor.float()`)",
                     path.display(),
-                    match format!("{:?}", t.dtype()).as_str() {
-                        "I64" => "int64",
-                        "I32" => "int32",
-                        "I16" => "int16",
-                        "I8" => "int8",
-                        "U8" => "uint8",
-                        "Bool" => "bool",
+                    match t.dtype() {
+                        DType::I64 => "int64",
+                        DType::I32 => "int32",
+                        DType::I16 => "int16",
+                        DType::I8 => "int8",
+                        DType::U8 => "uint8",
+                        DType::Bool => "bool",
                         _ => "integer",
                     }
                 );
