@@ -28,16 +28,11 @@ impl Images {
     /// in any order is read as the queries ranked among themselves.
     pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<GallerySet>)> {
         use crate::data::labelled::{Overlap, own_copies};
-        let per = |s: [usize; 4]| s[1..].iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let overlap = match &gallery {
-            Some(g) if g.shape[1..] == queries.shape[1..] && per(g.shape).is_some() => {
-                let width = per(g.shape).unwrap_or(1);
-                let fits = |i: &Images| i.images.len() == i.labels.len().saturating_mul(width);
-                if fits(&queries) && fits(g) {
-                    own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width)
-                } else {
-                    Overlap::Apart
-                }
+        // Compared before the checks below, so only arrays whose rows the labels count.
+        let rows = |i: &Images, width: usize| i.labels.len().checked_mul(width) == Some(i.images.len());
+        let overlap = match (&gallery, crate::read::declared_len(&queries.shape[1..])) {
+            (Some(g), Some(width)) if g.shape[1..] == queries.shape[1..] && rows(&queries, width) && rows(g, width) => {
+                own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width)
             }
             _ => Overlap::Apart,
         };
