@@ -397,3 +397,41 @@ def test_mdprops_unadversarial_targets_come_from_the_training_set_given_at_the_e
     loss.backward()
     assert np.isfinite(float(loss.detach())) and defense.last["steps_done"] == 1
     assert model.training and all(p.grad is not None for p in model.parameters())
+
+
+def test_es_under_robrank_compat_is_robranks_own_loop_step_for_step():
+    """robrank's ES (advrank.py's PGD loop), written out in PyTorch as a user checking rdml would:
+    the first step's loss is F.pairwise_distance(f(x'), f(x) + 1e-7), each later one's
+    F.pairwise_distance(f(x'), f(x)), whose eps (1e-6) offsets every step, not only the first."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = L2(c2f2(32)).eval()
+    x, y = fashion(32)
+    xt = torch.from_numpy(x)
+    eps, alpha, steps = 0.30196, 0.011764, 32
+
+    def robranks(later_offset=True):
+        with torch.no_grad():
+            orig = model(xt)
+        images = xt.clone()
+        for it in range(steps):
+            images.requires_grad_(True)
+            out = model(images)
+            if it == 0:
+                dist = F.pairwise_distance(out, orig + 1e-7)
+            else:
+                dist = F.pairwise_distance(out, orig) if later_offset else (out - orig).norm(dim=1)
+            (grad,) = torch.autograd.grad(-dist.sum(), images)
+            images = images.detach() - alpha * grad.sign()
+            images = torch.min(torch.max(images, xt - eps), xt + eps).clamp(0, 1)
+        return images.detach()
+
+    def same(a, b):
+        return ((a - b).abs().flatten(1).max(1).values < 1e-5).numpy()
+
+    adv = rdml.Attack("ES", eps=eps, step=alpha, steps=steps, robrank_compat=True)(model, xt, torch.from_numpy(y))
+    theirs = robranks()
+    assert same(adv, theirs).all(), f"{same(adv, theirs).sum()} of 32 queries as robrank's"
+    # The later steps' offset matters on this model: without it, other images.
+    assert not same(robranks(later_offset=False), theirs).all()

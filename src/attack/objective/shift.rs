@@ -1,71 +1,87 @@
 //! Embedding shift (robrank's ES attack; EST's inner maximisation): maximise ‖f(x̃) − f(x)‖,
 //! i.e. minimise its negative. At the first step f(x̃) = f(x), where the norm has no gradient:
-//! the clean embedding is offset by a tiny amount there, which sets the first step's direction.
+//! the clean embedding is offset by a tiny amount there, which sets the first step's direction;
+//! robrank's loss also offsets it at every later step ([`Offset::robrank`]).
 
 use super::dist_rows;
 use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
 use burn::tensor::{Distribution, Tensor};
 
-/// The first step's offset of the clean embedding.
+/// How the first step's zero gradient is broken, and what the later steps take the distance from.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum FirstStep {
-    /// ±1e-7 per coordinate, drawn from a fixed seed (no direction preferred).
+pub enum Offset {
+    /// ±1e-7 per coordinate of the clean embedding at the first step, drawn from a fixed seed (no
+    /// direction preferred); the clean embedding itself at the later steps.
     Jitter,
-    /// The same value in every coordinate: robrank's, [`FirstStep::robrank`].
-    Constant(f32),
+    /// robrank's loss, [`Offset::robrank`]: `‖(f(x̃) − (f(x) + first)) + eps‖` at the first step and
+    /// `‖(f(x̃) − f(x)) + eps‖` after it, summed over the rows, in that order of f32 operations.
+    Robrank { first: f32, eps: f32 },
 }
 
-impl FirstStep {
-    /// robrank's first step (`advrank.py`): its loss is `F.pairwise_distance(f(x̃), f(x) + 1e-7)`,
-    /// whose own `eps = 1e-6` is added to the difference, so the offset is `1e-7 − 1e-6 = −9e-7`
-    /// in every coordinate; its cosine metric (`1 − cos(f(x̃), f(x) + 1e-7)`) has no such eps, and
-    /// on unit embeddings the offset `+1e-7` sends the Euclidean norm's first step the same way.
+impl Offset {
+    /// robrank's (`advrank.py`): its loss is `F.pairwise_distance(f(x̃), f(x) + 1e-7)` at the first
+    /// step and `F.pairwise_distance(f(x̃), f(x))` after it, and `pairwise_distance` adds its own
+    /// `eps = 1e-6` to the difference at every step: every coordinate is offset by `1e-6 − 1e-7` at
+    /// the first step and by `1e-6` at each later one, which moves every step's direction a little.
+    /// The first step's gradient is the offset alone, so the rounding of those few operations
+    /// decides the signs of its smallest components: they are done as PyTorch does them. Its cosine
+    /// metric (`1 − cos(f(x̃), f(x) + 1e-7)`) has no eps: `+1e-7` at the first step, none after (on
+    /// unit embeddings the Euclidean norm's gradient points the same way).
     pub fn robrank(distance: Distance) -> Self {
-        match distance {
-            Distance::Cosine => Self::Constant(1e-7),
-            Distance::Euclidean | Distance::NormalizedEuclidean => Self::Constant(-9e-7),
-        }
+        let eps = match distance {
+            Distance::Cosine => 0.0,
+            Distance::Euclidean | Distance::NormalizedEuclidean => 1e-6,
+        };
+        Self::Robrank { first: 1e-7, eps }
     }
 }
 
 pub struct EmbeddingShift {
     pub clean: Tensor<2>,
-    pub first_step: FirstStep,
+    pub offset: Offset,
 }
 
 impl EmbeddingShift {
-    /// rdml's embedding shift from `clean`, its first step from [`FirstStep::Jitter`].
+    /// rdml's embedding shift from `clean`, its first step from [`Offset::Jitter`].
     pub fn new(clean: Tensor<2>) -> Self {
         Self {
             clean,
-            first_step: FirstStep::Jitter,
+            offset: Offset::Jitter,
         }
     }
 
-    /// The embedding the distance is taken from at `step`.
-    fn reference(&self, step: usize) -> Tensor<2> {
-        match (step, self.first_step) {
-            (0, FirstStep::Jitter) => {
+    /// The difference `[b, d]` whose row norms are the distances the loss maximises at `step`.
+    fn difference(&self, emb: Tensor<2>, step: usize) -> Tensor<2> {
+        match (step, self.offset) {
+            (0, Offset::Jitter) => {
                 // A fixed seed: the offset only breaks the tie, and the same call must give the same attack.
                 let device = self.clean.device();
                 let noise: Tensor<2> =
                     crate::host_random(0x5eed, self.clean.shape(), Distribution::Bernoulli(0.5), &device)
                         .mul_scalar(2e-7)
                         .sub_scalar(1e-7);
-                self.clean.clone() + noise
+                emb - (self.clean.clone() + noise)
             }
-            (0, FirstStep::Constant(c)) => self.clean.clone().add_scalar(c),
-            _ => self.clean.clone(),
+            (_, Offset::Jitter) => emb - self.clean.clone(),
+            (0, Offset::Robrank { first, eps }) => (emb - self.clean.clone().add_scalar(first)).add_scalar(eps),
+            (_, Offset::Robrank { eps, .. }) => (emb - self.clean.clone()).add_scalar(eps),
         }
     }
 }
 
 impl Objective for EmbeddingShift {
     fn loss(&self, emb: Tensor<2>, step: usize) -> Tensor<1> {
-        dist_rows(emb, self.reference(step)).mean().neg()
+        let dist = self.difference(emb, step).powi_scalar(2).sum_dim(1);
+        match self.offset {
+            // The mean of `Distance::Euclidean.rows`, whose 1e-12 keeps the root's gradient finite.
+            Offset::Jitter => dist.add_scalar(1e-12).sqrt().mean().neg(),
+            // robrank's sum: its eps keeps every row off zero.
+            Offset::Robrank { .. } => dist.sqrt().sum().neg(),
+        }
     }
-    /// Without the first step's offset, which only breaks the zero gradient at the start.
+    /// Without the offsets, which only break the zero gradient at the start (and, for robrank's,
+    /// follow its loss's eps).
     fn row_losses(&self, emb: Tensor<2>) -> Option<Tensor<1>> {
         let [b, _] = emb.dims();
         Some(dist_rows(emb, self.clean.clone()).reshape([b]).neg())
@@ -77,30 +93,39 @@ mod tests {
     use super::*;
     use burn::tensor::{Device, TensorData};
 
-    /// The offset at step 0, on coordinates of a unit embedding's size (1/32: f32 spacing 4e-9).
-    fn first_reference(first_step: FirstStep) -> Vec<f32> {
+    /// The difference `f(x̃) − f(x)`'s stand-in at `step` where `f(x̃) = f(x)`, on coordinates of a
+    /// unit embedding's size (1/32: f32 spacing 4e-9).
+    fn offset_at(offset: Offset, step: usize) -> Vec<f32> {
         let clean = Tensor::<2>::from_data(TensorData::new(vec![0.03125f32; 8], [2, 4]), &Device::default());
-        let shift = EmbeddingShift { clean, first_step };
-        let offset = shift.reference(0) - shift.reference(1);
-        crate::host::read(&offset).unwrap()
+        let shift = EmbeddingShift {
+            clean: clean.clone(),
+            offset,
+        };
+        crate::host::read(&shift.difference(clean, step)).unwrap()
     }
 
-    /// robrank's first step moves every coordinate the same way (up for its Euclidean metrics, down
-    /// for its cosine one); rdml's jitter moves them both ways.
+    /// robrank's offset moves every coordinate the same way at every step (by its
+    /// pairwise_distance's eps, less the first step's 1e-7, for its Euclidean metrics; by −1e-7 at
+    /// the first step only for its cosine one); rdml's jitter moves them both ways, at the first
+    /// step only.
     #[test]
-    fn robranks_first_offset_is_one_constant_and_rdmls_a_jitter() {
+    fn robranks_offset_is_one_constant_each_step_and_rdmls_a_first_jitter() {
         let close = |v: &[f32], c: f32| v.iter().all(|x| (x - c).abs() < 1e-8);
-        assert!(close(
-            &first_reference(FirstStep::robrank(Distance::NormalizedEuclidean)),
-            -9e-7
-        ));
-        assert!(close(&first_reference(FirstStep::robrank(Distance::Euclidean)), -9e-7));
-        assert!(close(&first_reference(FirstStep::robrank(Distance::Cosine)), 1e-7));
-        let jitter = first_reference(FirstStep::Jitter);
+        for distance in [Distance::NormalizedEuclidean, Distance::Euclidean] {
+            let robrank = Offset::robrank(distance);
+            assert!(close(&offset_at(robrank, 0), 9e-7));
+            assert!(close(&offset_at(robrank, 1), 1e-6));
+            assert!(close(&offset_at(robrank, 7), 1e-6));
+        }
+        let cosine = Offset::robrank(Distance::Cosine);
+        assert!(close(&offset_at(cosine, 0), -1e-7));
+        assert!(offset_at(cosine, 1).iter().all(|&x| x == 0.0));
+        let jitter = offset_at(Offset::Jitter, 0);
         assert!(jitter.iter().all(|x| (x.abs() - 1e-7).abs() < 1e-8), "{jitter:?}");
         assert!(
             jitter.iter().any(|&x| x > 0.0) && jitter.iter().any(|&x| x < 0.0),
             "{jitter:?}"
         );
+        assert!(offset_at(Offset::Jitter, 1).iter().all(|&x| x == 0.0));
     }
 }

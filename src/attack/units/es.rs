@@ -1,16 +1,17 @@
 //! Embedding shift (ES, robrank): each query is pushed as far as the budget allows from its own
 //! clean embedding; reported as the distance moved in the model's own distance (ES:D: Euclidean,
 //! or `1 − cos` for a cosine-distance model, as robrank) and Recall@1 after it (ES:R). With
-//! `--robrank-compat`, the attack starts as robrank's does (one constant offset of every
-//! coordinate at the first step, [`FirstStep::robrank`]) and ES:D is measured where robrank
-//! measures it: on the last forward pass of the attack, before its last step; otherwise the first
-//! step is rdml's jitter and ES:D is measured on the final images.
+//! `--robrank-compat`, every step is robrank's (one constant offset of every coordinate of the
+//! clean embedding, at the first step and, from its loss's eps, at each later one,
+//! [`Offset::robrank`]) and ES:D is measured where robrank measures it: on the last forward pass
+//! of the attack, before its last step; otherwise the first step is rdml's jitter, the later
+//! ones have no offset, and ES:D is measured on the final images.
 
 use super::attacked_recall;
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
-use crate::attack::objective::shift::{EmbeddingShift, FirstStep};
+use crate::attack::objective::shift::{EmbeddingShift, Offset};
 use crate::attack::result::AttackResult;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
@@ -37,10 +38,10 @@ impl Attack for Es {
             objective: Recorded {
                 shift: EmbeddingShift {
                     clean: ctx.rows(items),
-                    first_step: if ctx.robrank_compat {
-                        FirstStep::robrank(ctx.distance)
+                    offset: if ctx.robrank_compat {
+                        Offset::robrank(ctx.distance)
                     } else {
-                        FirstStep::Jitter
+                        Offset::Jitter
                     },
                 },
                 last: RefCell::new(None),
