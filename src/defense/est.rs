@@ -6,7 +6,7 @@
 use super::unit::{Budget, Clean, DefendedLoss, Defense, Inner, Outer, Perturbed, Plan, one};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::{Model, Request};
-use crate::attack::objective::shift::EmbeddingShift;
+use crate::attack::objective::shift::{EmbeddingShift, Offset};
 use crate::attack::oracle::Oracle;
 use crate::eval::diagnostics;
 use crate::loss;
@@ -32,7 +32,10 @@ impl Defense for Est {
         let model = step.model()?;
         let clean = Clean::of(model, &step.x)?;
         let x = step.x.clone().without_autodiff();
-        let adversarial = shift(model, &self.pgd(step.state), &x, &clean.emb)?;
+        // robrank's first step, from the eps of its `F.pairwise_distance`: seed 003 Eq. 1 says
+        // nothing of how the zero gradient at the clean point is broken.
+        let offset = Offset::robrank_training(step.loss.distance());
+        let adversarial = shift(model, &self.pgd(step.state), &x, &clean.emb, offset)?;
         Ok(Plan::adversarial(Perturbed {
             triplets: None,
             dim: clean.dim(),
@@ -63,8 +66,12 @@ impl Defense for Est {
     }
 }
 
-/// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings.
-pub fn shift(model: &dyn Oracle, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>) -> Result<Tensor<4>> {
-    let obj = EmbeddingShift::new(clean.clone().detach());
+/// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings, its
+/// zero gradient at the start broken by `offset`.
+pub fn shift(model: &dyn Oracle, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>, offset: Offset) -> Result<Tensor<4>> {
+    let obj = EmbeddingShift {
+        clean: clean.clone().detach(),
+        offset,
+    };
     Request::on(Model::Oracle(model), &obj, pgd).run(x)
 }

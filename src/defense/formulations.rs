@@ -207,7 +207,8 @@ fn inner(f: Formulation, step: &Inner, tr: &Triplets, pgd: &Pgd) -> Result<(Tens
 /// every image of the batch) and the batch, in one training-mode forward of `[perturbed; z; x]`.
 pub(crate) fn with_shift(step: &Inner, pgd: &Pgd, perturbed: Perturbed) -> Result<Plan> {
     let x = step.x.clone().without_autodiff();
-    let z = super::est::shift(step.model()?, pgd, &x, &perturbed.clean.emb)?;
+    let offset = crate::attack::objective::shift::Offset::Jitter;
+    let z = super::est::shift(step.model()?, pgd, &x, &perturbed.clean.emb, offset)?;
     let images = Tensor::cat(vec![perturbed.adversarial.clone(), z, x], 0);
     Ok(Plan {
         perturbed,

@@ -80,6 +80,8 @@ struct Candidates {
     d: Tensor<2>,
     negs: Tensor<2, Bool>,
     poss: Tensor<2, Bool>,
+    /// Its class, itself included.
+    class: Tensor<2, Bool>,
 }
 
 impl Candidates {
@@ -97,18 +99,16 @@ impl Candidates {
         let (m, device) = (pairs.len(), emb.device());
         let anchor: Vec<usize> = pairs.iter().map(|p| p.0).collect();
         let p0: Vec<usize> = pairs.iter().map(|p| p.1).collect();
-        let mask = |same: bool| {
-            let v: Vec<bool> = anchor
-                .iter()
-                .flat_map(|&a| (0..n).map(move |j| (labels[j] == labels[a]) == same && j != a))
-                .collect();
+        let mask = |keep: &dyn Fn(usize, usize) -> bool| {
+            let v: Vec<bool> = anchor.iter().flat_map(|&a| (0..n).map(move |j| keep(a, j))).collect();
             Tensor::<2, Bool>::from_data(TensorData::new(v, [m, n]), &device)
         };
         Some(Self {
             d: anchor_distances(distance, emb, &anchor, &device),
             p0: crate::host::index_tensor(&p0, &device),
-            negs: mask(false),
-            poss: mask(true),
+            negs: mask(&|a, j| labels[j] != labels[a]),
+            poss: mask(&|a, j| labels[j] == labels[a] && j != a),
+            class: mask(&|a, j| labels[j] == labels[a]),
             anchor,
         })
     }
@@ -137,8 +137,8 @@ impl Candidates {
         self.uniform(self.negs.clone().bool_and(window), rng)
     }
 
-    /// A positive farther than the closest negative (else the drawn one) and a negative closer
-    /// than the farthest positive.
+    /// A positive farther than the closest negative (else any item of the anchor's class, itself
+    /// included, as the host miner) and a negative closer than the farthest positive.
     fn softhard(&self, rng: &mut ChaCha8Rng) -> (Tensor<1, Int>, Tensor<1, Int>) {
         let (dims, d) = (self.d.dims(), &self.d);
         let max_pos = d
@@ -151,8 +151,10 @@ impl Candidates {
             .min_dim(1);
         let hard_pos = self.poss.clone().bool_and(d.clone().greater(min_neg.expand(dims)));
         let any_hard = hard_pos.clone().any_dim(1).reshape([dims[0]]);
-        let key = self.keys(rng).mask_fill(hard_pos.bool_not(), f32::NEG_INFINITY);
-        let p = argmax(key).mask_where(any_hard.bool_not(), self.p0.clone());
+        let key = self.keys(rng);
+        let any_of_class = argmax(key.clone().mask_fill(self.class.clone().bool_not(), f32::NEG_INFINITY));
+        let p =
+            argmax(key.mask_fill(hard_pos.bool_not(), f32::NEG_INFINITY)).mask_where(any_hard.bool_not(), any_of_class);
         let n = self.uniform(self.negs.clone().bool_and(d.clone().lower(max_pos.expand(dims))), rng);
         (p, n)
     }
@@ -268,6 +270,24 @@ mod tests {
             let (p, n) = (host(&pair[1].positive), host(&pair[1].negative));
             assert_eq!((p[0], n[0]), (1, 2));
         }
+    }
+
+    /// As the host miner: without a positive farther than the closest negative, any item of the
+    /// anchor's class, itself included (anchor 0's class is 0, 1 and 2 here; anchors 1 and 2 too).
+    #[test]
+    fn device_softhard_without_a_hard_positive_draws_any_of_the_class_itself_included() {
+        let (e, labels) = setup(&[0.0, 0.2, 0.1, 1.0, 2.0], &[0, 0, 0, 1, 2]);
+        let rng = &mut ChaCha8Rng::seed_from_u64(3);
+        let mut count = [0usize; 5];
+        for _ in 0..1500 {
+            let t = mine(&mining(Miner::Softhard), Distance::Euclidean, &e, &labels, rng);
+            assert_eq!(t.anchor[0], 0);
+            count[host(&t.positive)[0]] += 1;
+        }
+        assert!(
+            count[..3].iter().all(|&c| (c as f64 / 1500.0 - 1.0 / 3.0).abs() < 0.05),
+            "{count:?}"
+        );
     }
 
     /// Frequencies of each negative over `draws` minings of anchor 0.

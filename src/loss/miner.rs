@@ -17,7 +17,9 @@ pub enum Miner {
     /// A random negative with `d(a,p) < d(a,n) < d(a,p) + margin`; any negative if none.
     Semihard,
     /// A random negative closer than the farthest positive, and a positive resampled among those
-    /// farther than the closest negative; random when none.
+    /// farther than the closest negative; when none is, among every item of the anchor's class,
+    /// the anchor itself included (robrank's `spc2-softhard`: a second copy of the anchor image
+    /// then stands as its positive).
     Softhard,
     /// Wu et al.'s distance-weighted sampling, `q(d)⁻¹ ∝ d^{2−D} (1 − d²/4)^{(3−D)/2}`.
     Distance,
@@ -175,9 +177,14 @@ pub fn mine(
                 let max_pos = poss.iter().map(|&j| d(a, j)).fold(f32::MIN, f32::max);
                 let min_neg = negs.iter().map(|&j| d(a, j)).fold(f32::MAX, f32::min);
                 let hard_pos: Vec<usize> = poss.iter().copied().filter(|&j| d(a, j) > min_neg).collect();
-                if let Some(&q) = hard_pos.choose(rng) {
-                    p = q;
-                }
+                p = match hard_pos.choose(rng) {
+                    Some(&q) => q,
+                    // robrank's `__miner_spc2_softhard`: any item of the anchor's class, itself included.
+                    None => {
+                        let class: Vec<usize> = (0..n).filter(|&j| labels[j] == labels[a]).collect();
+                        class.choose(rng).copied().unwrap_or(p0)
+                    }
+                };
                 let ok: Vec<usize> = negs.iter().copied().filter(|&j| d(a, j) < max_pos).collect();
                 ok.choose(rng).copied().unwrap_or_else(|| random(rng))
             }
@@ -271,6 +278,34 @@ mod tests {
             let s = mine(Miner::Softhard, &d, &labels, &pairs, &opt, &mut rng);
             assert_eq!((s.positive.host().unwrap()[0], s.negative.host().unwrap()[0]), (1, 2));
         }
+    }
+
+    /// robrank's softhard fallback: no positive farther than the closest negative, so any item of
+    /// the anchor's class, the anchor itself included, a third of the time each.
+    #[test]
+    fn softhard_without_a_hard_positive_draws_any_of_the_class_itself_included() {
+        let pts = [0.0f32, 0.2, 0.1, 1.0, 2.0];
+        let labels = [0, 0, 0, 1, 2];
+        let d: Vec<f32> = pts
+            .iter()
+            .flat_map(|a| pts.iter().map(move |b| (a - b).abs()))
+            .collect();
+        let opt = MineOptions {
+            margin: 0.2,
+            dim: 2,
+            cutoff: 0.0,
+            nonzero_loss_cutoff: None,
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut count = [0usize; 3];
+        for _ in 0..1500 {
+            let t = mine(Miner::Softhard, &d, &labels, &[(0, 1)], &opt, &mut rng);
+            count[t.positive.host().unwrap()[0]] += 1;
+        }
+        assert!(
+            count.iter().all(|&c| (c as f64 / 1500.0 - 1.0 / 3.0).abs() < 0.05),
+            "{count:?}"
+        );
     }
 
     #[test]

@@ -14,26 +14,53 @@ pub enum Offset {
     /// ±1e-7 per coordinate of the clean embedding at the first step, drawn from a fixed seed (no
     /// direction preferred); the clean embedding itself at the later steps.
     Jitter,
-    /// robrank's loss, [`Offset::robrank`]: `‖(f(x̃) − (f(x) + first)) + eps‖` at the first step and
+    /// robrank's loss, [`Offset::robrank`]: `‖(f(x̃) − (f(x) + added)) + eps‖` at the first step and
     /// `‖(f(x̃) − f(x)) + eps‖` after it, summed over the rows, in that order of f32 operations.
-    Robrank { first: f32, eps: f32 },
+    Robrank { added: Added, eps: f32 },
+}
+
+/// What robrank adds to the clean embedding at the first step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Added {
+    /// The same value in every coordinate: its ES attack's `f(x) + 1e-7`.
+    Constant(f32),
+    /// `1e-7 · r`, `r ∈ {−1, 0, 1}` per coordinate: its EST training's
+    /// `1e-7 * th.randint_like(f(x), -1, 2)` (`AdvRank.embShift`), here from a fixed seed.
+    Ternary,
 }
 
 impl Offset {
-    /// robrank's (`advrank.py`): its loss is `F.pairwise_distance(f(x̃), f(x) + 1e-7)` at the first
-    /// step and `F.pairwise_distance(f(x̃), f(x))` after it, and `pairwise_distance` adds its own
-    /// `eps = 1e-6` to the difference at every step: every coordinate is offset by `1e-6 − 1e-7` at
-    /// the first step and by `1e-6` at each later one, which moves every step's direction a little.
-    /// The first step's gradient is the offset alone, so the rounding of those few operations
-    /// decides the signs of its smallest components: they are done as PyTorch does them. Its cosine
-    /// metric (`1 − cos(f(x̃), f(x) + 1e-7)`) has no eps: `+1e-7` at the first step, none after (on
-    /// unit embeddings the Euclidean norm's gradient points the same way).
+    /// robrank's ES attack (`advrank.py`): its loss is `F.pairwise_distance(f(x̃), f(x) + 1e-7)` at
+    /// the first step and `F.pairwise_distance(f(x̃), f(x))` after it, and `pairwise_distance` adds
+    /// its own `eps = 1e-6` to the difference at every step: every coordinate is offset by
+    /// `1e-6 − 1e-7` at the first step and by `1e-6` at each later one, which moves every step's
+    /// direction a little. The first step's gradient is the offset alone, so the rounding of those
+    /// few operations decides the signs of its smallest components: they are done as PyTorch does
+    /// them. Its cosine metric (`1 − cos(f(x̃), f(x) + 1e-7)`) has no eps: `+1e-7` at the first
+    /// step, none after (on unit embeddings the Euclidean norm's gradient points the same way).
     pub fn robrank(distance: Distance) -> Self {
-        let eps = match distance {
-            Distance::Cosine => 0.0,
-            Distance::Euclidean | Distance::NormalizedEuclidean => 1e-6,
-        };
-        Self::Robrank { first: 1e-7, eps }
+        Self::Robrank {
+            added: Added::Constant(1e-7),
+            eps: pairwise_eps(distance),
+        }
+    }
+
+    /// robrank's EST training (`AdvRank.embShift`): as [`Offset::robrank`], but the first step adds
+    /// `1e-7 · {−1, 0, 1}` per coordinate; the eps (1e-6) still dominates, so every row's first
+    /// step goes nearly the same way.
+    pub fn robrank_training(distance: Distance) -> Self {
+        Self::Robrank {
+            added: Added::Ternary,
+            eps: pairwise_eps(distance),
+        }
+    }
+}
+
+/// `F.pairwise_distance`'s eps, for the Euclidean metrics; robrank's cosine metric has none.
+fn pairwise_eps(distance: Distance) -> f32 {
+    match distance {
+        Distance::Cosine => 0.0,
+        Distance::Euclidean | Distance::NormalizedEuclidean => 1e-6,
     }
 }
 
@@ -55,18 +82,31 @@ impl EmbeddingShift {
     fn difference(&self, emb: Tensor<2>, step: usize) -> Tensor<2> {
         match (step, self.offset) {
             (0, Offset::Jitter) => {
-                // A fixed seed: the offset only breaks the tie, and the same call must give the same attack.
-                let device = self.clean.device();
-                let noise: Tensor<2> =
-                    crate::host_random(0x5eed, self.clean.shape(), Distribution::Bernoulli(0.5), &device)
-                        .mul_scalar(2e-7)
-                        .sub_scalar(1e-7);
-                emb - (self.clean.clone() + noise)
+                let jitter = self
+                    .seeded(Distribution::Bernoulli(0.5))
+                    .mul_scalar(2e-7)
+                    .sub_scalar(1e-7);
+                emb - (self.clean.clone() + jitter)
             }
             (_, Offset::Jitter) => emb - self.clean.clone(),
-            (0, Offset::Robrank { first, eps }) => (emb - self.clean.clone().add_scalar(first)).add_scalar(eps),
+            (0, Offset::Robrank { added, eps }) => {
+                let reference = match added {
+                    Added::Constant(c) => self.clean.clone().add_scalar(c),
+                    Added::Ternary => {
+                        let r = self.seeded(Distribution::Uniform(0.0, 3.0)).floor().sub_scalar(1.0);
+                        self.clean.clone() + r.mul_scalar(1e-7)
+                    }
+                };
+                (emb - reference).add_scalar(eps)
+            }
             (_, Offset::Robrank { eps, .. }) => (emb - self.clean.clone()).add_scalar(eps),
         }
+    }
+
+    /// One draw of `law` per coordinate, from a fixed seed: the offset only breaks the tie, and
+    /// the same call must give the same attack.
+    fn seeded(&self, law: Distribution) -> Tensor<2> {
+        crate::host_random(0x5eed, self.clean.shape(), law, &self.clean.device())
     }
 }
 
@@ -96,7 +136,7 @@ mod tests {
     /// The difference `f(x̃) − f(x)`'s stand-in at `step` where `f(x̃) = f(x)`, on coordinates of a
     /// unit embedding's size (1/32: f32 spacing 4e-9).
     fn offset_at(offset: Offset, step: usize) -> Vec<f32> {
-        let clean = Tensor::<2>::from_data(TensorData::new(vec![0.03125f32; 8], [2, 4]), &Device::default());
+        let clean = Tensor::<2>::from_data(TensorData::new(vec![0.03125f32; 64], [2, 32]), &Device::default());
         let shift = EmbeddingShift {
             clean: clean.clone(),
             offset,
@@ -127,5 +167,17 @@ mod tests {
             "{jitter:?}"
         );
         assert!(offset_at(Offset::Jitter, 1).iter().all(|&x| x == 0.0));
+        // EST's: 1e-6 less 1e-7·{−1, 0, 1} at the first step, all three drawn; 1e-6 after.
+        let training = Offset::robrank_training(Distance::NormalizedEuclidean);
+        let first = offset_at(training, 0);
+        for want in [9e-7, 1e-6, 1.1e-6] {
+            assert!(first.iter().any(|x| (x - want).abs() < 1e-8), "{want}: {first:?}");
+        }
+        assert!(
+            first
+                .iter()
+                .all(|x| [9e-7, 1e-6, 1.1e-6].iter().any(|w| (x - w).abs() < 1e-8))
+        );
+        assert!(close(&offset_at(training, 1), 1e-6));
     }
 }
