@@ -7,7 +7,7 @@ use common::small;
 use burn::tensor::{Device, Tensor, TensorData};
 use rdml::attack::budget::{Norm, Pgd};
 use rdml::attack::engine::Request;
-use rdml::attack::objective::shift::{EmbeddingShift, FirstStep};
+use rdml::attack::objective::shift::{EmbeddingShift, Offset};
 use rdml::attack::registry::{SpecBudget, attack, attack_with_budget, method};
 use rdml::attack::suite::{Context, Setup, run, run_with};
 
@@ -437,7 +437,8 @@ fn robrank_compat_measures_es_d_before_the_last_step() {
     assert!(ours.score("ES:D").unwrap() > 1e-3, "{ours:?}");
     assert!(robrank.score("ES:D").unwrap() < 1e-5, "{robrank:?}");
     // Three steps: robrank's shift is the one after two steps from its own first step (one
-    // constant offset of every coordinate), the shift of the first 8 images by hand.
+    // constant offset of every coordinate, and its eps at every step), the shift of the first 8
+    // images by hand.
     let ctx = Context::new(&net, &set, &dev, true).unwrap();
     let mut pixels = vec![0.0f32; 8 * 28 * 28];
     for (i, row) in pixels.chunks_mut(28 * 28).enumerate() {
@@ -447,7 +448,7 @@ fn robrank_compat_measures_es_d_before_the_last_step() {
     let clean = net.forward(x.clone());
     let shift = EmbeddingShift {
         clean: clean.clone(),
-        first_step: FirstStep::robrank(ctx.distance),
+        offset: Offset::robrank(ctx.distance),
     };
     let two_steps = Request::new(&net, &shift, &pgd(0.1, 0.05, 2)).run(&x).unwrap();
     let moved = (net.forward(two_steps) - clean).powi_scalar(2).sum_dim(1).sqrt();
