@@ -109,7 +109,7 @@ fn a_defense_step_through_the_session_is_the_trainers_step() {
             shape,
             labels: labels.iter().map(|&l| i64::from(l)).collect(),
         };
-        let f = session.inner(batch, None, models).unwrap();
+        let f = session.inner(batch, None, None, models).unwrap();
         let emb: Vec<Tensor<2>> = f
             .images
             .iter()

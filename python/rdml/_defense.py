@@ -73,7 +73,9 @@ class Defense:
     the defense's schedules where training stands (CA-TRIDE's, which refuses to run without it)
     and moves its random stream to the epoch's, as ``rdml train`` draws; MDProp's UX also embeds
     the training set there (``model=``, ``images=``, ``labels=``; then pass ``indices=`` with each
-    batch). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss);
+    batch; ``triplets=(anchors, positives, negatives)``, rows of the batch, replays the triplets
+    another code mined in place of the loss's miner: ACT, HM, Madry, the positive-perturbation
+    defenses). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss);
     ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints. The
     loss's β (the margin loss's) is ``defense.loss.beta``; ``parameters()`` yields it for your
     optimizer. Where the defense's outer loss is its loss alone (EST, MDProp, AdvProp-D), ``loss=``
@@ -144,7 +146,7 @@ class Defense:
             raise ValueError(f"model: its batch norm has {have} set(s); defense {self.table['kind']} needs {sets}")
         return [_SetModel(model, k if have else 0) for k in range(sets)]
 
-    def __call__(self, model: Any, images: Any, labels: Any, *, indices: Any = None) -> Any:
+    def __call__(self, model: Any, images: Any, labels: Any, *, indices: Any = None, triplets: Any = None) -> Any:
         torch = _torch()
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -158,6 +160,8 @@ class Defense:
         request = dict(shape=[int(s) for s in images.shape], labels=label_list(labels, n))
         if indices is not None:
             request["indices"] = label_list(indices, n, "indices")
+        if triplets is not None:
+            request["triplets"] = _triplet_rows(triplets)
         inner = _unwrapped(model)
         models = self._models(inner)
         with _attacking(inner, self.inner):
@@ -234,3 +238,12 @@ class Defense:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         session_call(self._session, "load_state", dict(state))
+
+
+def _triplet_rows(triplets: Any) -> Dict[str, Any]:
+    """``(anchors, positives, negatives)`` as the request's three lists; rdml checks them."""
+    torch = _torch()
+    parts = [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in triplets]
+    if len(parts) != 3:
+        raise ValueError(f"triplets: {len(parts)} sequences; expected (anchors, positives, negatives)")
+    return dict(zip(("anchor", "positive", "negative"), (p.reshape(-1).tolist() for p in parts)))

@@ -435,3 +435,77 @@ def test_es_under_robrank_compat_is_robranks_own_loop_step_for_step():
     assert same(adv, theirs).all(), f"{same(adv, theirs).sum()} of 32 queries as robrank's"
     # The later steps' offset matters on this model: without it, other images.
     assert not same(robranks(later_offset=False), theirs).all()
+
+
+def test_one_act_step_and_two_hm_steps_replay_robranks_own():
+    """A batch robrank's own code stepped through (bench/robrank_step_fixture.py: robrank's
+    pnp_training_step and hm_training_step at its override_pgditer_8 budget), replayed through
+    rdml.Defense with robrank's mined triplets: the same adversarial images and losses."""
+    import gzip
+    import hashlib
+
+    import torch.nn.functional as F
+
+    fx = np.load(Path(__file__).parent / "fixtures" / "robrank_steps.npz")
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 32, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool2d(kernel_size=2, stride=2),
+        nn.Conv2d(32, 64, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool2d(kernel_size=2, stride=2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 1024), nn.ReLU(), nn.Linear(1024, 512))
+    h = hashlib.sha256()
+    for k, v in net.state_dict().items():
+        h.update(k.encode())
+        h.update(v.numpy().astype("<f4").tobytes())
+    assert h.hexdigest() == str(fx["weights_sha256"]), "torch.manual_seed(0) drew other weights than the fixture's"
+
+    class Recorded(nn.Module):
+        """robrank's metric N: the backbone's rows L2-normalised; keeps what it embeds in training mode."""
+
+        def __init__(self):
+            super().__init__()
+            self.net, self.trained_on = net, None
+
+        def forward(self, x):
+            if self.training:
+                self.trained_on = x.detach().clone()
+            return F.normalize(self.net(x))
+
+    model = Recorded()
+    d = Path(__file__).resolve().parents[2] / "data" / "fashion-mnist"
+    px = np.frombuffer(gzip.decompress((d / "t10k-images-idx3-ubyte.gz").read_bytes())[16:], np.uint8)
+    lb = np.frombuffer(gzip.decompress((d / "t10k-labels-idx1-ubyte.gz").read_bytes())[8:], np.uint8)
+    x = torch.from_numpy(px.reshape(-1, 1, 28, 28)[fx["items"]].astype(np.float32) / 255)
+    y = torch.from_numpy(lb[fx["items"]].astype(np.int64))
+    budget = dict(eps=77 / 255, step=3 / 255, steps=8)
+    loss = dict(kind="triplet", distance="normalized-euclidean", miner="random", margin=0.2)
+
+    def close(got, want, what):
+        gap = float((torch.as_tensor(got) - torch.as_tensor(want)).abs().max())
+        assert gap < 1e-4, f"{what}: {gap} from robrank's"
+
+    act = rdml.Defense("act", loss=loss, **budget)
+    t = fx["act_triplets"]
+    out = act(model, x, y, triplets=tuple(t))
+    # rdml embeds [a, p̃, ñ]; robrank's pncollapse returns [p̃, ñ].
+    close(model.trained_on[len(t[0]):], fx["act_adv"], "ACT's adversarial positives and negatives")
+    close(out.item(), fx["act_loss"], "ACT's loss")
+
+    hm = rdml.Defense("hm", loss=loss, source="softhard", destination="lga", objective="et", ics=0.5, **budget)
+    for k in range(2):
+        assert hm.state_dict()["state"]["prev_loss"] == pytest.approx(float(fx[f"hm{k}_prev_loss"]), abs=1e-6)
+        t = fx[f"hm{k}_triplets"]
+        out = hm(model, x, y, triplets=tuple(t))
+        # rdml embeds [ã, p̃, ñ, a, p] (ICS's clean anchors and positives after them).
+        close(model.trained_on[: 3 * len(t[0])], fx[f"hm{k}_adv"], f"HM step {k}'s adversarial triplets")
+        close(out.item(), fx[f"hm{k}_loss"], f"HM step {k}'s loss")
+    # Triplets that are not the batch's, and a defense that mines none, are told.
+    a, p, n = (list(v) for v in fx["act_triplets"])
+    for bad, match in [
+        ((a, p, n[:-1]), "triplets: 8 anchors, 8 positives and 7 negatives"),
+        ((a, p, [16] + n[1:]), "triplets: triplet 0 .* outside the batch of 16"),
+        ((a, n, p), "triplets: triplet 0 .* a positive of the anchor's label"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            act(model, x, y, triplets=bad)
+    with pytest.raises(ValueError, match="triplets: defense est takes no triplets"):
+        rdml.Defense("est", loss=loss, **budget)(model, x, y, triplets=(a, p, n))

@@ -38,7 +38,8 @@ impl Defense for Act {
     }
 }
 
-/// Eq. 4: minimise `mean d(p̃, ñ)`; the anchor rows are frozen by the plan, not by this loss.
+/// Eq. 4: minimise `mean d(p̃, ñ)` (robrank's `F.pairwise_distance`, [`Distance::pairwise`]); the
+/// anchor rows are frozen by the plan, not by this loss.
 pub struct Collapse {
     pub layout: TripletLayout,
     pub distance: Distance,
@@ -47,7 +48,7 @@ pub struct Collapse {
 impl Objective for Collapse {
     fn loss(&self, emb: Tensor<2>, _step: usize) -> Tensor<1> {
         let (_, p, n) = self.layout.split(emb);
-        self.distance.rows(p, n).mean()
+        self.distance.pairwise(p, n).mean()
     }
 
     /// The anchors stay clean and out of Eq. 4.

@@ -148,7 +148,7 @@ impl Objective for TupleLoss {
 /// clean embeddings: the stacked `[a, p, n]` rows before and after.
 fn perturb(f: Formulation, step: &mut Inner, pgd: &Pgd) -> Result<Perturbed> {
     let clean = Clean::of(step.model()?, &step.x)?;
-    let tr = clean.mine(step.loss, step.labels, step.rng)?;
+    let tr = step.triplets(&clean)?;
     let (original, adversarial) = inner(f, step, &tr, pgd)?;
     Ok(Perturbed {
         triplets: Some(tr),

@@ -94,7 +94,20 @@ impl Defense for HmConfig {
         let clean = Clean::of(step.model()?, &step.x)?;
         let device = step.x.device().without_autodiff();
         let prev_loss = step.memory.get::<Lga>().map_or(Lga::START, |m| m.prev_loss);
-        let (triplets, objective) = plan(self, step.loss, &clean, step.labels, prev_loss, &device, step.rng)?;
+        let source = match step.given.take() {
+            Some(given) => Source::Given(given),
+            None => Source::Mined(self.source),
+        };
+        let (triplets, objective) = plan(
+            self,
+            source,
+            step.loss,
+            &clean,
+            step.labels,
+            prev_loss,
+            &device,
+            step.rng,
+        )?;
         // Source and destination the same miner: nothing to manipulate, no row moves.
         let moves = !skips_attack(self);
         let movable = TripletLayout { t: triplets.len() }.movable(moves, moves, moves);
@@ -241,12 +254,19 @@ fn as_miner(d: Destination) -> Option<Miner> {
     }
 }
 
+/// Where HM's source triplets come from.
+pub enum Source {
+    Mined(Miner),
+    /// The caller's (a reference code's batch, replayed).
+    Given(Triplets),
+}
+
 /// Source triplets and the destination hardness per source triplet (aligned by anchor).
 pub fn source_and_destination(
     clean: &[f32],
     dim: usize,
     labels: &[u32],
-    (source, destination): (Miner, Destination),
+    (source, destination): (Source, Destination),
     (distance, margin): (Distance, f32),
     prev_loss: f32,
     rng: &mut ChaCha8Rng,
@@ -260,7 +280,10 @@ pub fn source_and_destination(
         cutoff: 0.0,
         nonzero_loss_cutoff: None,
     };
-    let src = miner::mine(source, &dist, labels, &pairs, &opt, rng);
+    let src = match source {
+        Source::Mined(m) => miner::mine(m, &dist, labels, &pairs, &opt, rng),
+        Source::Given(t) => t,
+    };
     let hd = match as_miner(destination) {
         None => vec![lga_destination(prev_loss, margin); src.len()],
         Some(m) => {
@@ -280,7 +303,7 @@ pub fn source_and_destination(
 pub fn source_and_destination_on_device(
     clean: &Tensor<2>,
     labels: &[u32],
-    (source, destination): (Miner, Destination),
+    (source, destination): (Source, Destination),
     (distance, margin): (Distance, f32),
     prev_loss: f32,
     rng: &mut ChaCha8Rng,
@@ -300,7 +323,10 @@ pub fn source_and_destination_on_device(
             device_miner::mine_pairs(&mining, distance, clean, labels, &pairs, rng)
         }
     };
-    let src = mine(source);
+    let src = match source {
+        Source::Mined(m) => mine(m),
+        Source::Given(t) => t,
+    };
     let device = clean.device();
     let dest = match as_miner(destination) {
         None => Tensor::<1>::full([src.len()], lga_destination(prev_loss, margin), &device),
@@ -321,8 +347,10 @@ pub fn skips_attack(cfg: &HmConfig) -> bool {
 
 /// Source triplets and the HM objective toward their destination hardness: chosen on a GPU
 /// where the clean embeddings are, on the CPU from their host copy.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     cfg: &HmConfig,
+    source: Source,
     loss_cfg: &LossConfig,
     clean: &Clean,
     labels: &[u32],
@@ -331,10 +359,7 @@ pub fn plan(
     rng: &mut ChaCha8Rng,
 ) -> Result<(Triplets, Box<dyn Objective>)> {
     let HmConfig {
-        source,
-        destination,
-        objective,
-        ..
+        destination, objective, ..
     } = *cfg;
     let (distance, margin) = triplets::triplet_params(loss_cfg);
     let miners = (source, destination);

@@ -108,6 +108,7 @@ pub fn perturb(
         state,
         memory: memory.as_ref(),
         rng,
+        given: None,
     };
     Ok(cfg.unit().inner(&mut step)?.perturbed)
 }

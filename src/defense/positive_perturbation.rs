@@ -51,7 +51,7 @@ impl Defense for PositivePerturbationConfig {
     fn inner(&self, step: &mut Inner) -> Result<Plan> {
         let model = step.model()?;
         let clean = Clean::of(model, &step.x)?;
-        let tr = clean.mine(step.loss, step.labels, step.rng)?;
+        let tr = step.triplets(&clean)?;
         let (rows, rho, movable) = plan(self, step.loss, &tr, step.rng);
         let original = triplets::select_rows(&step.x.clone().without_autodiff(), &rows);
         let pgd = self.pgd(step.state);

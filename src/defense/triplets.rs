@@ -46,9 +46,10 @@ impl TripletLayout {
     }
 }
 
-/// Hardness `H = d(a, p) − d(a, n)` per row of the thirds → `[T]` (seed 003, Eq. 5).
+/// Hardness `H = d(a, p) − d(a, n)` per row of the thirds → `[T]` (seed 003, Eq. 5), its
+/// distances robrank's `F.pairwise_distance` ([`Distance::pairwise`]).
 pub fn hardness(a: Tensor<2>, p: Tensor<2>, n: Tensor<2>, d: Distance) -> Tensor<1> {
-    d.rows(a.clone(), p) - d.rows(a, n)
+    d.pairwise(a.clone(), p) - d.pairwise(a, n)
 }
 
 pub(crate) fn select_rows(x: &Tensor<4>, idx: &Rows) -> Tensor<4> {
@@ -78,7 +79,7 @@ pub(crate) fn perturb_mined(
     objective: impl FnOnce(TripletLayout, Distance) -> Box<dyn Objective>,
 ) -> anyhow::Result<Perturbed> {
     let clean = super::unit::Clean::of(step.model()?, &step.x)?;
-    let triplets = clean.mine(step.loss, step.labels, step.rng)?;
+    let triplets = step.triplets(&clean)?;
     let layout = TripletLayout { t: triplets.len() };
     let plan = TripletPlan {
         movable: layout.movable(a, p, n),

@@ -151,9 +151,20 @@ pub struct Inner<'a> {
     /// The defense's own memory ([`Defense::memory`]), as its caller keeps it.
     pub memory: &'a dyn Memory,
     pub rng: &'a mut ChaCha8Rng,
+    /// Triplets the caller mined (a reference code's batch, replayed), taken by
+    /// [`Inner::triplets`] in place of the loss's miner.
+    pub given: Option<Triplets>,
 }
 
 impl<'a> Inner<'a> {
+    /// The batch's triplets: the caller's when given, else the loss's miner's on `clean`.
+    pub fn triplets(&mut self, clean: &Clean) -> Result<Triplets> {
+        match self.given.take() {
+            Some(t) => Ok(t),
+            None => clean.mine(self.loss, self.labels, self.rng),
+        }
+    }
+
     /// The model inferring with its clean batch-norm set.
     pub fn model(&self) -> Result<&'a dyn Oracle> {
         self.model_at(0)

@@ -10,7 +10,7 @@ pub mod leaves;
 mod loss;
 pub mod reference;
 
-pub use defense::{DefenseRequest, DefenseSession, Forwards, Saved, Stepped};
+pub use defense::{DefenseRequest, DefenseSession, Forwards, GivenTriplets, Saved, Stepped};
 pub use loss::{Computed, LossRequest, LossSession, Tuples};
 
 use crate::data::ImageSet;

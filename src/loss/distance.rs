@@ -68,6 +68,20 @@ impl Distance {
         }
     }
 
+    /// Row-wise distance as robrank's defenses take it → `[t]`: PyTorch's `F.pairwise_distance`,
+    /// whose `eps = 1e-6` is added to the difference (`‖a − b + 1e-6‖`), for the Euclidean forms;
+    /// `1 − cos` for cosine, as robrank's metric C. The eps moves each PGD step's gradient by a
+    /// hair, enough to turn the sign of a pixel's step where its gradient is near zero: the
+    /// defenses' inner objectives take it so, to step as robrank's code steps.
+    pub fn pairwise(self, a: Tensor<2>, b: Tensor<2>) -> Tensor<1> {
+        match self {
+            Distance::NormalizedEuclidean | Distance::Euclidean => {
+                (a - b).add_scalar(1e-6).powi_scalar(2).sum_dim(1).sqrt().squeeze_dim(1)
+            }
+            Distance::Cosine => self.rows(a, b),
+        }
+    }
+
     /// Distances of every row of `e` `[b, d]` to every row of `x` `[n, d]` → `[b, n]`, with
     /// `x_sq` the squared norms of `x` as `[1, n]` (precomputed: `x` is a fixed candidate set).
     pub fn cross(self, e: Tensor<2>, x: &Tensor<2>, x_sq: &Tensor<2>) -> Tensor<2> {

@@ -46,6 +46,7 @@ pub fn defended_loss(
         state,
         memory,
         rng,
+        given: None,
     })?;
     let emb = plan
         .forwards

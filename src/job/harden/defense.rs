@@ -161,6 +161,7 @@ impl DefenseSession {
         &mut self,
         images: Images,
         items: Option<Vec<usize>>,
+        triplets: Option<GivenTriplets>,
         models: Vec<Box<dyn HostModel>>,
     ) -> Result<Forwards> {
         let unit = self.defense.unit();
@@ -179,10 +180,11 @@ impl DefenseSession {
         );
         self.loss.unit().validate_batch(n).map_err(the_callers)?;
         let items = self.items(items, &labels)?;
+        let given = triplets.map(|t| t.checked(&labels)).transpose()?;
         let x = tensor(&images, &self.device)?;
         let oracles: Vec<External> = models.into_iter().map(|m| External::new(m, &self.device)).collect();
         let refs: Vec<&dyn Oracle> = oracles.iter().map(|o| o as &dyn Oracle).collect();
-        let plan = unit.inner(&mut Inner {
+        let mut step = Inner {
             loss: &self.loss,
             models: &refs,
             x,
@@ -191,7 +193,15 @@ impl DefenseSession {
             state: &self.state,
             memory: self.memory.as_ref(),
             rng: self.stream.rng(),
-        })?;
+            given,
+        };
+        let plan = unit.inner(&mut step)?;
+        crate::ensure_input!(
+            step.given.is_none(),
+            "triplets: defense {} takes no triplets of the caller's (act, hm, madry and the positive-perturbation \
+             defenses replay them)",
+            self.defense.name()
+        );
         if let Some(t) = &plan.perturbed.triplets {
             some_triplets(t.len())?;
         }
@@ -370,4 +380,45 @@ impl DefenseSession {
 /// A check of the caller's tables, the caller's error.
 fn the_callers(e: anyhow::Error) -> anyhow::Error {
     crate::input_error(format!("{e:#}"))
+}
+
+/// A batch's triplets as the caller mined them (`triplets=`: a reference code's batch, replayed):
+/// rows of the batch, one anchor, positive and negative per triplet.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GivenTriplets {
+    pub anchor: Vec<usize>,
+    pub positive: Vec<usize>,
+    pub negative: Vec<usize>,
+}
+
+impl GivenTriplets {
+    /// The triplets, checked against the batch's labels: rows inside the batch, the positive of
+    /// the anchor's class (the anchor itself allowed, as robrank's softhard miner may draw it),
+    /// the negative of another.
+    fn checked(self, labels: &[u32]) -> Result<crate::loss::miner::Triplets> {
+        let (t, n) = (self.anchor.len(), labels.len());
+        crate::ensure_input!(
+            t > 0 && self.positive.len() == t && self.negative.len() == t,
+            "triplets: {t} anchors, {} positives and {} negatives; expected the same number (at least one) of each",
+            self.positive.len(),
+            self.negative.len()
+        );
+        for k in 0..t {
+            let (a, p, m) = (self.anchor[k], self.positive[k], self.negative[k]);
+            crate::ensure_input!(
+                a < n && p < n && m < n,
+                "triplets: triplet {k} ({a}, {p}, {m}) names a row outside the batch of {n}"
+            );
+            crate::ensure_input!(
+                labels[p] == labels[a] && labels[m] != labels[a],
+                "triplets: triplet {k} ({a}, {p}, {m}): expected a positive of the anchor's label and a negative of another"
+            );
+        }
+        Ok(crate::loss::miner::Triplets {
+            anchor: self.anchor,
+            positive: self.positive.into(),
+            negative: self.negative.into(),
+        })
+    }
 }

@@ -59,6 +59,8 @@ struct Batch {
     labels: Vec<i64>,
     #[serde(default)]
     indices: Option<Vec<usize>>,
+    #[serde(default)]
+    triplets: Option<crate::job::harden::GivenTriplets>,
 }
 
 /// Embeddings as a method's request describes them: the rows of each array, in order.
@@ -120,7 +122,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
                 shape: b.shape,
                 labels: b.labels,
             };
-            let f = d.inner(images, b.indices, c.models)?;
+            let f = d.inner(images, b.indices, b.triplets, c.models)?;
             let forwards: Vec<_> = f
                 .images
                 .iter()
