@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import torch as th
-import torch.nn.functional as F
 
 src, out = sys.argv[1], Path(sys.argv[2])
 sys.path.insert(0, src)
+import robrank_torch_compat  # noqa: E402,F401  (robrank's ICS under PyTorch 2.x)
 import robrank as rr  # noqa: E402
 from robrank.defenses import amd, pnp  # noqa: E402
 
@@ -65,19 +65,6 @@ def robrank_model(module):
     model.log = lambda *a, **k: None  # outside a Lightning trainer
     return model
 
-
-# PyTorch ≥ 2.x refuses margin 0 in F.triplet_margin_loss, which robrank's ICS term passes; the
-# same value by its definition (pairwise_distance with eps 1e-6, the hinge, the mean).
-_tml = F.triplet_margin_loss
-
-
-def triplet_margin_loss(a, p, n, margin=1.0, **kw):
-    if margin == 0:
-        return (F.pairwise_distance(a, p) - F.pairwise_distance(a, n)).clamp(min=0).mean()
-    return _tml(a, p, n, margin=margin, **kw)
-
-
-F.triplet_margin_loss = triplet_margin_loss
 
 fixture = dict(items=items, weights_sha256=np.array(digest(robrank_model(rr.models.rc2f2p).backbone)))
 random.seed(0)
