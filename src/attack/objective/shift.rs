@@ -116,7 +116,9 @@ impl Objective for EmbeddingShift {
         match self.offset {
             // The mean of `Distance::Euclidean.rows`, whose 1e-12 keeps the root's gradient finite.
             Offset::Jitter => dist.add_scalar(1e-12).sqrt().mean().neg(),
-            // robrank's sum: its eps keeps every row off zero.
+            // robrank's sum: its eps keeps every row off zero; without one (cosine), a row that
+            // did not move (its pixels all at their bounds) would give the root a NaN gradient.
+            Offset::Robrank { eps: 0.0, .. } => dist.add_scalar(1e-12).sqrt().sum().neg(),
             Offset::Robrank { .. } => dist.sqrt().sum().neg(),
         }
     }
@@ -179,5 +181,20 @@ mod tests {
                 .all(|x| [9e-7, 1e-6, 1.1e-6].iter().any(|w| (x - w).abs() < 1e-8))
         );
         assert!(close(&offset_at(training, 1), 1e-6));
+    }
+
+    /// robrank's cosine metric has no eps: a row that did not move still has a finite gradient.
+    #[test]
+    fn a_row_that_did_not_move_keeps_a_finite_gradient_without_an_eps() {
+        let device = Device::default().autodiff();
+        let clean = Tensor::<2>::from_data(TensorData::new(vec![0.5f32, 0.5, 0.5, 0.5], [1, 4]), &device);
+        let shift = EmbeddingShift {
+            clean: clean.clone().detach(),
+            offset: Offset::robrank(Distance::Cosine),
+        };
+        let emb = clean.require_grad();
+        let grads = shift.loss(emb.clone(), 3).backward();
+        let g = crate::host::read(&emb.grad(&grads).unwrap().without_autodiff()).unwrap();
+        assert!(g.iter().all(|v| v.is_finite()), "{g:?}");
     }
 }
