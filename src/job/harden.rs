@@ -6,11 +6,13 @@
 //! through its model, with its own optimizer, mixed precision and data-parallel wrapper.
 
 mod defense;
+mod given;
 pub mod leaves;
 mod loss;
 pub mod reference;
 
-pub use defense::{DefenseRequest, DefenseSession, Forwards, GivenTriplets, Saved, Stepped};
+pub use defense::{DefenseRequest, DefenseSession, Forwards, Saved, Stepped};
+pub use given::GivenTriplets;
 pub use loss::{Computed, LossRequest, LossSession, Tuples};
 
 use crate::data::ImageSet;

@@ -5,7 +5,7 @@
 //! defense's state and memory, and the random stream the trainer would draw from.
 
 use super::leaves::{self, Given};
-use super::{Images, Stream, labels_of, some_triplets, tensor, training_set};
+use super::{GivenTriplets, Images, Stream, labels_of, some_triplets, tensor, training_set};
 use crate::attack::oracle::{External, HostModel, Oracle};
 use crate::defense::{DefenseConfig, DefenseState, EpochStart, Inner, Memory, Outer, Plan};
 use crate::eval::diagnostics::BatchDiagnostics;
@@ -380,45 +380,4 @@ impl DefenseSession {
 /// A check of the caller's tables, the caller's error.
 fn the_callers(e: anyhow::Error) -> anyhow::Error {
     crate::input_error(format!("{e:#}"))
-}
-
-/// A batch's triplets as the caller mined them (`triplets=`: a reference code's batch, replayed):
-/// rows of the batch, one anchor, positive and negative per triplet.
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GivenTriplets {
-    pub anchor: Vec<usize>,
-    pub positive: Vec<usize>,
-    pub negative: Vec<usize>,
-}
-
-impl GivenTriplets {
-    /// The triplets, checked against the batch's labels: rows inside the batch, the positive of
-    /// the anchor's class (the anchor itself allowed, as robrank's softhard miner may draw it),
-    /// the negative of another.
-    fn checked(self, labels: &[u32]) -> Result<crate::loss::miner::Triplets> {
-        let (t, n) = (self.anchor.len(), labels.len());
-        crate::ensure_input!(
-            t > 0 && self.positive.len() == t && self.negative.len() == t,
-            "triplets: {t} anchors, {} positives and {} negatives; expected the same number (at least one) of each",
-            self.positive.len(),
-            self.negative.len()
-        );
-        for k in 0..t {
-            let (a, p, m) = (self.anchor[k], self.positive[k], self.negative[k]);
-            crate::ensure_input!(
-                a < n && p < n && m < n,
-                "triplets: triplet {k} ({a}, {p}, {m}) names a row outside the batch of {n}"
-            );
-            crate::ensure_input!(
-                labels[p] == labels[a] && labels[m] != labels[a],
-                "triplets: triplet {k} ({a}, {p}, {m}): expected a positive of the anchor's label and a negative of another"
-            );
-        }
-        Ok(crate::loss::miner::Triplets {
-            anchor: self.anchor,
-            positive: self.positive.into(),
-            negative: self.negative.into(),
-        })
-    }
 }

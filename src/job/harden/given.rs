@@ -1,0 +1,44 @@
+//! Triplets a caller mined (a reference code's batch, replayed through a defense).
+
+use anyhow::Result;
+
+/// A batch's triplets as the caller mined them (`triplets=`: a reference code's batch, replayed):
+/// rows of the batch, one anchor, positive and negative per triplet.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GivenTriplets {
+    pub anchor: Vec<usize>,
+    pub positive: Vec<usize>,
+    pub negative: Vec<usize>,
+}
+
+impl GivenTriplets {
+    /// The triplets, checked against the batch's labels: rows inside the batch, the positive of
+    /// the anchor's class (the anchor itself allowed, as robrank's softhard miner may draw it),
+    /// the negative of another.
+    pub(super) fn checked(self, labels: &[u32]) -> Result<crate::loss::miner::Triplets> {
+        let (t, n) = (self.anchor.len(), labels.len());
+        crate::ensure_input!(
+            t > 0 && self.positive.len() == t && self.negative.len() == t,
+            "triplets: {t} anchors, {} positives and {} negatives; expected the same number (at least one) of each",
+            self.positive.len(),
+            self.negative.len()
+        );
+        for k in 0..t {
+            let (a, p, m) = (self.anchor[k], self.positive[k], self.negative[k]);
+            crate::ensure_input!(
+                a < n && p < n && m < n,
+                "triplets: triplet {k} ({a}, {p}, {m}) names a row outside the batch of {n}"
+            );
+            crate::ensure_input!(
+                labels[p] == labels[a] && labels[m] != labels[a],
+                "triplets: triplet {k} ({a}, {p}, {m}): expected a positive of the anchor's label and a negative of another"
+            );
+        }
+        Ok(crate::loss::miner::Triplets {
+            anchor: self.anchor,
+            positive: self.positive.into(),
+            negative: self.negative.into(),
+        })
+    }
+}
