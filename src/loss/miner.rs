@@ -243,6 +243,16 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
+    /// Margin 0.2 in two dimensions, no cutoffs.
+    fn options() -> MineOptions {
+        MineOptions {
+            margin: 0.2,
+            dim: 2,
+            cutoff: 0.0,
+            nonzero_loss_cutoff: None,
+        }
+    }
+
     fn setup() -> (Vec<f32>, Vec<u32>) {
         // 1-D points: a=0 (class 0), p=1 (class 0), negatives at 0.5, 1.1, 1.3, 3.0 (class 1..).
         let pts = [0.0f32, 1.0, 0.5, 1.1, 1.3, 3.0];
@@ -260,12 +270,7 @@ mod tests {
     #[test]
     fn miners_pick_by_definition() {
         let (d, labels) = setup();
-        let opt = MineOptions {
-            margin: 0.2,
-            dim: 2,
-            cutoff: 0.0,
-            nonzero_loss_cutoff: None,
-        };
+        let opt = options();
         let mut rng = ChaCha8Rng::seed_from_u64(0);
         let pairs = [(0, 1)];
         let h = mine(Miner::Hardest, &d, &labels, &pairs, &opt, &mut rng);
@@ -290,12 +295,7 @@ mod tests {
             .iter()
             .flat_map(|a| pts.iter().map(move |b| (a - b).abs()))
             .collect();
-        let opt = MineOptions {
-            margin: 0.2,
-            dim: 2,
-            cutoff: 0.0,
-            nonzero_loss_cutoff: None,
-        };
+        let opt = options();
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let mut count = [0usize; 3];
         for _ in 0..1500 {
