@@ -80,8 +80,6 @@ struct Candidates {
     d: Tensor<2>,
     negs: Tensor<2, Bool>,
     poss: Tensor<2, Bool>,
-    /// Its class, itself included.
-    class: Tensor<2, Bool>,
 }
 
 impl Candidates {
@@ -108,7 +106,6 @@ impl Candidates {
             p0: crate::host::index_tensor(&p0, &device),
             negs: mask(&|a, j| labels[j] != labels[a]),
             poss: mask(&|a, j| labels[j] == labels[a] && j != a),
-            class: mask(&|a, j| labels[j] == labels[a]),
             anchor,
         })
     }
@@ -152,7 +149,15 @@ impl Candidates {
         let hard_pos = self.poss.clone().bool_and(d.clone().greater(min_neg.expand(dims)));
         let any_hard = hard_pos.clone().any_dim(1).reshape([dims[0]]);
         let key = self.keys(rng);
-        let any_of_class = argmax(key.clone().mask_fill(self.class.clone().bool_not(), f32::NEG_INFINITY));
+        // The anchor's class, itself included: its other positives and its own slot.
+        let own: Vec<bool> = self
+            .anchor
+            .iter()
+            .flat_map(|&a| (0..dims[1]).map(move |j| j == a))
+            .collect();
+        let own = Tensor::<2, Bool>::from_data(TensorData::new(own, dims), &d.device());
+        let class = self.poss.clone().bool_or(own);
+        let any_of_class = argmax(key.clone().mask_fill(class.bool_not(), f32::NEG_INFINITY));
         let p =
             argmax(key.mask_fill(hard_pos.bool_not(), f32::NEG_INFINITY)).mask_where(any_hard.bool_not(), any_of_class);
         let n = self.uniform(self.negs.clone().bool_and(d.clone().lower(max_pos.expand(dims))), rng);
