@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
         queries: 64,
         batch,
         seed: 0,
+        per_query: false,
         progress: true,
     };
     let ca = registry::attack("CA+")?;

@@ -71,3 +71,22 @@ pub fn robustness_spread_table(s: &crate::attack::robustness::RobustnessSpread) 
     }
     out
 }
+
+/// Each attacked item's own values, one line per item (`-` where an item has none), for the
+/// terminal.
+pub fn per_query_table(p: &crate::attack::per_query::PerQuery) -> String {
+    let mut s = format!("{:>6}", "item");
+    for (c, _) in &p.values {
+        s.push_str(&format!(" {:>14}", c.name()));
+    }
+    s.push('\n');
+    for (i, item) in p.item.iter().enumerate() {
+        s.push_str(&format!("{item:>6}"));
+        for (_, v) in &p.values {
+            let cell = v.get(i).copied().flatten().map_or("-".into(), |v| format!("{v:.3}"));
+            s.push_str(&format!(" {cell:>14}"));
+        }
+        s.push('\n');
+    }
+    s
+}

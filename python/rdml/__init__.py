@@ -267,7 +267,7 @@ def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -
 # The scoring keywords every attack, suite and attacked embedding takes (the library's
 # `ScoringOptions`), passed to the extension as one dict.
 _OPTIONS = ("profile", "eps", "step", "steps", "norm", "random_start", "method", "queries", "batch", "seed",
-            "robrank_compat")
+            "robrank_compat", "per_query")
 
 
 def _run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
@@ -290,13 +290,14 @@ def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def _options(*, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat):
+def _options(*, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat,
+             per_query=None):
     """The scoring keywords under the library's field names (integers made integers; one left
     as ``None`` is dropped by ``_run``/``_drop_none`` and takes the library's default)."""
     num = lambda v, t: None if v is None else t(v)
     return dict(profile=profile, eps=num(eps, float), step=num(step, float), steps=num(steps, int), norm=norm,
                 random_start=bool(random_start), method=method, queries=num(queries, int), batch=int(batch),
-                seed=int(seed), robrank_compat=bool(robrank_compat))
+                seed=int(seed), robrank_compat=bool(robrank_compat), per_query=num(per_query, bool))
 
 
 def robustness(
@@ -318,6 +319,7 @@ def robustness(
     robrank_compat: bool = False,
     method: str = "white-box",
     repeats: int = 1,
+    per_query: bool = False,
     out: Optional[PathLike] = None,
     surrogate: Any = None,
     device: Any = None,
@@ -336,12 +338,15 @@ def robustness(
     ``gallery_labels``, as ``images`` and ``labels``) holds the images the queries are ranked
     among, re-identification's query/gallery split: CA± then moves gallery images; without it each
     image is ranked among the others, its own copy left out.
-    ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is written
-    otherwise. An exception inside the model is raised as itself.
+    ``per_query=True`` keeps each attacked item's own values in every attack's result
+    (``table["results"][i]["per_query"]``: ``item``, and ``values`` per column, ``None`` where an
+    item has none). ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is
+    written otherwise. An exception inside the model is raised as itself.
     """
     return _score(model, images, labels, None, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
-        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=out, quiet=quiet,
+        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
+        out=out, quiet=quiet,
         gallery=gallery, gallery_labels=gallery_labels,
     ))
 
@@ -366,6 +371,7 @@ def attack(
     robrank_compat: bool = False,
     method: str = "white-box",
     repeats: int = 1,
+    per_query: bool = False,
     surrogate: Any = None,
     device: Any = None,
     differentiable: bool = True,
@@ -375,7 +381,8 @@ def attack(
     the dict ``Run.attack`` returns; the keywords are ``rdml.robustness``'s."""
     return _score(model, images, labels, spec, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
-        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, repeats=repeats, out=None, quiet=quiet,
+        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
+        out=None, quiet=quiet,
         gallery=gallery, gallery_labels=gallery_labels,
     ))
 
@@ -486,13 +493,14 @@ class Run:
         robrank_compat: bool = False,
         surrogate: Optional[PathLike] = None,
         repeats: int = 1,
+        per_query: bool = False,
         bn_set: int = 0,
     ) -> Dict[str, Any]:
         """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
         options, run = self._attack_args(
             profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
             queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
-            repeats=repeats)
+            repeats=repeats, per_query=per_query)
         request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
         return _run("attack", request, device=self.device)[0]
 
@@ -512,21 +520,23 @@ class Run:
         robrank_compat: bool = False,
         surrogate: Optional[PathLike] = None,
         repeats: int = 1,
+        per_query: bool = False,
     ) -> Dict[str, Any]:
         """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
         ``rows``) is also written to the run folder's robustness.json and its report."""
         options, run = self._attack_args(
             profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
             queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
-            repeats=repeats)
+            repeats=repeats, per_query=per_query)
         return _run("robustness", dict(model=self.path, options=options, run=run), device=self.device)[0]
 
     def _attack_args(self, *, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
-                     robrank_compat, surrogate, repeats) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+                     robrank_compat, surrogate, repeats, per_query) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """The options and the run-folder fields ``attack`` and ``robustness`` share, by name (two
         of one type swapped by position would run a different attack silently)."""
         options = _options(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
-                           method=method, queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat)
+                           method=method, queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat,
+                           per_query=per_query)
         run = dict(surrogate=None if surrogate is None else os.fspath(surrogate), repeats=int(repeats), data=self.data,
                    progress=not self.quiet)
         return _drop_none(options), _drop_none(run)

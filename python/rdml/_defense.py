@@ -240,10 +240,8 @@ class Defense:
         session_call(self._session, "load_state", dict(state))
 
 
-def _triplet_rows(triplets: Any) -> Dict[str, Any]:
-    """``(anchors, positives, negatives)`` as the request's three lists; rdml checks them."""
+def _triplet_rows(triplets: Any) -> List[Any]:
+    """``(anchors, positives, negatives)`` as the request's lists; rdml checks them."""
     torch = _torch()
     parts = [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in triplets]
-    if len(parts) != 3:
-        raise ValueError(f"triplets: {len(parts)} sequences; expected (anchors, positives, negatives)")
-    return dict(zip(("anchor", "positive", "negative"), (p.reshape(-1).tolist() for p in parts)))
+    return [p.reshape(-1).tolist() for p in parts]

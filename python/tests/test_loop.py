@@ -502,6 +502,7 @@ def test_one_act_step_and_two_hm_steps_replay_robranks_own():
     a, p, n = (list(v) for v in fx["act_triplets"])
     for bad, match in [
         ((a, p, n[:-1]), "triplets: 8 anchors, 8 positives and 7 negatives"),
+        ((a, p), r"triplets: 2 sequences; expected \(anchors, positives, negatives\)"),
         ((a, p, [16] + n[1:]), "triplets: triplet 0 .* outside the batch of 16"),
         ((a, n, p), "triplets: triplet 0 .* a positive of the anchor's label"),
     ]:

@@ -95,6 +95,24 @@ def test_a_pytorch_c2f2_scores_as_its_import(tmp_path):
     assert b["model"] == str(tmp_path / "run") and b["model_digest"].startswith("crc32:") and a["model"] == ""
 
 
+def test_per_query_values_are_each_items_own_and_average_to_the_scores():
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    x, y = fashion(120)
+    plain = rdml.attack(model, x, y, "NN", queries=20, steps=3, quiet=True)
+    kept = rdml.attack(model, x, y, "NN", queries=20, steps=3, per_query=True, quiet=True)
+    assert "per_query" not in plain and kept["scores"] == plain["scores"]
+    p = kept["per_query"]
+    assert p["item"] == list(range(20)) and set(p["values"]) == set(kept["scores"])
+    for name, score in kept["scores"].items():
+        v = [u for u in p["values"][name] if u is not None]
+        assert len(p["values"][name]) == 20 and abs(np.mean(v) - score) < 1e-9, name
+    assert set(p["values"]["recall@1"]) <= {0.0, 100.0}
+    s = rdml.robustness(model, x, y, queries=8, steps=2, per_query=True, quiet=True)
+    assert [r["per_query"]["item"] for r in s["table"]["results"]] == [list(range(8))] * 9
+    assert "per_query" not in rdml.robustness(model, x, y, queries=8, steps=2, quiet=True)["table"]["results"][0]
+
+
 def test_a_torchvision_resnet18_with_batch_norm_statistics_scores_as_its_import(tmp_path):
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(1)

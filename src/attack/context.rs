@@ -11,7 +11,7 @@ use super::oracle::{Net, Oracle};
 use crate::data::{ImageSet, loader};
 use crate::eval::batch_tensor;
 use crate::eval::knn::{Embeddings, top_k};
-use crate::eval::metrics::{self, Retrieval};
+use crate::eval::metrics::{self, QueryRow, Retrieval};
 use crate::loss::distance::Distance;
 use crate::model::EmbeddingNet;
 use anyhow::{Context as _, Result};
@@ -205,11 +205,16 @@ impl Context {
     }
 
     /// Retrieval metrics of the embeddings `emb` of `items` (one row each) against the clean
-    /// ranked images, each item's own clean copy left out when it is among them.
-    pub(crate) fn retrieval(&self, items: &[usize], emb: &Embeddings, ks: &[usize]) -> Result<Retrieval> {
+    /// ranked images, each item's own clean copy left out when it is among them, and each item's own values.
+    pub(crate) fn retrieval(
+        &self,
+        items: &[usize],
+        emb: &Embeddings,
+        ks: &[usize],
+    ) -> Result<(Retrieval, Vec<Option<QueryRow>>)> {
         let labels: Vec<u32> = items.iter().map(|&i| self.set.labels[i]).collect();
         let own: Vec<Option<usize>> = items.iter().map(|&i| self.own(i)).collect();
-        metrics::retrieval_skipping(
+        metrics::retrieval_rows(
             emb,
             &labels,
             self.ranked_clean(),

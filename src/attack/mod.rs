@@ -13,6 +13,7 @@ pub mod engine;
 pub mod method;
 pub mod objective;
 pub mod oracle;
+pub mod per_query;
 pub mod profile;
 pub mod record;
 pub mod registry;

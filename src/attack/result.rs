@@ -16,6 +16,9 @@ pub struct AttackResult {
     pub scores: Vec<Score>,
     pub queries: usize,
     pub seconds: f64,
+    /// Each attacked item's own values, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_query: Option<super::per_query::PerQuery>,
 }
 
 fn white_box() -> String {

@@ -37,6 +37,8 @@ pub struct Setup<'a> {
     pub queries: usize,
     pub batch: usize,
     pub seed: u64,
+    /// Keep each attacked item's own values ([`AttackResult::per_query`]).
+    pub per_query: bool,
     /// Draw a progress bar per attack (and, in the suite, a line per finished attack).
     pub progress: bool,
 }
@@ -52,6 +54,7 @@ impl<'a> Setup<'a> {
             queries,
             batch,
             seed,
+            per_query: false,
             progress: false,
         }
     }
@@ -93,7 +96,11 @@ pub fn run_saving(
         Ok(batch_tensor(&loader::load_batch(moved, chunk, None)?, &target.device))
     };
     let mut bar = crate::progress::Progress::new(format!("{:<6}", attack.spec()), chunks.len(), setup.progress);
-    let mut tally = Tally::default();
+    let mut tally = if setup.per_query {
+        Tally::per_query()
+    } else {
+        Tally::default()
+    };
     let mut attacked: Vec<f32> = vec![];
     let mut model_queries: Option<u64> = None;
     let mut finish_batch = |bi: usize, chunk: &[usize], batch: &Batch, fitted: Option<&Tensor<4>>| -> Result<()> {
@@ -115,6 +122,7 @@ pub fn run_saving(
         bar.set(bi + 1, "batches");
         crate::progress::between_batches()?;
         let adv = embed_attacked(target, p.images, chunk.len())?;
+        tally.batch(chunk);
         batch.plan.score(target, &adv, &mut tally)?;
         if attack.keeps_attacked() {
             attacked.extend(adv.data);
@@ -145,7 +153,7 @@ pub fn run_saving(
         }
     }
     bar.finish();
-    let mut scores = tally.means();
+    let (mut scores, per_query) = tally.finish();
     if attack.keeps_attacked() {
         let adv = Embeddings::new(attacked, q, target.clean.dim)?;
         scores.extend(attack.finish(target, &items, &adv, setup.seed)?);
@@ -162,6 +170,7 @@ pub fn run_saving(
         scores,
         queries: q,
         seconds: t0.elapsed().as_secs_f64(),
+        per_query,
     })
 }
 

@@ -37,6 +37,10 @@ pub struct AttackArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also give each attacked item's own values: a line per item after the table, or
+    /// `per_query` in each run of the JSON.
+    #[arg(long)]
+    pub per_query: bool,
     /// Attack and score the model as it infers with this batch-norm set instead of the clean
     /// set 0 (as `eval --bn-set`).
     #[arg(long, default_value_t = 0, value_name = "K")]
@@ -45,8 +49,10 @@ pub struct AttackArgs {
 
 pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
     let json = args.json;
+    let mut options = args.budget.options(args.profile);
+    options.per_query = args.per_query;
     let job = rdml::job::AttackJob {
-        options: args.budget.options(args.profile),
+        options,
         run: RunScoring {
             data: args.data,
             surrogate: args.surrogate.clone(),
@@ -97,6 +103,9 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
     } else {
         print!("{}", rdml::tables::attack_table(r));
     }
+    if let Some(p) = &r.per_query {
+        print!("{}", rdml::tables::per_query_table(p));
+    }
     Ok(Outcome::Done)
 }
 
@@ -132,14 +141,20 @@ pub struct RobustnessArgs {
     /// Print the record as JSON (what Python's `Run.robustness` returns) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Keep each attacked item's own values in the record (`per_query` of each attack's
+    /// result in robustness.json, --out and --json).
+    #[arg(long)]
+    pub per_query: bool,
 }
 
 pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Result<Outcome> {
     let args_queries = args.budget.queries;
     let (json, repeats, profile) = (args.json, args.repeats, args.profile);
+    let mut options = args.budget.options(args.profile);
+    options.per_query = args.per_query;
     let job = rdml::job::RobustnessJob {
-        model: args.model,
-        options: args.budget.options(args.profile),
+        model: args.model.clone(),
+        options,
         run: RunScoring {
             data: args.data,
             surrogate: args.surrogate,
@@ -147,7 +162,7 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
             bn_set: 0,
             progress: !quiet && !json,
         },
-        out: args.out,
+        out: args.out.clone(),
         overwrite: args.overwrite,
     };
     let done = job.run(|| open_device(flag, &[], quiet || json))?;
@@ -171,6 +186,20 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
     }
     if let (Some(p), false) = (&done.report, quiet) {
         eprintln!("report: {}", p.display());
+    }
+    if args.per_query && !json && !quiet {
+        let kept: Vec<String> = std::iter::once(&args.model)
+            .filter(|_| done.stored)
+            .map(|m| m.join(rdml::attack::record::FILE).display().to_string())
+            .chain(args.out.as_ref().map(|o| o.display().to_string()))
+            .collect();
+        match kept.is_empty() {
+            true => eprintln!("each query's values were not kept: no record was written (give --out or --json)"),
+            false => eprintln!(
+                "each query's values: `per_query` of every attack in {}",
+                kept.join(" and ")
+            ),
+        }
     }
     Ok(Outcome::Done)
 }

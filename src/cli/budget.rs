@@ -84,6 +84,8 @@ impl Budget {
             batch: self.batch,
             seed: self.seed,
             robrank_compat: self.robrank_compat,
+            // `attack` and `robustness` set it from their own flag.
+            per_query: false,
         }
     }
 }

@@ -39,6 +39,14 @@ impl Retrieval {
     }
 }
 
+/// One query's own values, for per-query records: whether a same-label item is among its `k`
+/// nearest (in the order of the `ks` asked), and its MAP@R.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryRow {
+    pub hits: Vec<bool>,
+    pub map_at_r: f64,
+}
+
 #[derive(Default, Clone)]
 struct RowStats {
     lone: bool,
@@ -159,6 +167,19 @@ pub fn retrieval_skipping(
     ks: &[usize],
     device: &Device,
 ) -> Result<Retrieval> {
+    Ok(retrieval_rows(query, qlabels, gemb, glabels, own, ks, device)?.0)
+}
+
+/// [`retrieval_skipping`], with each query's own values (`None` for a lone query).
+pub fn retrieval_rows(
+    query: &Embeddings,
+    qlabels: &[u32],
+    gemb: &Embeddings,
+    glabels: &[u32],
+    own: Option<&[Option<usize>]>,
+    ks: &[usize],
+    device: &Device,
+) -> Result<(Retrieval, Vec<Option<QueryRow>>)> {
     ensure!(
         query.n == qlabels.len(),
         "{} query embeddings for {} labels",
@@ -184,7 +205,17 @@ pub fn retrieval_skipping(
         let r = class.len() - usize::from(skip.is_some_and(|j| glabels[j] == qlabels[i]));
         row_stats(row, qlabels[i], glabels, class, skip, r, ks)
     })?;
-    Ok(summary(&rows, ks, query.n))
+    let summary = summary(&rows, ks, query.n);
+    let rows: Vec<Option<QueryRow>> = rows
+        .into_iter()
+        .map(|s| {
+            (!s.lone).then_some(QueryRow {
+                hits: s.hits,
+                map_at_r: s.ap_r,
+            })
+        })
+        .collect();
+    Ok((summary, rows))
 }
 
 /// The means over the queries that are not lone.

@@ -35,6 +35,8 @@ pub struct ScoringOptions {
     pub seed: u64,
     /// Follow robrank's code where it differs from its definitions.
     pub robrank_compat: bool,
+    /// Keep each attacked item's own values in the results ([`crate::attack::per_query`]).
+    pub per_query: bool,
 }
 
 impl Default for ScoringOptions {
@@ -51,6 +53,7 @@ impl Default for ScoringOptions {
             batch: defaults::BATCH,
             seed: defaults::SEED,
             robrank_compat: false,
+            per_query: false,
         }
     }
 }
@@ -84,6 +87,7 @@ impl ScoringOptions {
             batch: self.batch,
             seed: self.seed,
             robrank_compat: self.robrank_compat,
+            per_query: self.per_query,
             repeats,
         })
     }
@@ -103,6 +107,7 @@ pub struct Resolved {
     pub batch: usize,
     pub seed: u64,
     pub robrank_compat: bool,
+    pub per_query: bool,
     pub repeats: usize,
 }
 
@@ -116,6 +121,7 @@ impl std::fmt::Debug for Resolved {
             .field("batch", &self.batch)
             .field("seed", &self.seed)
             .field("robrank_compat", &self.robrank_compat)
+            .field("per_query", &self.per_query)
             .field("repeats", &self.repeats)
             .finish()
     }

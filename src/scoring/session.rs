@@ -56,6 +56,7 @@ impl<'o> Session<'o> {
             queries,
             batch: o.batch,
             seed: o.seed,
+            per_query: o.per_query,
             progress: self.progress,
         }
     }

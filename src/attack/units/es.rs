@@ -108,18 +108,23 @@ impl Plan for EsPlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let (_, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
+        let (m, rows) = attacked_recall(target, &self.items, adv, tally)?;
         let n = self.items.len();
         let before_last = match (self.robrank_compat, self.objective.last.borrow().as_ref()) {
             (true, Some(e)) if e.dims() == [n, adv.dim] => Some(Embeddings::new(read(e)?, n, adv.dim)?),
             _ => None,
         };
         let moved = before_last.as_ref().unwrap_or(adv);
-        let shift: f64 = (0..n)
-            .map(|r| target.distance.host(target.clean.row(self.items[r]), moved.row(r)) as f64)
-            .sum();
-        tally.add_sum(ES_D, shift, self.items.len());
-        tally.add_sum(ES_R, r1, scored);
+        let shifts: Vec<(usize, f64)> = (0..n)
+            .map(|r| {
+                (
+                    r,
+                    target.distance.host(target.clean.row(self.items[r]), moved.row(r)) as f64,
+                )
+            })
+            .collect();
+        tally.add_sum(ES_D, shifts.iter().map(|s| s.1).sum(), &shifts);
+        super::add_recall(tally, ES_R, &m, &rows, 0);
         Ok(())
     }
 }

@@ -55,7 +55,7 @@ impl Plan for RaisePlan {
                 .zip(clean)
                 .map(|(a, c)| (a - c).abs())
                 .fold(0f32, f32::max);
-            tally.add(EX_MOVE, f64::from(moved));
+            tally.add(EX_MOVE, r, f64::from(moved));
         }
         Ok(())
     }

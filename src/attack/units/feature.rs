@@ -101,10 +101,9 @@ impl Plan for FeaturePlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let m = target.retrieval(&self.items, adv, &[1, 2, 4, 8])?;
-        let scored = m.queries - m.lone_queries;
-        for (k, v) in &m.recall {
-            tally.add_sum(Column::recall(*k), 100.0 * v * scored as f64, scored);
+        let (m, rows) = target.retrieval(&self.items, adv, &[1, 2, 4, 8])?;
+        for (t, &(k, _)) in m.recall.iter().enumerate() {
+            super::add_recall(tally, Column::recall(k), &m, &rows, t);
         }
         super::clean_recall(target, &self.items, tally)?;
         Ok(())

@@ -3,8 +3,8 @@
 //! current top-1's) and GTT (push its current top-1 out of its top 4). LTM and GTM report
 //! Recall@1 after the attack, GTT the rate at which the top-1 stays in the top 4.
 
-use super::attacked_recall;
 use super::es::relative_recall;
+use super::{add_recall, attacked_recall};
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
@@ -146,8 +146,8 @@ impl Plan for RecallPlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let (_, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
-        tally.add_sum(self.column, r1, scored);
+        let (m, rows) = attacked_recall(target, &self.items, adv, tally)?;
+        add_recall(tally, self.column, &m, &rows, 0);
         Ok(())
     }
 }
@@ -168,6 +168,7 @@ impl Plan for GttPlan {
             let top4 = top_k(&target.host_dists(adv.row(r)), 4, target.own(qi));
             tally.add(
                 GTT,
+                r,
                 100.0 * f64::from(u8::from(top4.iter().any(|t| t.1 as usize == ci))),
             );
         }

@@ -4,7 +4,7 @@
 //! loss with confidence κ (the paper's Tables 4 and 7), NN-CW-PGD that loss by PGD ("CW∞" of
 //! Madry et al.). Each reports Recall@1 and MAP@R after the attack.
 
-use super::attacked_recall;
+use super::{add_map_at_r, add_recall, attacked_recall};
 use crate::attack::column::{Column, Tally};
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
@@ -103,9 +103,9 @@ impl Plan for NnPlan {
     }
 
     fn score(&self, target: &Context, adv: &Embeddings, tally: &mut Tally) -> Result<()> {
-        let (m, r1, scored) = attacked_recall(target, &self.items, adv, tally)?;
-        tally.add_sum(Column::recall(1), r1, scored);
-        tally.add_sum(Column::MAP_AT_R, 100.0 * m.map_at_r * scored as f64, scored);
+        let (m, rows) = attacked_recall(target, &self.items, adv, tally)?;
+        add_recall(tally, Column::recall(1), &m, &rows, 0);
+        add_map_at_r(tally, &m, &rows);
         Ok(())
     }
 }

@@ -149,8 +149,8 @@ impl Plan for CandidatePlan {
                 100.0 * dxq[r * n..(r + 1) * n].iter().filter(|&&d| d < dcq).count() as f64 / n as f64
             };
             let (adv, init) = (prank(adv.row(r)), prank(ranked.row(c)));
-            tally.add(self.attack.column(), adv);
-            tally.add(Column::ARS, ars_rank_term(self.attack.raise, init, adv));
+            tally.add(self.attack.column(), r, adv);
+            tally.add(Column::ARS, r, ars_rank_term(self.attack.raise, init, adv));
         }
         Ok(())
     }
@@ -175,8 +175,8 @@ impl Plan for QueryPlan {
                 percentile_rank(&d, ci),
                 percentile_rank(&target.host_dists(target.clean.row(qi)), ci),
             );
-            tally.add(self.attack.column(), rank);
-            tally.add(Column::ARS, ars_rank_term(self.attack.raise, init, rank));
+            tally.add(self.attack.column(), r, rank);
+            tally.add(Column::ARS, r, ars_rank_term(self.attack.raise, init, rank));
         }
         Ok(())
     }

@@ -192,10 +192,10 @@ impl Plan for SpqaPlan {
             let (ci, kept) = (self.candidates[r], &self.kept[r]);
             let rank = percentile_rank(&d, ci);
             let init = percentile_rank(&target.host_dists(target.clean.row(qi)), ci);
-            tally.add(self.attack.column(), rank);
-            tally.add(Column::ARS, ars_rank_term(self.attack.raise, init, rank));
+            tally.add(self.attack.column(), r, rank);
+            tally.add(Column::ARS, r, ars_rank_term(self.attack.raise, init, rank));
             let kept_rank = kept.iter().map(|&g| percentile_rank(&d, g)).sum::<f64>() / kept.len().max(1) as f64;
-            tally.add(SEMANTIC_RANK, kept_rank);
+            tally.add(SEMANTIC_RANK, r, kept_rank);
         }
         Ok(())
     }

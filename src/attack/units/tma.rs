@@ -57,7 +57,7 @@ impl Plan for TmaPlan {
             let dot: f32 = e.iter().zip(tv).map(|(a, b)| a * b).sum();
             let ne = e.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             let nt = tv.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-            tally.add(TMA, (dot / (ne * nt)) as f64);
+            tally.add(TMA, r, (dot / (ne * nt)) as f64);
         }
         Ok(())
     }

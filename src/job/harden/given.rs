@@ -3,13 +3,33 @@
 use anyhow::Result;
 
 /// A batch's triplets as the caller mined them (`triplets=`: a reference code's batch, replayed):
-/// rows of the batch, one anchor, positive and negative per triplet.
+/// rows of the batch, one anchor, positive and negative per triplet. A request gives them as
+/// three lists, `[anchors, positives, negatives]`.
 #[derive(Debug, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "Vec<Vec<usize>>")]
 pub struct GivenTriplets {
     pub anchor: Vec<usize>,
     pub positive: Vec<usize>,
     pub negative: Vec<usize>,
+}
+
+impl TryFrom<Vec<Vec<usize>>> for GivenTriplets {
+    type Error = String;
+
+    fn try_from(mut lists: Vec<Vec<usize>>) -> Result<Self, String> {
+        if lists.len() != 3 {
+            return Err(format!(
+                "{} sequences; expected (anchors, positives, negatives)",
+                lists.len()
+            ));
+        }
+        let (negative, positive, anchor) = (lists.remove(2), lists.remove(1), lists.remove(0));
+        Ok(Self {
+            anchor,
+            positive,
+            negative,
+        })
+    }
 }
 
 impl GivenTriplets {
@@ -40,5 +60,23 @@ impl GivenTriplets {
             positive: self.positive.into(),
             negative: self.negative.into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GivenTriplets;
+
+    #[test]
+    fn three_lists_read_as_anchors_positives_negatives_and_two_are_told() {
+        let t: GivenTriplets = serde_json::from_str("[[0, 2], [1, 3], [4, 5]]").unwrap();
+        assert_eq!((t.anchor, t.positive, t.negative), (vec![0, 2], vec![1, 3], vec![4, 5]));
+        let said = serde_json::from_str::<GivenTriplets>("[[0], [1]]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            said.starts_with("2 sequences; expected (anchors, positives, negatives)"),
+            "{said}"
+        );
     }
 }
