@@ -1,5 +1,4 @@
-//! What an attack reports: typed columns, each named as robrank and the papers print it, and the
-//! running sums a suite run accumulates them in.
+//! What an attack reports: typed columns, each named as robrank and the papers print it.
 
 use anyhow::{Context as _, Result, ensure};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -158,70 +157,6 @@ pub mod flat_scores {
                 })
                 .collect(),
         }
-    }
-}
-
-/// Per-column sums over the items of a run and how many items each covers, in the order
-/// columns first appear, and on request every item's own value ([`super::per_query`]). Each
-/// column is averaged over its own items: the Recall@k and MAP@R columns leave out queries with
-/// no other item of their class, as `eval` does.
-#[derive(Debug, Default)]
-pub struct Tally {
-    sums: Vec<(Column, f64, usize)>,
-    rows: Option<super::per_query::Rows>,
-}
-
-impl Tally {
-    /// A tally that also keeps each item's value.
-    pub fn per_query() -> Self {
-        Self {
-            sums: vec![],
-            rows: Some(Default::default()),
-        }
-    }
-
-    /// The items of the next batch scored: the rows the units report by.
-    pub fn batch(&mut self, items: &[usize]) {
-        if let Some(r) = &mut self.rows {
-            r.batch(items);
-        }
-    }
-
-    /// The value of row `row` of the batch.
-    pub fn add(&mut self, column: Column, row: usize, v: f64) {
-        self.add_sum(column, v, &[(row, v)]);
-    }
-
-    /// The sum of the values of `rows` (each a row of the batch and its value); the sum as the
-    /// unit computes it, so the means stay those of the sums' own arithmetic.
-    pub fn add_sum(&mut self, column: Column, sum: f64, rows: &[(usize, f64)]) {
-        match self.sums.iter_mut().find(|s| s.0 == column) {
-            Some(s) => {
-                s.1 += sum;
-                s.2 += rows.len();
-            }
-            None => self.sums.push((column, sum, rows.len())),
-        }
-        if let Some(r) = &mut self.rows {
-            for &(row, v) in rows {
-                r.add(column, row, v);
-            }
-        }
-    }
-
-    /// Each column's mean over its items; a column that covered no item (every query lone) is
-    /// left out rather than reported as 0. With per-query values kept, every item's values.
-    pub fn finish(self) -> (Vec<Score>, Option<super::per_query::PerQuery>) {
-        let means = self
-            .sums
-            .into_iter()
-            .filter(|s| s.2 > 0)
-            .map(|(name, v, n)| Score {
-                name,
-                value: v / n as f64,
-            })
-            .collect();
-        (means, self.rows.map(super::per_query::Rows::finish))
     }
 }
 

@@ -21,5 +21,6 @@ pub mod result;
 pub mod robustness;
 pub mod spec;
 pub mod suite;
+pub mod tally;
 pub mod unit;
 pub mod units;

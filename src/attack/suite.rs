@@ -3,10 +3,11 @@
 
 pub use super::adversarial::AdversarialSink;
 use super::budget::Pgd;
-use super::column::{Score, Tally};
+use super::column::Score;
 use super::context::embed_tensor;
 use super::method::{Batch, Method, WhiteBox};
 use super::result::repeat_seed;
+use super::tally::Tally;
 use super::unit::Attack;
 use crate::data::{ImageSet, loader};
 use crate::eval::batch_tensor;

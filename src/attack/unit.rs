@@ -3,10 +3,11 @@
 //! ERS and ARS tables. How the images are moved (white-box PGD, C&W, NES, one universal
 //! perturbation, on the attacked model or a surrogate) is the [`super::method`]'s business.
 
-use super::column::{Column, Score, Tally};
+use super::column::{Column, Score};
 use super::context::Context;
 use super::objective::Objective;
 use super::result::AttackResult;
+use super::tally::Tally;
 use crate::eval::knn::Embeddings;
 use anyhow::Result;
 use rand_chacha::ChaCha8Rng;

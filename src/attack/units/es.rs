@@ -8,11 +8,12 @@
 //! ones have no offset, and ES:D is measured on the final images.
 
 use super::attacked_recall;
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::shift::{EmbeddingShift, Offset};
 use crate::attack::result::AttackResult;
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use crate::host::read;

@@ -4,9 +4,10 @@
 //! EX-RAISE pushes every embedding coordinate of a query up as far as the budget allows and
 //! reports EX:MOVE, the mean L∞ distance each query's embedding moved.
 
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use anyhow::Result;

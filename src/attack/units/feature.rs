@@ -3,10 +3,11 @@
 //! class (the unadversarial example UX). Reported as Recall@1/2/4/8 after the move, and NMI and
 //! π_ratio of all moved embeddings.
 
-use crate::attack::column::{Column, Score, Tally};
+use crate::attack::column::{Column, Score};
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardTargets;
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::cluster;
 use crate::eval::knn::Embeddings;

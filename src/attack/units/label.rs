@@ -5,12 +5,13 @@
 
 use super::es::relative_recall;
 use super::{add_recall, attacked_recall};
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::rank::{Direction, QueryAttack};
 use crate::attack::objective::targets::{LabelMislead, TowardPoint};
 use crate::attack::result::AttackResult;
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::{Embeddings, top_k};
 use anyhow::Result;

@@ -12,8 +12,9 @@ pub mod ranking;
 pub mod spqa;
 pub mod tma;
 
-use super::column::{Column, Tally};
+use super::column::Column;
 use super::context::Context;
+use super::tally::Tally;
 use crate::eval::knn::Embeddings;
 use crate::eval::metrics::{QueryRow, Retrieval};
 use anyhow::Result;

@@ -5,10 +5,11 @@
 //! Madry et al.). Each reports Recall@1 and MAP@R after the attack.
 
 use super::{add_map_at_r, add_recall, attacked_recall};
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::nn::{AwayFromNeighbour, CwMargin};
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Optimiser, Plan};
 use crate::eval::knn::Embeddings;
 use anyhow::Result;

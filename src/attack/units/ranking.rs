@@ -4,12 +4,13 @@
 //! (drawn the same way). Each reports the candidate's percentile rank after the attack, and its
 //! ARS term from the rank before it.
 
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::{Context, euclid, from_top, random_other};
 use crate::attack::objective::Objective;
 use crate::attack::objective::dist_to_all;
 use crate::attack::objective::rank::{CandidateAttack, Direction, QueryAttack};
 use crate::attack::result::{AttackResult, ars_rank_term};
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use crate::host::read;

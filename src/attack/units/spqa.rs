@@ -9,12 +9,13 @@
 //! of G after the attack (SP:GT, low = semantics kept).
 
 use super::ranking::percentile_rank;
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::{Context, from_top, random_other};
 use crate::attack::objective::Objective;
 use crate::attack::objective::{dist_rows, dist_to_all};
 use crate::attack::result::ars_rank_term;
 use crate::attack::spec::Params;
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use anyhow::{Result, ensure};

@@ -1,10 +1,11 @@
 //! Targeted mismatch attack (TMA, robrank): a query is moved toward the embedding of a random
 //! test item; reported as the cosine similarity reached.
 
-use crate::attack::column::{Column, Tally};
+use crate::attack::column::Column;
 use crate::attack::context::Context;
 use crate::attack::objective::Objective;
 use crate::attack::objective::targets::TowardCosine;
+use crate::attack::tally::Tally;
 use crate::attack::unit::{Attack, Plan};
 use crate::eval::knn::Embeddings;
 use anyhow::Result;
