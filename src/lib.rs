@@ -11,7 +11,7 @@
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
 //! 4. `attack` (one engine, objectives, units behind `attack::Attack`, the suite), `tables`
-//!    (its text tables);
+//!    (its text tables), `certify` (certified Recall@1 by randomized smoothing of the query);
 //! 5. `defense` (one file per defense behind `defense::Defense`);
 //! 6. `config`, `train`;
 //! 7. the pipelines: `import` (a PyTorch model made a run folder), `target` (a run opened as an attack target), `grid` (the report's stored
@@ -22,6 +22,7 @@
 
 pub mod atomic;
 pub mod attack;
+pub mod certify;
 pub mod compare;
 pub mod config;
 pub mod data;

@@ -40,6 +40,7 @@ const RUN_FILES: &[&str] = &[
     LOG,
     "report.json",
     ROBUSTNESS,
+    CERTIFY,
     REPORT,
     GRID,
     IMPORT,

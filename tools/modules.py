@@ -9,7 +9,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 # lib.rs's layers, bottom first: a module may use its own layer's and the layers below.
 LAYERS = [
     "fault field host read atomic output run_dir owned out_folder notes progress device kernel data kinds",
-    "model loss", "eval", "attack tables", "defense", "config train",
+    "model loss", "eval", "attack tables certify", "defense", "config train",
     "import target grid scoring quickstart compare embed html job",
 ]
 

@@ -36,7 +36,7 @@ __version__ = _rdml.__version__
 #: own (an interrupted write finished). ``warnings.simplefilter("error", rdml.RdmlWarning)``
 #: makes them errors.
 RdmlWarning = _rdml.RdmlWarning
-__all__ = ["Attack", "Defense", "Loss", "RdmlWarning", "Run", "attack", "batch_norm_set", "devices", "embed", "import_torch", "metrics", "open",
+__all__ = ["Attack", "Defense", "Loss", "RdmlWarning", "Run", "attack", "batch_norm_set", "certify", "devices", "embed", "import_torch", "metrics", "open",
            "presets", "robustness", "split_batch_norm", "train"]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -387,6 +387,72 @@ def attack(
     ))
 
 
+def _certify_options(*, sigma, radii, samples, select, alpha, queries, batch, seed, per_query) -> Dict[str, Any]:
+    """The certification keywords under the library's field names, as given: the library checks
+    them and names the one it cannot read."""
+    return dict(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha, queries=queries, batch=batch,
+                seed=seed, per_query=per_query)
+
+
+def _by_radius(record: Dict[str, Any], radii: Sequence[float]) -> Dict[str, Any]:
+    """The record with ``certified`` keyed by each radius as the caller gave it (the library
+    keys it by its text, in the order given)."""
+    given = list(dict.fromkeys(radii))
+    values = list(record["certified"].values())
+    if len(given) == len(values):
+        record["certified"] = dict(zip(given, values))
+    return record
+
+
+def certify(
+    model: Any,
+    images: Any,
+    labels: Any = None,
+    *,
+    sigma: float = 0.25,
+    radii: Sequence[float] = (0.1, 0.25, 0.5),
+    samples: int = 10000,
+    select: int = 100,
+    alpha: float = 0.001,
+    queries: int = 500,
+    seed: int = 0,
+    batch: int = 256,
+    gallery: Any = None,
+    gallery_labels: Any = None,
+    per_query: bool = False,
+    device: Any = None,
+    quiet: bool = False,
+) -> Dict[str, Any]:
+    """Certified Recall@1 of your own model by randomized smoothing of the query (Cohen,
+    Rosenfeld and Kolter, ICML 2019): for each of the first ``queries`` images, the label of its
+    top-1 under Gaussian noise of ``sigma`` (pixels of [0, 1] images) is picked from ``select``
+    noisy copies and its probability bounded below from ``samples`` others (Clopper–Pearson,
+    level ``alpha``); the top-1 is certified within ℓ2 radius ``sigma·Φ⁻¹(bound)``. The model
+    (a ``torch.nn.Module``, a function, or an ``rdml.Run``) is only asked for embeddings: it
+    need not be differentiable. ``gallery``/``gallery_labels`` as for ``rdml.robustness``.
+
+    Returns ``certified`` (each radius as given → the certified Recall@1, in percent), ``clean``
+    (the smoothed model's Recall@1), ``abstained`` (the queries with no certificate), the
+    settings, ``lone`` (queries with no other item of their class, left out) and ``seconds``;
+    ``per_query=True`` adds each query's certificate."""
+    if gallery is None and gallery_labels is not None:
+        raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
+    from ._torch import module_digest
+
+    x, shaped = _shaped(images, labels)
+    arrays, g = [x], None
+    if gallery is not None:
+        gx, g = _shaped(gallery, gallery_labels, ("gallery", "gallery_labels"))
+        arrays.append(gx)
+    m = _model_args(model, device, False)
+    options = _certify_options(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha,
+                               queries=queries, batch=batch, seed=seed, per_query=per_query)
+    request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
+                   model_digest=None if m["run"] else module_digest(model))
+    with _frozen(m["model"]):
+        return _by_radius(_run("certify_model", request, arrays, device=m["device"], model=m["model"])[0], radii)
+
+
 def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:
     """The embeddings (N × D float32) of images N × C × H × W in [0, 1] (or a ``Dataset`` of
     (image, label) pairs) by your own model or an ``rdml.Run``, in batches, as ``rdml.robustness``
@@ -529,6 +595,26 @@ class Run:
             queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
             repeats=repeats, per_query=per_query)
         return _run("robustness", dict(model=self.path, options=options, run=run), device=self.device)[0]
+
+    def certify(
+        self,
+        *,
+        sigma: float = 0.25,
+        radii: Sequence[float] = (0.1, 0.25, 0.5),
+        samples: int = 10000,
+        select: int = 100,
+        alpha: float = 0.001,
+        queries: int = 500,
+        seed: int = 0,
+        batch: int = 256,
+        per_query: bool = False,
+    ) -> Dict[str, Any]:
+        """``rdml certify``: certified Recall@1 of the run's model on its test split (the keywords
+        are ``rdml.certify``'s); the record is also written to the run folder's certify.json."""
+        options = _certify_options(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha,
+                                   queries=queries, batch=batch, seed=seed, per_query=per_query)
+        request = dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
+        return _by_radius(_run("certify", request, device=self.device)[0], radii)
 
     def _attack_args(self, *, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                      robrank_compat, surrogate, repeats, per_query) -> Tuple[Dict[str, Any], Dict[str, Any]]:

@@ -477,3 +477,37 @@ def test_a_gallery_ranks_the_queries_among_it_alone():
     ]:
         with pytest.raises(ValueError, match=match):
             rdml.robustness(model, q, qy, queries=4, quiet=True, **bad)
+
+
+def test_certify_any_model_a_function_and_a_run_alike(tmp_path):
+    torch.manual_seed(0)
+    model = L2(c2f2())
+    torch.save(model.state_dict(), tmp_path / "c2f2.pth")
+    run = rdml.import_torch(tmp_path / "c2f2.pth", tmp_path / "run", arch="c2f2", quiet=True)
+    x, y = fashion(200)
+    kw = dict(sigma=0.12, radii=(0, 0.1, 0.25), samples=200, select=20, queries=12, quiet=True)
+    a = rdml.certify(model, x, y, per_query=True, **kw)
+    assert list(a["certified"]) == [0, 0.1, 0.25] and a["queries_used"] == 12 and a["model"] == ""
+    assert (a["sigma"], a["samples"], a["select"], a["alpha"]) == (pytest.approx(0.12), 200, 20, 0.001)
+    rows = a["per_query"]
+    assert len(rows) == 12 - a["lone"] and a["model_digest"]
+    for r, v in a["certified"].items():
+        want = 100 * np.mean([q["selected"] == q["label"] and q["radius"] is not None and q["radius"] >= r
+                              for q in rows])
+        assert abs(v - want) < 1e-9, r
+    assert a["certified"][0] >= a["certified"][0.1] >= a["certified"][0.25]
+    assert abs(a["abstained"] - 100 * np.mean([q["radius"] is None for q in rows])) < 1e-9
+    # Smoothing asks for embeddings alone: a function that gives no gradient, and the imported run
+    # (rdml's own network), certify alike (their embeddings agree to ~1e-6: a tie may flip one).
+    f = rdml.certify(lambda t: model(t).detach(), x, y, **kw)
+    b = rdml.certify(run, x, y, **kw)
+    for other in (f, b):
+        for r in kw["radii"]:
+            assert abs(other["certified"][r] - a["certified"][r]) <= 100 / 12 + 1e-9, r
+    # The run folder's own test split: the record kept beside robustness.json.
+    kept = run.certify(**{k: v for k, v in kw.items() if k != "quiet"})
+    stored = json.loads((tmp_path / "run" / "certify.json").read_text())["certified"]
+    assert list(stored) == ["0", "0.1", "0.25"] and list(stored.values()) == list(kept["certified"].values())
+    for bad, match in [(dict(sigma=-1.0), "sigma"), (dict(radii=0.25), "radii"), (dict(alpha=0.7), "alpha")]:
+        with pytest.raises(ValueError, match=match):
+            rdml.certify(model, x, y, **{**kw, **bad})

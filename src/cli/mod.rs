@@ -4,6 +4,7 @@
 
 mod attack;
 mod budget;
+mod certify;
 mod compare;
 mod embed;
 mod eval;
@@ -73,6 +74,9 @@ commands! {
     /// Run robrank's ERS suite (nine attacks, ten columns), print ERS and ARS, and add them to
     /// the run folder (robustness.json, report.html).
     Robustness(attack::RobustnessArgs) => attack::robustness,
+    /// Certified Recall@1 by randomized smoothing: the share of queries whose top-1 label no ℓ2
+    /// perturbation within each radius can change (certify.json in the run folder).
+    Certify(certify::CertifyArgs) => certify::certify,
     /// Write a trained model's embeddings, labels and item ids to a file (safetensors, NumPy
     /// .npz, or .npy), ready for faiss or a vector database.
     Embed(embed::EmbedArgs) => embed::embed,

@@ -4,6 +4,7 @@
 //! device it opened.
 
 pub mod attack;
+pub mod certify;
 pub mod embed;
 pub mod harden;
 pub mod metrics;
@@ -12,6 +13,7 @@ pub mod train;
 pub mod wire;
 
 pub use attack::{AttackJob, Attacked};
+pub use certify::{Certified, CertifyJob};
 pub use embed::{EmbedJob, Embedded};
 pub use metrics::{Labelled, MetricsJob};
 pub use robustness::{Assessed, RobustnessJob};

@@ -108,6 +108,8 @@ pub fn call(mut c: Call) -> Result<Answer> {
             Answer::of(&crate::html::refresh(&r.dir, &opts, &open()?)?.display().to_string())?
         }
         "score_model" => model::score(read(c.request)?, c, open)?,
+        "certify_model" => model::certify(read(c.request)?, c, open)?,
+        "certify" => Answer::of(&read::<crate::job::CertifyJob>(c.request)?.run(open)?.record)?,
         "trainer_step" => harden::trainer_step(read(c.request)?, c.arrays, open)?,
         "preset_tables" => harden::preset_tables(&read::<harden::Preset>(c.request)?.name)?,
         "embed_model" => model::embed_model(read(c.request)?, c, open)?,

@@ -15,6 +15,8 @@ pub const RUN: &str = "run.json";
 pub const LOG: &str = "log.jsonl";
 /// The robustness suite's last table ([`crate::attack::record`]).
 pub const ROBUSTNESS: &str = "robustness.json";
+/// The certification's last record ([`crate::certify::record`]).
+pub const CERTIFY: &str = "certify.json";
 /// The self-contained report page.
 pub const REPORT: &str = "report.html";
 /// The report's retrieval grid, computed on the run's model ([`crate::grid`]).

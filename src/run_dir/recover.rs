@@ -7,7 +7,7 @@
 //!   records derived from it hold (each record written from those very weights);
 //! - `log.jsonl`: every line an event rdml logs (rdml only appends to it).
 
-use super::{CKPT, CONFIG, GRID, LOG, MODEL, ROBUSTNESS, RUN, STATE};
+use super::{CERTIFY, CKPT, CONFIG, GRID, LOG, MODEL, ROBUSTNESS, RUN, STATE};
 use crate::owned::Ledger;
 use crate::read::{BOOKKEEPING, Follow, bytes};
 use anyhow::Result;
@@ -51,7 +51,7 @@ fn proven(dir: &Path) -> Vec<&'static str> {
         out.push(CONFIG);
     }
     if let Ok(model) = super::model_digest(dir) {
-        let derived: Vec<&'static str> = [GRID, ROBUSTNESS]
+        let derived: Vec<&'static str> = [GRID, ROBUSTNESS, CERTIFY]
             .into_iter()
             .filter(|n| {
                 crate::read::record::<Value>(&dir.join(n))

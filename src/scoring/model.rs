@@ -310,3 +310,30 @@ pub fn embed(model: Model, images: &[f32], shape: [usize; 4], batch: usize, devi
     }
     Embeddings::new(data, n, dim)
 }
+
+/// Certified Recall@1 ([`crate::certify`]) of the caller's model on its images (`rdml.certify`):
+/// smoothing needs the embeddings alone, so any model — differentiable or not — is certified.
+pub fn certify(
+    model: Model,
+    images: Images,
+    gallery: Option<Images>,
+    options: &crate::certify::options::CertifyOptions,
+    (model_digest, progress): (Option<String>, bool),
+    device: &Device,
+) -> Result<crate::certify::record::CertifyRecord> {
+    options.smoothing()?;
+    let (scored, digest) = model.record_of(model_digest.as_ref())?;
+    let (set, gallery) = Images::sets(images, gallery)?;
+    let ctx = Context::of(
+        model.oracle(set.item_shape(), device)?,
+        &set,
+        options.batch,
+        device,
+        false,
+    )?;
+    let ctx = match gallery {
+        Some((g, own)) => ctx.with_gallery(&g, own, options.batch)?,
+        None => ctx,
+    };
+    options.run(&ctx, scored, digest, progress)
+}

@@ -64,6 +64,34 @@ pub(super) struct Score {
     every_item: bool,
 }
 
+/// `certify_model`: `rdml.certify` on a model and the caller's images (the arrays: the images,
+/// then the gallery's).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CertifyModel {
+    #[serde(default)]
+    options: crate::certify::options::CertifyOptions,
+    #[serde(default = "crate::field::yes")]
+    progress: bool,
+    #[serde(default)]
+    model_run: Option<PathBuf>,
+    #[serde(default)]
+    model_digest: Option<String>,
+    images: Shaped,
+    #[serde(default)]
+    gallery: Option<Shaped>,
+}
+
+pub(super) fn certify(r: CertifyModel, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
+    let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
+    let mut arrays = c.arrays.into_iter();
+    let images = r.images.with(arrays.next());
+    let gallery = r.gallery.map(|g| g.with(arrays.next()));
+    let dev = open()?;
+    let record = crate::scoring::model::certify(m, images, gallery, &r.options, (r.model_digest, r.progress), &dev)?;
+    Answer::of(&record)
+}
+
 fn repeats() -> usize {
     crate::scoring::defaults::REPEATS
 }

@@ -1,0 +1,66 @@
+//! Certified Recall@1 of a run folder's model: `rdml certify` and Python's `Run.certify`. The
+//! record is kept in the run folder as `certify.json` (unless its model changed meanwhile) and
+//! written to `out` when given.
+
+use crate::certify::options::CertifyOptions;
+use crate::certify::record::{CertifyRecord, FILE};
+use anyhow::{Context as _, Result};
+use burn::tensor::Device;
+use std::path::PathBuf;
+
+/// A certification asked for (read from JSON by these names).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertifyJob {
+    /// A run folder written by `rdml train` or `rdml import`.
+    pub model: PathBuf,
+    /// The test data, when not where the run's config says.
+    #[serde(default)]
+    pub data: Option<PathBuf>,
+    #[serde(default)]
+    pub options: CertifyOptions,
+    /// Also write the record here as JSON (checked before any work).
+    #[serde(default)]
+    pub out: Option<PathBuf>,
+    #[serde(default)]
+    pub overwrite: bool,
+    #[serde(default = "crate::field::yes")]
+    pub progress: bool,
+}
+
+/// The record, and whether it was kept in the run folder.
+pub struct Certified {
+    pub record: CertifyRecord,
+    pub stored: bool,
+}
+
+impl CertifyJob {
+    /// Checks the request (and `out`), opens the device with `device`, certifies the run's
+    /// model, writes `out` and keeps the record in the run folder (a folder that cannot take it
+    /// is a warning, as for `robustness.json`; a model retrained meanwhile is an error).
+    pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Certified> {
+        self.options.smoothing()?;
+        if let Some(o) = &self.out {
+            crate::output::check(o, self.overwrite).context("⟨out⟩")?;
+        }
+        crate::run_dir::check_finished(&self.model)?;
+        let device = device()?;
+        let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
+        let ctx = target.context(&device, false, self.options.batch)?;
+        let record = self
+            .options
+            .run(&ctx, self.model.clone(), Some(target.digest.clone()), self.progress)?;
+        if let Some(o) = &self.out {
+            crate::output::write_json(o, &record, self.overwrite).context("⟨out⟩")?;
+        }
+        crate::run_dir::check_unchanged(&self.model, &target.digest, FILE)?;
+        let stored = match crate::run_dir::put_json(&self.model, FILE, &record) {
+            Ok(()) => true,
+            Err(e) => {
+                crate::notes::warn(format!("the run folder's {FILE} not written: {e:#}"));
+                false
+            }
+        };
+        Ok(Certified { record, stored })
+    }
+}
