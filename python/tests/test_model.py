@@ -210,6 +210,11 @@ def test_the_keywords_defaults_are_the_librarys():
         assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,
                 p["queries"].default) == (profile, method, batch, seed, queries), f
     assert inspect.signature(rdml.Run.report).parameters["grid"].default == grid
+    for f in (rdml.certify, rdml.Run.certify):
+        p = inspect.signature(f).parameters
+        for k, v in d["certify"].items():
+            got = list(p[k].default) if k == "radii" else p[k].default
+            assert got == pytest.approx(v), (f, k)
 
 
 def test_out_writes_the_record_and_report_and_replaces_only_its_own(tmp_path):

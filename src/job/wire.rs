@@ -153,6 +153,16 @@ fn defaults() -> Value {
     json!({
         "profile": o.profile.name(), "method": o.method, "batch": o.batch, "seed": o.seed, "repeats": d.repeats,
         "queries": o.queries, "grid": crate::html::GRID_QUERIES,
+        "certify": certify_defaults(),
+    })
+}
+
+/// `rdml certify`'s defaults, under the keywords' names.
+fn certify_defaults() -> Value {
+    let c = crate::certify::options::CertifyOptions::default();
+    json!({
+        "sigma": c.sigma, "radii": c.radii, "samples": c.samples, "select": c.select, "alpha": c.alpha,
+        "queries": c.queries, "batch": c.batch, "seed": c.seed, "per_query": c.per_query,
     })
 }
 
