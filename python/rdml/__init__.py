@@ -239,20 +239,27 @@ def _shaped(images, labels, names=("images", "labels")) -> Tuple[bytes, Dict[str
     return x.tobytes(), dict(shape=[int(s) for s in x.shape], labels=y.tolist())
 
 
-def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
-    """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
-    would run another attack silently); the models frozen for the call."""
-    kw = dict(kw)
-    gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
+def _queries_and_gallery(images, labels, gallery, gallery_labels) -> Tuple[List[bytes], Dict[str, Any], Any]:
+    """The images (and the gallery's, when given) as the call's arrays, and their shapes and labels
+    as the request holds them."""
     if gallery is None and gallery_labels is not None:
         raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
-    from ._torch import module_digest
-
     x, shaped = _shaped(images, labels)
     arrays, g = [x], None
     if gallery is not None:
         gx, g = _shaped(gallery, gallery_labels, ("gallery", "gallery_labels"))
         arrays.append(gx)
+    return arrays, shaped, g
+
+
+def _score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
+    """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
+    would run another attack silently); the models frozen for the call."""
+    kw = dict(kw)
+    gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
+    from ._torch import module_digest
+
+    arrays, shaped, g = _queries_and_gallery(images, labels, gallery, gallery_labels)
     m = _model_args(model, device, bool(differentiable))
     s = _model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
     options = _drop_none(_options(**{k: kw.pop(k) for k in _OPTIONS}))
@@ -435,15 +442,9 @@ def certify(
     (the smoothed model's Recall@1), ``abstained`` (the queries with no certificate), the
     settings, ``lone`` (queries with no other item of their class, left out) and ``seconds``;
     ``per_query=True`` adds each query's certificate."""
-    if gallery is None and gallery_labels is not None:
-        raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
     from ._torch import module_digest
 
-    x, shaped = _shaped(images, labels)
-    arrays, g = [x], None
-    if gallery is not None:
-        gx, g = _shaped(gallery, gallery_labels, ("gallery", "gallery_labels"))
-        arrays.append(gx)
+    arrays, shaped, g = _queries_and_gallery(images, labels, gallery, gallery_labels)
     m = _model_args(model, device, False)
     options = _certify_options(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha,
                                queries=queries, batch=batch, seed=seed, per_query=per_query)

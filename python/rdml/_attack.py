@@ -36,16 +36,10 @@ class Attack:
 
     def __call__(self, model: Any, images: Any, labels: Any, *, gallery: Any = None, gallery_labels: Any = None,
                  queries: Optional[int] = None, return_scores: bool = False) -> Any:
-        from . import _drop_none, _frozen, _model_args, _options, _run, _shaped
+        from . import _drop_none, _frozen, _model_args, _options, _queries_and_gallery, _run
 
         torch = _torch()
-        if gallery is None and gallery_labels is not None:
-            raise ValueError("gallery_labels: given without gallery; pass the gallery's images as gallery")
-        x, shaped = _shaped(images, labels)
-        arrays, g = [x], None
-        if gallery is not None:
-            gx, g = _shaped(gallery, gallery_labels, ("gallery", "gallery_labels"))
-            arrays.append(gx)
+        arrays, shaped, g = _queries_and_gallery(images, labels, gallery, gallery_labels)
         m = _model_args(model, self.device, bool(self.differentiable))
         s = _model_args(self.surrogate, self.device) if self.surrogate is not None else dict(model=None, run=None)
         options = _drop_none(_options(queries=queries, **self.options))
