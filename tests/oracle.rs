@@ -144,3 +144,28 @@ fn the_out_folder_takes_only_what_rdml_wrote() {
     assert!(format!("{:#}", check(&run, &["robustness.json"]).unwrap_err()).contains("is an rdml run folder"));
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A model that answers differently to the same images (dropout or noise left on) is named in a
+/// warning before any score; a deterministic one is not.
+#[test]
+fn a_model_that_answers_differently_is_named() {
+    use std::sync::Mutex;
+    static SAID: Mutex<Vec<String>> = Mutex::new(vec![]);
+    rdml::notes::set_sink(Some(Box::new(|_, text| SAID.lock().unwrap().push(text.to_string()))));
+    let differently = || {
+        SAID.lock()
+            .unwrap()
+            .iter()
+            .filter(|t| t.contains("answers differently to the same images"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let (net, set) = small();
+    Context::of(Arc::new(host_net(&net, 0)), &set, 64, &Device::default(), false).unwrap();
+    assert!(differently().is_empty(), "{:?}", differently());
+    Context::of(Arc::new(host_net(&net, 5)), &set, 64, &Device::default(), false).unwrap();
+    let said = differently();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].starts_with("model: answers differently"), "{}", said[0]);
+    rdml::notes::set_sink(None);
+}

@@ -77,6 +77,7 @@ impl Context {
     ) -> Result<Self> {
         let device = device.clone().without_autodiff();
         let clean = embed_set(model.as_ref(), set, batch.max(1), &device)?;
+        check_answers_alike(model.as_ref(), set, &clean, &device)?;
         let (cand, cand_sq) = on_device(&clean, &device);
         Ok(Self {
             model,
@@ -255,6 +256,34 @@ pub fn embed_set(model: &dyn Oracle, set: &ImageSet, batch: usize, device: &Devi
         crate::progress::between_batches()?;
     }
     Embeddings::new(data, set.len(), dim)
+}
+
+/// Images embedded a second time to tell a model that answers differently to the same images.
+const RECHECKED: usize = 8;
+
+/// Warns when `model` answers differently to the first images of `set` than it did for `clean`
+/// (dropout or noise left on, a model that is not deterministic): the clean ranking and the
+/// attacked one would then be two draws of it, and every score a draw's. A tolerance of 1e-3 of
+/// the largest value lets through what another batch size or a GPU's order of sums changes.
+fn check_answers_alike(model: &dyn Oracle, set: &ImageSet, clean: &Embeddings, device: &Device) -> Result<()> {
+    let items: Vec<usize> = (0..set.len().min(RECHECKED)).collect();
+    if items.is_empty() || clean.dim == 0 {
+        return Ok(());
+    }
+    let again = embed_tensor(model, batch_tensor(&loader::load_batch(set, &items, None)?, device))?;
+    let first = &clean.data[..again.len().min(clean.data.len())];
+    let scale = first.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    let diff = first.iter().zip(&again).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    if diff > 1e-3 * scale {
+        crate::notes::warn(format!(
+            "model: answers differently to the same images: the first {} images embedded twice differ by up \
+             to {diff:.3e} (largest value {scale:.3e}); it is random (dropout or noise left on) or not \
+             deterministic, so the clean ranking and the attacked one are two draws of it and every score is \
+             one draw's",
+            items.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Euclidean distance of two host embeddings.

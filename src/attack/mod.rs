@@ -7,6 +7,7 @@
 pub mod adversarial;
 pub mod budget;
 pub mod column;
+pub mod computable;
 pub mod context;
 pub mod cw;
 pub mod engine;

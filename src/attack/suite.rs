@@ -4,6 +4,7 @@
 pub use super::adversarial::AdversarialSink;
 use super::budget::Pgd;
 use super::column::Score;
+use super::computable;
 use super::context::embed_tensor;
 use super::method::{Batch, Method, WhiteBox};
 use super::result::repeat_seed;
@@ -154,7 +155,12 @@ pub fn run_saving(
         }
     }
     bar.finish();
-    let (mut scores, per_query) = tally.finish();
+    let done = tally.finish();
+    if !done.uncovered.is_empty() {
+        let what = format!("attack {}", attack.spec());
+        return Err(computable::uncomputable(&what, &done.uncovered, q, target.ranked_n()));
+    }
+    let (mut scores, per_query) = (done.means, done.per_query);
     if attack.keeps_attacked() {
         let adv = Embeddings::new(attacked, q, target.clean.dim)?;
         scores.extend(attack.finish(target, &items, &adv, setup.seed)?);
@@ -211,6 +217,7 @@ fn embed_attacked(target: &Context, images: Tensor<4>, n: usize) -> Result<Embed
 
 /// Runs the nine attacks of robrank's ERS suite as `setup` says, each with its own seed.
 pub fn robustness(setup: &Setup) -> Result<Robustness> {
+    computable::check_suite(setup.target, setup.queries, "the ERS suite")?;
     let mut results = vec![];
     for (i, attack) in ers_suite()?.iter().enumerate() {
         let s = Setup {

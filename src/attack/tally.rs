@@ -52,18 +52,28 @@ impl Tally {
         }
     }
 
-    /// Each column's mean over its items; a column that covered no item (every query lone) is
-    /// left out rather than reported as 0. With per-query values kept, every item's values.
-    pub fn finish(self) -> (Vec<Score>, Option<PerQuery>) {
-        let means = self
-            .sums
-            .into_iter()
-            .filter(|s| s.2 > 0)
-            .map(|(name, v, n)| Score {
-                name,
-                value: v / n as f64,
-            })
-            .collect();
-        (means, self.rows.map(Rows::finish))
+    /// Each column's mean over its items, the columns that covered no item (every query lone:
+    /// left out rather than reported as 0, for the caller to refuse), and with per-query values
+    /// kept, every item's values.
+    pub fn finish(self) -> Finished {
+        let (covered, uncovered): (Vec<_>, Vec<_>) = self.sums.into_iter().partition(|s| s.2 > 0);
+        Finished {
+            means: covered
+                .into_iter()
+                .map(|(name, v, n)| Score {
+                    name,
+                    value: v / n as f64,
+                })
+                .collect(),
+            uncovered: uncovered.into_iter().map(|s| s.0).collect(),
+            per_query: self.rows.map(Rows::finish),
+        }
     }
+}
+
+/// A finished tally: see [`Tally::finish`].
+pub struct Finished {
+    pub means: Vec<Score>,
+    pub uncovered: Vec<Column>,
+    pub per_query: Option<PerQuery>,
 }

@@ -14,8 +14,10 @@ pub struct HostNet {
     pub net: EmbeddingNet,
     pub kept: Mutex<Option<(Tensor<4>, Tensor<2>)>>,
     /// Changes its answers: 0 as it is, 1 a NaN, 2 a wrong shape, 3 a gradient of the wrong size,
-    /// 4 a shape `[b, 2^63]` with no values (a size check that wraps would take it).
+    /// 4 a shape `[b, 2^63]` with no values (a size check that wraps would take it), 5 answers
+    /// that move with every call (dropout left on, noise).
     pub fault: usize,
+    pub calls: std::sync::atomic::AtomicUsize,
 }
 
 impl HostModel for HostNet {
@@ -28,6 +30,10 @@ impl HostModel for HostNet {
         let mut values = rdml::host::read(&e)?;
         if self.fault == 1 {
             values[d + 1] = f32::NAN;
+        }
+        if self.fault == 5 {
+            let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            values.iter_mut().for_each(|v| *v += 0.05 * call as f32);
         }
         if keep {
             *self.kept.lock().unwrap() = Some((x, e));
@@ -73,5 +79,6 @@ pub fn boxed(net: &EmbeddingNet, fault: usize) -> Box<dyn HostModel> {
         net: net.valid(),
         kept: Mutex::new(None),
         fault,
+        calls: Default::default(),
     })
 }
