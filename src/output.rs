@@ -99,9 +99,10 @@ fn refuse_run_files(path: &Path) -> Result<()> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let resolved = crate::run_dir::resolve_as_created(dir);
     if let Some(name) = path.file_name().and_then(|n| n.to_str())
         && crate::run_dir::is_own_file(name)
-        && crate::run_dir::is_run_folder(dir)
+        && (crate::run_dir::is_run_folder(dir) || resolved.as_deref().is_some_and(crate::run_dir::is_run_folder))
     {
         bail!(
             "{} is a file of the rdml run in {} (rdml writes it, and it holds the run's own \

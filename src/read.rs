@@ -137,6 +137,19 @@ pub fn record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_slice(&bookkeeping(path).ok()?).ok()
 }
 
+/// What is wrong with a JSON file rdml wrote, in words (not serde's): damaged, or of another
+/// layout, and where.
+pub fn json_problem(e: &serde_json::Error) -> String {
+    match e.classify() {
+        serde_json::error::Category::Data => format!(
+            "JSON, but not the layout rdml writes (a value missing or of another kind at line {}, column {})",
+            e.line(),
+            e.column()
+        ),
+        _ => format!("damaged: not JSON (at line {}, column {})", e.line(), e.column()),
+    }
+}
+
 /// The number of elements of a shape a model or a file declares, `None` where the product does
 /// not fit a `usize` (a wrapped product would pass a size check it should fail).
 pub fn declared_len(dims: &[usize]) -> Option<usize> {

@@ -185,3 +185,29 @@ fn binary_parsers_never_panic_and_stay_bounded() {
         let _ = rdml::model::weights_file::check(b);
     });
 }
+
+/// A MAT struct or cell whose dimensions declare more items than its bytes could hold is a
+/// damaged file, said as one: never a reservation of 2^62 items (a capacity-overflow panic).
+#[test]
+fn a_mat_struct_declaring_more_items_than_its_bytes_is_refused() {
+    fn element(ty: u32, payload: &[u8]) -> Vec<u8> {
+        let mut e = [ty.to_le_bytes(), (payload.len() as u32).to_le_bytes()].concat();
+        e.extend(payload);
+        e.resize(e.len().div_ceil(8) * 8, 0);
+        e
+    }
+    for class in [1u32, 2] {
+        let side = (i32::MAX as u32).to_le_bytes();
+        let mut payload = element(6, &[class.to_le_bytes(), [0; 4]].concat());
+        payload.extend(element(5, &[side, side].concat()));
+        payload.extend(element(1, b"annotations"));
+        payload.extend([5, 0, 4, 0, 32, 0, 0, 0]); // field-name length 32, a small element
+        payload.extend(element(1, &[b'x'; 32]));
+        let mut file = b"MATLAB 5.0 MAT-file".to_vec();
+        file.resize(124, b' ');
+        file.extend([0, 1, b'I', b'M']);
+        file.extend(element(14, &payload));
+        let e = format!("{:#}", rdml::data::mat::parse(&file, "cars_annos.mat").unwrap_err());
+        assert!(e.contains("declares 4611686014132420609 items"), "class {class}: {e}");
+    }
+}

@@ -237,6 +237,22 @@ fn bad_checkpoints_are_refused_naming_the_file_and_key() {
     let st = safetensors::serialize(vec![("conv1.weight".to_string(), view)], None).unwrap();
     let e = refused(&dir, &["--from", &put("nan.safetensors", &st), "--arch", "c2f2"]);
     assert!(e.contains("nan.safetensors: tensor conv1.weight holds a NaN"), "{e}");
+    // An empty tensor declaring huge sizes (issue 52): the sizes the model is built with come
+    // from tensors that hold their values, never a panic or an allocation of 2^33 channels.
+    for (name, shape) in [
+        ("conv1.weight", vec![0, 1usize << 63]),
+        ("fc1.weight", vec![0, 1 << 33]),
+    ] {
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), &[]).unwrap();
+        let st = safetensors::serialize(vec![(name.to_string(), view)], None).unwrap();
+        let e = refused(&dir, &["--from", &put("empty.safetensors", &st), "--arch", "c2f2"]);
+        assert!(
+            e.contains(&format!(
+                "empty.safetensors: tensor {name} of shape {shape:?} holds 0 values"
+            )),
+            "{e}"
+        );
+    }
 
     // Left-over tensors and missing parameters: refused unless allowed, then listed.
     let trunk = put("trunk.pth", &gunzip("pml-trunk.pth"));

@@ -149,17 +149,14 @@ fn the_out_folder_takes_only_what_rdml_wrote() {
 /// warning before any score; a deterministic one is not.
 #[test]
 fn a_model_that_answers_differently_is_named() {
-    use std::sync::Mutex;
-    static SAID: Mutex<Vec<String>> = Mutex::new(vec![]);
-    rdml::notes::set_sink(Some(Box::new(|_, text| SAID.lock().unwrap().push(text.to_string()))));
     let differently = || {
-        SAID.lock()
-            .unwrap()
+        said()
             .iter()
             .filter(|t| t.contains("answers differently to the same images"))
             .cloned()
             .collect::<Vec<_>>()
     };
+    said();
     let (net, set) = small();
     Context::of(Arc::new(host_net(&net, 0)), &set, 64, &Device::default(), false).unwrap();
     assert!(differently().is_empty(), "{:?}", differently());
@@ -167,5 +164,65 @@ fn a_model_that_answers_differently_is_named() {
     let said = differently();
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].starts_with("model: answers differently"), "{}", said[0]);
-    rdml::notes::set_sink(None);
+}
+
+/// What the library has said so far (its warnings and notes), from a sink installed once for the
+/// whole test binary.
+fn said() -> Vec<String> {
+    use std::sync::{Mutex, Once};
+    static SAID: Mutex<Vec<String>> = Mutex::new(vec![]);
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| rdml::notes::set_sink(Some(Box::new(|_, text| SAID.lock().unwrap().push(text.to_string())))));
+    SAID.lock().unwrap().clone()
+}
+
+/// A data set's gallery that holds the queries' own images (the same images, in any order or a
+/// subset, as an InShop-style list may name them) is read by content: the gallery that is the
+/// queries reversed scores as leave-one-out, a partial one leaves each query's own image out of
+/// its own list, each with a warning; never a Recall@1 of 1 by construction. A test split where
+/// no query has another item of its class is an error naming it, never zeros.
+#[test]
+fn a_gallery_holding_the_queries_images_is_read_by_content() {
+    use rdml::data::EvalSet;
+    let (net, set) = small();
+    let queries = set.subset("q", &(0..60).collect::<Vec<_>>());
+    let (cfg, dev) = (rdml::eval::EvalConfig::default(), Device::default());
+    let eval = |gallery: Option<rdml::data::ImageSet>| {
+        let test = EvalSet {
+            query: queries.clone(),
+            gallery,
+        };
+        rdml::eval::evaluate(&net, &test, &cfg, 0, &dev)
+    };
+    let alone = eval(None).unwrap();
+    said();
+    let reversed = eval(Some(set.subset("g", &(0..60).rev().collect::<Vec<_>>()))).unwrap();
+    assert_eq!(reversed.retrieval.recall, alone.retrieval.recall);
+    assert!(alone.retrieval.recall_at(1).unwrap() < 0.95);
+    // Half the queries' images among 100 others: each left out of its own list only.
+    let half: Vec<usize> = (30..60).chain(100..200).collect();
+    let partial = eval(Some(set.subset("g", &half))).unwrap();
+    assert!(partial.retrieval.recall_at(1).unwrap() < 0.95);
+    let said = said();
+    assert!(
+        said.iter().any(|t| t.contains("the gallery is the queries themselves")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|t| t.contains("holds 30 of the 60 queries' own items")),
+        "{said:?}"
+    );
+    // Every query alone in its class: an error naming the split.
+    let lone: Vec<usize> = (0..set.len())
+        .filter(|&i| set.labels[..i].iter().all(|&l| l != set.labels[i]))
+        .collect();
+    let test = EvalSet {
+        query: set.subset("lone/test", &lone),
+        gallery: None,
+    };
+    let e = format!("{:#}", rdml::eval::evaluate(&net, &test, &cfg, 0, &dev).unwrap_err());
+    assert!(
+        e.starts_with("lone/test: no query has another item of its class"),
+        "{e}"
+    );
 }

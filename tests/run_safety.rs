@@ -920,40 +920,56 @@ fn no_output_goes_into_a_runs_own_folders() {
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    let inside = |p: &str| run.join(p).to_str().unwrap().to_string();
-    let (compare_out, train_out, import_out) = (inside("checkpoint"), inside("checkpoint/x"), inside("checkpoint/imp"));
-    let examples_out = inside(".rdml-replaced/ex");
-    let model = inside("model.safetensors");
-    let mut train = vec!["train", "--out", &train_out];
-    train.extend(QUICK);
-    for args in [
-        vec![
-            "compare",
-            "--configs",
-            "quickstart",
-            "--out",
-            &compare_out,
-            "--epochs",
-            "1",
-            "--max-batches",
-            "1",
-        ],
-        train,
-        vec!["import", "--from", &model, "--arch", "c2f2", "--out", &import_out],
-        vec![
-            "attack",
-            "--model",
-            r,
-            "--attack",
-            "ES",
-            "--queries",
-            "2",
-            "--save-examples",
-            &examples_out,
-        ],
-    ] {
-        expect(&rdml(&args), 1, &["a folder the rdml run in", "keeps for itself"]);
+    // Each way into the run's own folders: as written, through a folder not made yet and `..`
+    // (resolved as it will be once made), and through a link to the checkpoint then a new folder.
+    let link = d.join("lnk");
+    std::os::unix::fs::symlink(&ckpt, &link).unwrap();
+    let ways = [
+        (run.clone(), "checkpoint", ".rdml-replaced"),
+        (run.join("nx"), "../checkpoint", "../.rdml-replaced"),
+        (link.clone(), "new", "new"),
+    ];
+    for (base, ckpt_way, replaced_way) in &ways {
+        let inside = |p: &str| base.join(p).to_str().unwrap().to_string();
+        let (compare_out, train_out) = (inside(ckpt_way), inside(&format!("{ckpt_way}/x")));
+        let import_out = inside(&format!("{ckpt_way}/imp"));
+        let examples_out = inside(&format!("{replaced_way}/ex"));
+        let model = run.join("model.safetensors").to_str().unwrap().to_string();
+        let mut train = vec!["train", "--out", &train_out];
+        train.extend(QUICK);
+        for args in [
+            vec![
+                "compare",
+                "--configs",
+                "quickstart",
+                "--out",
+                &compare_out,
+                "--epochs",
+                "1",
+                "--max-batches",
+                "1",
+            ],
+            train,
+            vec!["import", "--from", &model, "--arch", "c2f2", "--out", &import_out],
+            vec![
+                "attack",
+                "--model",
+                r,
+                "--attack",
+                "ES",
+                "--queries",
+                "2",
+                "--save-examples",
+                &examples_out,
+            ],
+        ] {
+            expect(&rdml(&args), 1, &["a folder the rdml run in", "keeps for itself"]);
+        }
+        // A file output there: refused before any work, and before any folder is made.
+        let out = inside(&format!("{ckpt_way}/sub/m.json"));
+        expect(&rdml(&["eval", "--model", r, "--out", &out]), 1, &["keeps for itself"]);
     }
+    assert!(!run.join("nx").exists(), "a folder was made before the refusal");
     // A file output named as a ledger, anywhere.
     let ledger = d.join(".rdml-files.json");
     let o = rdml(&["eval", "--model", r, "--out", ledger.to_str().unwrap()]);

@@ -46,6 +46,23 @@ pub fn for_evaluation(splits: &Splits) -> Result<usize> {
         None => t.query.len() - 1,
     };
     files(&t.query)?;
+    let ranked = t.gallery.as_ref().unwrap_or(&t.query);
+    let mut count = std::collections::HashMap::<u32, usize>::new();
+    for &l in &ranked.labels {
+        *count.entry(l).or_default() += 1;
+    }
+    let others = usize::from(t.gallery.is_none());
+    ensure!(
+        t.query.labels.iter().any(|l| count.get(l).is_some_and(|&c| c > others)),
+        "{}: no test query has another item of its class {}, so Recall@k, MAP@R and NMI would be undefined: \
+         each test class needs two items or more",
+        t.query.name,
+        if t.gallery.is_some() {
+            "in the gallery"
+        } else {
+            "among the test items"
+        }
+    );
     Ok(gallery)
 }
 

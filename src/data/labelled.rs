@@ -74,28 +74,51 @@ pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[
     let (q, ql) = queries;
     let (g, gl) = gallery;
     let width = width.max(1);
-    let key = |row: &[f32], label: &L| -> u64 {
-        use std::hash::{Hash, Hasher};
+    let row = |a: &[f32], i: usize| -> Vec<u32> { a[i * width..(i + 1) * width].iter().map(|v| v.to_bits()).collect() };
+    let same = |i: usize, j: usize| ql[i] == gl[j] && row(q, i) == row(g, j);
+    matched(
+        (ql.len(), &|i| content_key(&q[i * width..(i + 1) * width], &ql[i])),
+        (gl.len(), &|j| content_key(&g[j * width..(j + 1) * width], &gl[j])),
+        &same,
+    )
+}
+
+/// A 128-bit digest of an item's content (its values bit for bit) and label: what
+/// [`own_copies_keyed`] matches items of a data set by, the images decoded as the model sees them.
+pub fn content_key<L: std::hash::Hash>(values: &[f32], label: &L) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
         label.hash(&mut h);
-        row.iter().for_each(|v| v.to_bits().hash(&mut h));
+        values.iter().for_each(|v| v.to_bits().hash(&mut h));
         h.finish()
     };
-    let mut rows: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (j, row) in g.chunks_exact(width).enumerate() {
-        rows.entry(key(row, &gl[j])).or_default().push(j);
+    (u128::from(half(0)) << 64) | u128::from(half(1))
+}
+
+/// [`own_copies`] for items known by their [`content_key`] alone (a data set's images, keyed as
+/// they are decoded for embedding, so no second copy of them is kept).
+pub fn own_copies_keyed(queries: &[u128], gallery: &[u128]) -> Overlap {
+    matched(
+        (queries.len(), &|i| queries[i]),
+        (gallery.len(), &|j| gallery[j]),
+        &|i, j| queries[i] == gallery[j],
+    )
+}
+
+type Keys<'a> = (usize, &'a dyn Fn(usize) -> u128);
+
+/// Each query's own gallery row: one of equal key for which `same` holds, each row taken once.
+fn matched((nq, kq): Keys, (ng, kg): Keys, same: &dyn Fn(usize, usize) -> bool) -> Overlap {
+    let mut rows: HashMap<u128, Vec<usize>> = HashMap::new();
+    for j in 0..ng {
+        rows.entry(kg(j)).or_default().push(j);
     }
-    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-    let mut taken = vec![false; gl.len()];
-    let own: Vec<Option<usize>> = q
-        .chunks_exact(width)
-        .enumerate()
-        .map(|(i, row)| {
-            let candidates = rows.get(&key(row, &ql[i]))?;
-            let j = candidates
-                .iter()
-                .copied()
-                .find(|&j| !taken[j] && gl[j] == ql[i] && same(row, &g[j * width..(j + 1) * width]))?;
+    let mut taken = vec![false; ng];
+    let own: Vec<Option<usize>> = (0..nq)
+        .map(|i| {
+            let j = rows.get(&kq(i))?.iter().copied().find(|&j| !taken[j] && same(i, j))?;
             taken[j] = true;
             Some(j)
         })
@@ -103,7 +126,7 @@ pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[
     let found = own.iter().flatten().count();
     match found {
         0 => Overlap::Apart,
-        f if f == ql.len() && f == gl.len() => Overlap::Queries,
+        f if f == nq && f == ng => Overlap::Queries,
         found => Overlap::Some { own, found },
     }
 }

@@ -154,6 +154,15 @@ fn parse_matrix(payload: &[u8], what: &str) -> Result<(String, MatValue)> {
         .map(|d| d as usize)
         .collect();
     let count = crate::read::declared_len(&dims).with_context(|| overflow(what, &dims))?;
+    // A cell's or struct's every item is an element of 8 bytes at least: a count the bytes left
+    // cannot hold is a damaged file, never a reservation of that many items.
+    let room = c.buf.len().saturating_sub(c.pos) / 8;
+    ensure!(
+        !matches!(class, 1 | 2) || count <= room,
+        "{what}: an array of dimensions {dims:?} declares {count} items; the {} bytes left hold {room} at most (a \
+         damaged or non-MAT file)",
+        c.buf.len().saturating_sub(c.pos)
+    );
     let (_, name_raw) = c.element()?;
     let name = String::from_utf8_lossy(name_raw).into_owned();
     let value = match class {

@@ -141,7 +141,11 @@ mod tests {
         assert_eq!(judge(&spread_out, 0.129, 0.1, 1000).verdict, Verdict::Healthy);
         let one_point = e(vec![0.6, 0.8, 0.6, 0.8, 0.6, 0.8 + 1e-5]);
         assert_eq!(judge(&one_point, 0.9, 0.1, 1000).verdict, Verdict::Collapsed);
-        let nan = e(vec![f32::NAN; 6]);
+        let nan = Embeddings {
+            data: vec![f32::NAN; 6],
+            n: 3,
+            dim: 2,
+        };
         assert_eq!(judge(&nan, 0.9, 0.1, 1000).verdict, Verdict::Collapsed);
     }
 }

@@ -24,6 +24,17 @@ impl Embeddings {
             "embeddings: {} values for {n} × {dim}",
             data.len()
         );
+        // The one door every embedding comes through (a model's, an attack's, a caller's): a NaN
+        // or an infinity would rank as a number and score as one.
+        if let Some(at) = data.iter().position(|v| !v.is_finite()) {
+            return Err(crate::input_error(format!(
+                "embeddings: item {} holds a non-finite value ({}) in dimension {}: rdml scores finite embeddings \
+                 only (a model whose values overflow or turn NaN on these images cannot be scored)",
+                at / dim.max(1),
+                data[at],
+                at % dim.max(1)
+            )));
+        }
         Ok(Self { data, n, dim })
     }
     pub fn row(&self, i: usize) -> &[f32] {
@@ -197,6 +208,23 @@ pub fn knn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every embedding comes through one door, which refuses a NaN or an infinity (a model whose
+    /// finite weights overflow on the images: every score would be a number that looks real).
+    #[test]
+    fn non_finite_embeddings_never_pass() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = Embeddings::new(vec![0.0, 1.0, 2.0, bad], 2, 2).unwrap_err();
+            assert!(e.chain().any(|c| c.is::<crate::InputError>()));
+            let e = format!("{e:#}");
+            assert!(
+                e.starts_with(&format!(
+                    "embeddings: item 1 holds a non-finite value ({bad}) in dimension 1"
+                )),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn knn_matches_brute_force_with_ties() {

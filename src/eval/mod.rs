@@ -116,36 +116,61 @@ pub fn batch_tensor(b: &HostBatch, device: &Device) -> Tensor<4> {
 /// Embeds every item of `set` with the model in evaluation mode (batch norm on running
 /// statistics, no autodiff), batch-norm set 0.
 pub fn embed(model: &EmbeddingNet, set: &ImageSet, batch: usize, device: &Device) -> Result<Embeddings> {
+    Ok(embed_keyed(model, set, batch, device, false)?.0)
+}
+
+/// [`embed`], and with `keys` each item's [`content_key`](crate::data::labelled::content_key)
+/// (its image as the model sees it, and its label).
+fn embed_keyed(
+    model: &EmbeddingNet,
+    set: &ImageSet,
+    batch: usize,
+    device: &Device,
+    keys: bool,
+) -> Result<(Embeddings, Vec<u128>)> {
+    use rayon::prelude::*;
     let model = model.valid();
     let plain = device.clone().without_autodiff();
-    let mut data = Vec::new();
+    let (mut data, mut content) = (Vec::new(), Vec::new());
     let mut dim = 0;
     for b in loader::prefetch(set.clone(), loader::sequential(set.len(), batch), None, 2) {
         let b = b?;
+        if keys {
+            let per = b.shape[1..].iter().product::<usize>().max(1);
+            let rows: Vec<(&[f32], &u32)> = b.images.chunks(per).zip(&b.labels).collect();
+            content.par_extend(rows.par_iter().map(|(x, l)| crate::data::labelled::content_key(x, *l)));
+        }
         let e = model.forward(batch_tensor(&b, &plain));
         dim = e.dims()[1];
         data.extend(crate::host::read(&e)?);
     }
-    Embeddings::new(data, set.len(), dim)
+    Ok((Embeddings::new(data, set.len(), dim)?, content))
 }
 
-/// Embeds the test split and computes every metric.
+/// Embeds the test split and computes every metric. A gallery that holds queries' own images
+/// (found by content as the model sees them, in any order or subset) is read as
+/// [`score_given`] reads given embeddings, with a warning naming it.
 pub fn evaluate(model: &EmbeddingNet, test: &EvalSet, cfg: &EvalConfig, seed: u64, device: &Device) -> Result<Metrics> {
+    use crate::data::labelled::{Overlap, own_copies_keyed};
     let t0 = Instant::now();
-    let q = embed(model, &test.query, cfg.batch_size, device)?;
+    let keyed = test.gallery.is_some();
+    let (q, qkeys) = embed_keyed(model, &test.query, cfg.batch_size, device, keyed)?;
     let g = match &test.gallery {
-        Some(g) => Some((embed(model, g, cfg.batch_size, device)?, g.labels.clone())),
+        Some(g) => Some((embed_keyed(model, g, cfg.batch_size, device, true)?, g.labels.clone())),
         None => None,
     };
     let embed_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let m = score(
-        &q,
-        &test.query.labels,
-        g.as_ref().map(|(e, l)| (e, l.as_slice())),
-        cfg,
-        seed,
-        device,
+    let overlap = g
+        .as_ref()
+        .map_or(Overlap::Apart, |((_, gkeys), _)| own_copies_keyed(&qkeys, gkeys));
+    let gallery = g.as_ref().map(|((e, _), l)| (e, l.as_slice()));
+    let m = score_overlapping(
+        (&q, &test.query.labels),
+        gallery,
+        &overlap,
+        (cfg, seed, device),
+        &test.query.name,
     )?;
     Ok(Metrics {
         embed_seconds,
@@ -242,29 +267,44 @@ pub fn score_given(
         Some((g, gl)) if g.dim == q.dim => own_copies((&q.data, qlabels), (&g.data, gl), q.dim),
         _ => Overlap::Apart,
     };
-    if let Some(note) = overlap.note() {
-        crate::notes::warn(&note);
-    }
-    let (gallery, own) = match &overlap {
-        Overlap::Queries => (None, None),
-        Overlap::Some { own, .. } => (gallery, Some(own.as_slice())),
-        Overlap::Apart => (gallery, None),
-    };
-    let mut m = score_among(q, qlabels, gallery, own, cfg, seed, device)?;
-    crate::ensure_input!(
-        m.retrieval.lone_queries < m.retrieval.queries,
-        "labels: no query has another item of its class {}, so Recall@k, MAP@R and NMI are undefined",
-        if gallery.is_some() {
-            "in the gallery"
-        } else {
-            "among the embeddings"
-        }
-    );
+    let mut m = score_overlapping((q, qlabels), gallery, &overlap, (cfg, seed, device), "labels")?;
     m.metric_seconds = t0.elapsed().as_secs_f64();
     Ok(m)
 }
 
-/// Every `k` of Recall@k must be at most the number of items a query is ranked against.
+/// The metrics of queries among a gallery that holds some of their own items (`overlap`), said
+/// in a warning: the gallery that is the queries is read as leave-one-out, a query's own item is
+/// left out of its own list. Metrics that no query defines (no query has another item of its
+/// class) are an error naming `field`, never zeros and NMI 1.
+fn score_overlapping(
+    (q, qlabels): (&Embeddings, &[u32]),
+    gallery: Option<(&Embeddings, &[u32])>,
+    overlap: &crate::data::labelled::Overlap,
+    (cfg, seed, device): (&EvalConfig, u64, &Device),
+    field: &str,
+) -> Result<Metrics> {
+    use crate::data::labelled::Overlap;
+    if let Some(note) = overlap.note() {
+        crate::notes::warn(&note);
+    }
+    let (gallery, own) = match overlap {
+        Overlap::Queries => (None, None),
+        Overlap::Some { own, .. } => (gallery, Some(own.as_slice())),
+        Overlap::Apart => (gallery, None),
+    };
+    let m = score_among(q, qlabels, gallery, own, cfg, seed, device)?;
+    crate::ensure_input!(
+        m.retrieval.lone_queries < m.retrieval.queries,
+        "{field}: no query has another item of its class {}, so Recall@k, MAP@R and NMI are undefined",
+        if gallery.is_some() {
+            "in the gallery"
+        } else {
+            "among the others"
+        }
+    );
+    Ok(m)
+}
+
 pub fn check_recall_ks(ks: &[usize], gallery_size: usize) -> Result<()> {
     if let Some(k) = ks.iter().find(|&&k| k > gallery_size) {
         anyhow::bail!(

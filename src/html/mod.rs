@@ -195,8 +195,14 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
 fn finished_run(dir: &Path) -> Result<RunReport> {
     crate::run_dir::check_finished(dir)?;
     let p = dir.join(crate::run_dir::RUN);
-    serde_json::from_slice(&crate::read::bookkeeping(&p)?)
-        .with_context(|| format!("{}: not a run.json written by rdml", p.display()))
+    serde_json::from_slice(&crate::read::bookkeeping(&p)?).map_err(|e| {
+        crate::input_error(format!(
+            "{}: not a run.json rdml can read ({}); it is left as it is: train the run again with ⟨overwrite!⟩, or \
+             choose another run",
+            p.display(),
+            crate::read::json_problem(&e)
+        ))
+    })
 }
 
 /// The suite's table, its budget in words when recorded, and why it is stale when it was
@@ -207,8 +213,18 @@ fn read_robustness(dir: &Path) -> Result<Option<(Robustness, String, Option<Stri
     if !p.is_file() {
         return Ok(None);
     }
-    let rec: crate::attack::record::RobustnessRecord = serde_json::from_slice(&crate::read::bookkeeping(&p)?)
-        .with_context(|| format!("{}: not a robustness record", p.display()))?;
+    let rec: crate::attack::record::RobustnessRecord = match serde_json::from_slice(&crate::read::bookkeeping(&p)?) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::notes::warn(format!(
+                "{}: not a robustness record rdml can read ({}): the report leaves robustness out; move the file \
+                 aside and score the model's robustness again to have it",
+                p.display(),
+                crate::read::json_problem(&e)
+            ));
+            return Ok(None);
+        }
+    };
     let stale = match &rec.model_digest {
         Some(d) => {
             let now = crate::run_dir::model_digest(dir)?;

@@ -84,20 +84,34 @@ pub fn inferred_shape(arch: Arch, sources: &[Checkpoint], rules: &[KeyRule]) -> 
     let keys = source_keys(sources);
     let named: Vec<String> = keys.iter().map(|k| k.2.clone()).collect();
     let (names, _) = layout::canonical(&named, rules, sources.len() > 1)?;
-    let shape = |want: &str| {
-        let i = names.iter().position(|n| n == want)?;
+    // The sizes the model is built with: each from a tensor that holds its values (an empty
+    // tensor's shape, `[0, 2^63]`, declares sizes no data backs).
+    let shape = |want: &str| -> Result<Option<Vec<usize>>> {
+        let Some(i) = names.iter().position(|n| n == want) else {
+            return Ok(None);
+        };
         let (src, key) = (keys[i].0, &keys[i].1);
         let key = key.strip_prefix("embedder:").unwrap_or(key);
-        Some(sources[src].tensors[key].shape.clone())
+        let t = &sources[src].tensors[key];
+        crate::ensure_input!(
+            !t.values.is_empty() && crate::read::declared_len(&t.shape) == Some(t.values.len()),
+            "{}: tensor {key} of shape {:?} holds {} values: a model's weights hold one per element, at least one",
+            sources[src].path.display(),
+            t.shape,
+            t.values.len()
+        );
+        Ok(Some(t.shape.clone()))
     };
-    let channels = shape("conv1.weight").and_then(|s| s.get(1).copied()).unwrap_or(3);
+    let dim =
+        |want: &str, axis: usize| -> Result<Option<usize>> { Ok(shape(want)?.and_then(|s| s.get(axis).copied())) };
+    let channels = dim("conv1.weight", 1)?.unwrap_or(3);
     Ok(match arch {
         Arch::C2f2 => {
-            let flat = shape("fc1.weight").and_then(|s| s.get(1).copied()).unwrap_or(3136);
+            let flat = dim("fc1.weight", 1)?.unwrap_or(3136);
             let side = 4 * ((flat / 64) as f64).sqrt().round() as usize;
-            (shape("fc2.weight").map(|s| s[0]), [channels, side, side])
+            (dim("fc2.weight", 0)?, [channels, side, side])
         }
-        _ => (shape("fc.weight").map(|s| s[0]), [channels, 224, 224]),
+        _ => (dim("fc.weight", 0)?, [channels, 224, 224]),
     })
 }
 

@@ -63,6 +63,18 @@ pub fn check(bytes: &[u8]) -> Result<()> {
             "tensor {name}: shape {shape:?} of {dtype} needs {need} bytes, the header gives {}",
             hi - lo
         );
+        // An empty tensor's other dimensions are sizes too (a model's channel counts): none may
+        // declare more than the file could hold.
+        let declared = shape
+            .iter()
+            .filter(|&&d| d > 0)
+            .try_fold(width, |a: usize, &d| a.checked_mul(d))
+            .filter(|&b| b <= data.len().max(width));
+        ensure!(
+            declared.is_some(),
+            "tensor {name}: shape {shape:?} declares dimensions the file could not hold ({} bytes of data)",
+            data.len()
+        );
         let raw = &data[lo..hi];
         let bad = match dtype {
             "F32" => raw

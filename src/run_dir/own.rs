@@ -3,7 +3,31 @@
 
 use super::{is_own_folder, is_run_folder};
 use anyhow::Result;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
+
+/// `path` as it will resolve once its missing folders are made (`create_dir_all`, then the
+/// write): each existing prefix as the system resolves it (links followed), each missing folder
+/// appended as it will be made, and a `..` after one undoing it, as it will once it is made
+/// (`RUN/new/../checkpoint` is `RUN/checkpoint`; a link to a run's checkpoint, then a new
+/// folder, is inside that checkpoint). `None` where the working folder cannot be read.
+pub fn resolve_as_created(path: &Path) -> Option<PathBuf> {
+    let mut at = std::env::current_dir().ok()?;
+    for c in path.components() {
+        match c {
+            Component::Prefix(_) | Component::RootDir => at = PathBuf::from(c.as_os_str()),
+            Component::CurDir => {}
+            // `at` is resolved (no link in it), so its parent is the folder `..` names.
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::Normal(name) => {
+                let next = at.join(name);
+                at = next.canonicalize().unwrap_or(next);
+            }
+        }
+    }
+    Some(at)
+}
 
 /// The one rule between outputs and a run's own folders: `dir` (a folder an output fills, or the
 /// folder an output file lands in) is not, and is not inside, a folder a run keeps for itself
@@ -16,7 +40,7 @@ pub fn refuse_own_folder(dir: &Path, shown: &Path) -> Result<()> {
     } else {
         dir
     };
-    let resolved = dir.canonicalize().ok();
+    let resolved = resolve_as_created(dir);
     let lexical = dir.ancestors().take_while(|a| !a.as_os_str().is_empty());
     for inner in lexical.chain(resolved.iter().flat_map(|r| r.ancestors())) {
         let (Some(name), Some(run)) = (inner.file_name().and_then(|n| n.to_str()), inner.parent()) else {
