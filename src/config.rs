@@ -276,7 +276,7 @@ impl Experiment {
             !p.is_dir(),
             "{path_or_preset} is a folder; ⟨config⟩ takes a TOML file or a preset name (`rdml presets` lists them)"
         );
-        if p.is_file() {
+        if crate::read::is_file(p, crate::read::Follow::Links)? {
             return Self::load_file(p, overrides);
         }
         if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {

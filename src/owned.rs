@@ -158,8 +158,9 @@ impl Ledger {
         let state = match std::fs::symlink_metadata(&path) {
             Err(_) => State::default(),
             Ok(m) if !m.is_file() => bail!(
-                "{what}: {} is not a file rdml wrote (a link or a folder); it is left as it is: choose another folder",
-                path.display()
+                "{what}: {} is {}, not a ledger rdml wrote; it is left as it is: choose another folder",
+                path.display(),
+                crate::read::kind(&m).unwrap_or("not a plain file")
             ),
             Ok(_) => {
                 let bytes = crate::read::bookkeeping(&path)?;

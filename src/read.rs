@@ -26,8 +26,28 @@ pub const TEXT: u64 = 256 << 20;
 /// No bound but the file's own size (weights, images, data files: regular files only).
 pub const ANY: u64 = u64::MAX;
 
+/// Whether a plain file is at `path` (`false`: nothing there, or a link that leads nowhere);
+/// anything else there (a FIFO, a device, a socket, a folder; a link, for [`Follow::NoLinks`]) is
+/// an error that names it, so that a caller never says "no such file" of a pipe.
+pub fn is_file(path: &Path, follow: Follow) -> Result<bool> {
+    let m = match follow {
+        Follow::Links => std::fs::metadata(path),
+        Follow::NoLinks => std::fs::symlink_metadata(path),
+    };
+    match m {
+        Err(_) => Ok(false),
+        Ok(m) => match kind(&m) {
+            None => Ok(true),
+            Some(what) => Err(crate::input_error(format!(
+                "{} is {what}, not a file: it is left as it is (remove it, or name a file)",
+                path.display()
+            ))),
+        },
+    }
+}
+
 /// What kind of thing `m` is, in words, when it is not a plain file.
-fn kind(m: &std::fs::Metadata) -> Option<&'static str> {
+pub fn kind(m: &std::fs::Metadata) -> Option<&'static str> {
     let t = m.file_type();
     if t.is_file() {
         return None;

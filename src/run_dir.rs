@@ -157,6 +157,11 @@ pub fn inspect(dir: &Path) -> Result<Found> {
             link.display()
         );
     }
+    // A run's own files are plain files: a pipe or a device there is named, never taken for a
+    // file that is missing (a run "not finished", a model "removed").
+    for name in [MARKER, RUN, CONFIG, MODEL] {
+        crate::read::is_file(&dir.join(name), crate::read::Follow::Links)?;
+    }
     if let Some((true, epochs)) = report {
         return Ok(Found::Finished { epochs });
     }
@@ -212,6 +217,7 @@ fn lock(dir: &Path) -> Result<File> {
         "{} is a symbolic link; rdml does not write through links",
         marker.display()
     );
+    crate::read::is_file(&marker, crate::read::Follow::NoLinks)?;
     let lock = OpenOptions::new()
         .create(true)
         .truncate(false)

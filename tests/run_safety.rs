@@ -1085,3 +1085,49 @@ fn a_surrogate_of_other_images_is_said_as_such() {
     assert!(!text(&o).contains("ShapeMismatch"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The family "a pipe where a file is read" (issue 52): a FIFO or a device where rdml reads a
+/// file (a run's marker, run.json, config.toml, model, a --config, a data set's IDX file) is
+/// named as what it is, never taken for a missing file ("no such config file", "an interrupted
+/// run", "os error 22"), and nothing waits on it.
+#[test]
+fn a_pipe_where_a_file_is_read_is_named_as_one() {
+    let (d, run) = scratch_with_run("pipes", &[]);
+    let r = run.to_str().unwrap();
+    let mkfifo = |p: &Path| {
+        assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+    };
+    for name in [".rdml-run", "run.json", "config.toml", "model.safetensors"] {
+        let p = run.join(name);
+        let kept = d.join(format!("kept-{name}"));
+        std::fs::rename(&p, &kept).unwrap();
+        mkfifo(&p);
+        let fifo = format!("{} is a named pipe (FIFO), not a file", p.display());
+        expect(&rdml(&["eval", "--model", r, "--quiet"]), 1, &[&fifo]);
+        let mut resume = vec!["train", "--out", r, "--overwrite"];
+        resume.extend(QUICK);
+        expect(&rdml(&resume), 1, &[&fifo]);
+        std::fs::remove_file(&p).unwrap();
+        std::fs::rename(&kept, &p).unwrap();
+    }
+    let pipe = d.join("pipe.toml");
+    mkfifo(&pipe);
+    let said = format!("{} is a named pipe (FIFO), not a file", pipe.display());
+    expect(
+        &rdml(&["train", "--config", pipe.to_str().unwrap(), "--out", "/nonexistent/x"]),
+        1,
+        &[&said],
+    );
+    expect(
+        &rdml(&["train", "--config", "/dev/zero", "--out", "/nonexistent/x"]),
+        1,
+        &["/dev/zero is a device, not a file"],
+    );
+    let idx = d.join("idx");
+    std::fs::create_dir_all(&idx).unwrap();
+    mkfifo(&idx.join("t10k-images-idx3-ubyte"));
+    let o = rdml(&["eval", "--model", r, "--data", idx.to_str().unwrap(), "--quiet"]);
+    expect(&o, 1, &["t10k-images-idx3-ubyte is a named pipe (FIFO), not a file"]);
+    expect(&rdml(&["eval", "--model", r, "--quiet"]), 0, &[]);
+    let _ = std::fs::remove_dir_all(&d);
+}

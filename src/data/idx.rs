@@ -113,7 +113,7 @@ pub fn find_pair(dir: &Path, stem: &str) -> Result<(std::path::PathBuf, std::pat
     let find = |kind: &str| -> Result<std::path::PathBuf> {
         for name in [format!("{stem}-{kind}-ubyte.gz"), format!("{stem}-{kind}-ubyte")] {
             let p = dir.join(&name);
-            if p.is_file() {
+            if crate::read::is_file(&p, crate::read::Follow::Links)? {
                 return Ok(p);
             }
         }

@@ -192,7 +192,7 @@ fn links_in_the_bookkeeping_are_never_followed() {
     std::fs::rename(d.join(L), mine.join("ledger")).unwrap();
     symlink(mine.join("ledger"), d.join(L)).unwrap();
     let e = format!("{:#}", Ledger::open(&d, L, "out").unwrap_err());
-    assert!(e.contains("is not a file rdml wrote (a link or a folder)"), "{e}");
+    assert!(e.contains("is a symbolic link, not a ledger rdml wrote"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&mine);
 }

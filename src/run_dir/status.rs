@@ -64,7 +64,10 @@ pub fn check_finished(dir: &Path) -> Result<RunStatus> {
     let p = dir.join(RUN);
     let run =
         status(dir).ok_or_else(|| crate::input_error(format!("{}: not a run.json written by rdml", p.display())))?;
-    crate::ensure_input!(dir.join(MODEL).is_file(), "{d}: the run has no model.safetensors");
+    crate::ensure_input!(
+        crate::read::is_file(&dir.join(MODEL), crate::read::Follow::Links)?,
+        "{d}: the run has no model.safetensors"
+    );
     Ok(run)
 }
 

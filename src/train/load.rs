@@ -58,7 +58,7 @@ fn finished_config(dir: &Path) -> Result<Experiment> {
     run_dir::check_finished(dir)?;
     let cfg = dir.join(run_dir::CONFIG);
     ensure!(
-        cfg.is_file(),
+        crate::read::is_file(&cfg, crate::read::Follow::Links)?,
         "{}: the finished run has no config.toml (removed since?)",
         dir.display()
     );
