@@ -170,6 +170,18 @@ pub fn json_problem(e: &serde_json::Error) -> String {
     }
 }
 
+/// One of rdml's own JSON files as `T`, a failure said in rdml's words: which file, what is wrong
+/// with it ([`json_problem`]) and `todo`, what to do about it.
+pub fn json<T: serde::de::DeserializeOwned>(bytes: &[u8], path: &Path, todo: &str) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        crate::input_error(format!(
+            "{}: not a file rdml can read ({}); {todo}",
+            path.display(),
+            json_problem(&e)
+        ))
+    })
+}
+
 /// The number of elements of a shape a model or a file declares, `None` where the product does
 /// not fit a `usize` (a wrapped product would pass a size check it should fail).
 pub fn declared_len(dims: &[usize]) -> Option<usize> {

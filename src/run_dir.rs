@@ -11,6 +11,7 @@ mod own;
 pub mod record;
 mod recover;
 mod replace;
+pub mod seal;
 pub mod status;
 
 pub use crate::owned::{new_token, remove_file};

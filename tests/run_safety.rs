@@ -1022,18 +1022,43 @@ fn a_lost_ledger_has_a_way_forward() {
     );
     assert!(!text(&o).contains("untagged enum"), "{}", text(&o));
     std::fs::rename(&ledger, d.join("ledger.damaged")).unwrap();
+    // A copy whose page the user edited: the page's seal no longer holds, so it is theirs.
+    let edited = d.join("edited");
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&run)
+            .arg(&edited)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut page = bytes(&edited.join("report.html"));
+    page.splice(0..0, b"<!-- my note -->".iter().copied());
+    std::fs::write(edited.join("report.html"), &page).unwrap();
     let o = rdml(&resume);
+    expect(
+        &o,
+        0,
+        &[
+            "re-recorded the files its other records prove it wrote (model.safetensors, config.toml, run.json, log.jsonl, report.html, grid.json)",
+            "Wrote",
+        ],
+    );
+    let e = edited.to_str().unwrap();
+    let resume_edited: Vec<&str> = resume.iter().map(|a| if *a == r { e } else { a }).collect();
+    let o = rdml(&resume_edited);
     expect(
         &o,
         1,
         &[
-            "re-recorded the files its other records prove it wrote (model.safetensors, config.toml, run.json, log.jsonl, grid.json)",
+            "(model.safetensors, config.toml, run.json, log.jsonl, grid.json)",
             "left as the user's: report.html",
             "report.html: rdml did not write this file",
         ],
     );
-    std::fs::rename(run.join("report.html"), d.join("report.html")).unwrap();
-    expect(&rdml(&resume), 0, &["Wrote"]);
+    std::fs::rename(edited.join("report.html"), d.join("report.html")).unwrap();
+    expect(&rdml(&resume_edited), 0, &["Wrote"]);
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -112,13 +112,13 @@ pub(super) fn write(path: &Path, members: Vec<(PathBuf, Vec<u8>)>, meta: &[(&str
 /// every member has the size and CRC-32 it lists.
 pub fn verify_set(path: &Path) -> Result<()> {
     let manifest = manifest_path(path);
-    let v: serde_json::Value = serde_json::from_slice(&crate::read::bookkeeping(&manifest).with_context(|| {
+    let bytes = crate::read::bookkeeping(&manifest).with_context(|| {
         format!(
             "{}: no manifest: the set is incomplete (its writing was interrupted)",
             manifest.display()
         )
-    })?)
-    .with_context(|| format!("{}: not JSON", manifest.display()))?;
+    })?;
+    let v: serde_json::Value = crate::read::json(&bytes, &manifest, "the set cannot be verified: write it again")?;
     let members = v["members"]
         .as_array()
         .with_context(|| format!("{}: no members", manifest.display()))?;

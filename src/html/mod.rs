@@ -17,7 +17,7 @@ use crate::attack::budget::Pgd;
 use crate::attack::robustness::Robustness;
 use crate::compare::Row as CompareRow;
 use crate::train::RunReport;
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Result, ensure};
 use burn::tensor::Device;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -187,7 +187,8 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
             ),
         ),
     }
-    crate::run_dir::put(dir, FILE, page.finish().as_bytes())?;
+    let page = crate::run_dir::seal::seal(dir, page.finish().into_bytes());
+    crate::run_dir::put(dir, FILE, &page)?;
     Ok(dir.join(FILE))
 }
 
@@ -248,10 +249,14 @@ fn compare_header(first: &str, after: &str) -> String {
 
 pub fn write_compare(dir: &Path) -> Result<PathBuf> {
     let p = dir.join("compare.json");
-    let v: serde_json::Value =
-        serde_json::from_slice(&crate::read::bookkeeping(&p)?).with_context(|| format!("{}: not JSON", p.display()))?;
-    let rows: Vec<CompareRow> = serde_json::from_value(v.get("rows").cloned().unwrap_or_default())
-        .with_context(|| format!("{}: `rows` is not a list of compare rows", p.display()))?;
+    let redo = "run the comparison again into a new folder";
+    let v: serde_json::Value = crate::read::json(&crate::read::bookkeeping(&p)?, &p, redo)?;
+    let rows: Vec<CompareRow> = serde_json::from_value(v.get("rows").cloned().unwrap_or_default()).map_err(|_| {
+        crate::input_error(format!(
+            "{}: its rows are not the compare rows rdml writes; {redo}",
+            p.display()
+        ))
+    })?;
     ensure!(!rows.is_empty(), "{}: no experiment finished yet", p.display());
     let mut page = Page::new("rdml report: compare");
     let sick = crate::compare::unhealthy(&rows);

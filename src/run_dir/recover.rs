@@ -5,9 +5,11 @@
 //! - `config.toml`: it reads as the config `run.json` holds (floats to single precision);
 //! - `model.safetensors`, `grid.json`, `robustness.json`: the model's digest is the one the
 //!   records derived from it hold (each record written from those very weights);
-//! - `log.jsonl`: every line an event rdml logs (rdml only appends to it).
+//! - `log.jsonl`: every line an event rdml logs (rdml only appends to it);
+//! - `report.html`: its seal holds for the page, the run's `run.json` and its model
+//!   ([`super::seal`]).
 
-use super::{CERTIFY, CKPT, CONFIG, GRID, LOG, MODEL, ROBUSTNESS, RUN, STATE};
+use super::{CERTIFY, CKPT, CONFIG, GRID, LOG, MODEL, REPORT, ROBUSTNESS, RUN, STATE};
 use crate::owned::Ledger;
 use crate::read::{BOOKKEEPING, Follow, bytes};
 use anyhow::Result;
@@ -70,6 +72,13 @@ fn proven(dir: &Path) -> Vec<&'static str> {
             .all(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v.get("event").is_some_and(Value::is_string)))
     }) {
         out.push(LOG);
+    }
+    // The seal ties the page to run.json and the model; it proves the page only with them.
+    if out.contains(&RUN)
+        && out.contains(&MODEL)
+        && bytes(&dir.join(REPORT), Follow::NoLinks, crate::read::ANY).is_ok_and(|b| super::seal::sealed(dir, &b))
+    {
+        out.push(REPORT);
     }
     out
 }

@@ -171,11 +171,14 @@ impl Trainer {
 
     pub(super) fn load_checkpoint(mut self, dir: &Path) -> Result<(Self, CheckpointState)> {
         self.resumed = true;
-        let state: CheckpointState = serde_json::from_slice(
-            &crate::read::bookkeeping(&dir.join(run_dir::STATE))
-                .with_context(|| format!("{}: no checkpoint to resume", dir.display()))?,
-        )
-        .with_context(|| format!("{}/state.json is corrupt", dir.display()))?;
+        let path = dir.join(run_dir::STATE);
+        let bytes =
+            crate::read::bookkeeping(&path).with_context(|| format!("{}: no checkpoint to resume", dir.display()))?;
+        let state: CheckpointState = crate::read::json(
+            &bytes,
+            &path,
+            "the checkpoint cannot be resumed: train the run again with ⟨overwrite!⟩",
+        )?;
         let err = |e: burn::store::RecordError| anyhow::anyhow!("{}: cannot load checkpoint: {e:?}", dir.display());
         self.net = self.net.try_load_file(dir.join("model.bpk")).map_err(err)?;
         self.loss_params = self.loss_params.try_load_file(dir.join("loss.bpk")).map_err(err)?;
