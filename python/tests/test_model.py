@@ -513,6 +513,12 @@ def test_certify_any_model_a_function_and_a_run_alike(tmp_path):
     kept = run.certify(**{k: v for k, v in kw.items() if k != "quiet"})
     stored = json.loads((tmp_path / "run" / "certify.json").read_text())["certified"]
     assert list(stored) == ["0", "0.1", "0.25"] and list(stored.values()) == list(kept["certified"].values())
+    # The curve's radii give the same certified Recall@1 at every radius, and the report draws it.
+    radii = kept["certified_radii"]
+    assert radii == sorted(radii, reverse=True)
+    for r, v in kept["certified"].items():
+        assert abs(100 * sum(x >= r for x in radii) / (kept["queries_used"] - kept["lone"]) - v) < 1e-9, r
+    assert "Certified Recall@1 over the ℓ2 radius" in (tmp_path / "run" / "report.html").read_text()
     for bad, match in [(dict(sigma=-1.0), "sigma"), (dict(radii=0.25), "radii"), (dict(alpha=0.7), "alpha")]:
         with pytest.raises(ValueError, match=match):
             rdml.certify(model, x, y, **{**kw, **bad})

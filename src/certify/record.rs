@@ -36,6 +36,11 @@ pub struct CertifyRecord {
     pub clean: f64,
     /// Queries whose bound was at most 1/2: no label certified at any radius.
     pub abstained: f64,
+    /// The radius of each query certified correct, largest first: the certified Recall@1 at any
+    /// radius `r` is the share of the `queries_used` whose radius is at least `r` (the curve the
+    /// report draws).
+    #[serde(default)]
+    pub certified_radii: Vec<f64>,
     pub seconds: f64,
     /// Each query's certificate, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +60,12 @@ pub struct Setting<'a> {
 }
 
 impl CertifyRecord {
+    /// The certified Recall@1 (percent) at radius `r`, from [`Self::certified_radii`].
+    pub fn certified_at(&self, r: f64) -> f64 {
+        let n = self.queries_used.saturating_sub(self.lone).max(1) as f64;
+        100.0 * self.certified_radii.iter().filter(|&&x| x >= r).count() as f64 / n
+    }
+
     /// The record of `c`, certified as `s` says.
     pub fn of(c: Certification, s: Setting) -> Self {
         let n = c.rows.len().max(1) as f64;
@@ -78,8 +89,79 @@ impl CertifyRecord {
             certified,
             clean: share(&|q| q.majority == q.label),
             abstained: share(&|q| q.radius.is_none()),
+            certified_radii: {
+                let mut r: Vec<f64> = c
+                    .rows
+                    .iter()
+                    .filter(|q| q.selected == q.label)
+                    .filter_map(|q| q.radius)
+                    .collect();
+                r.sort_by(|a, b| b.total_cmp(a));
+                r
+            },
             seconds: s.seconds,
             per_query: s.per_query.then_some(c.rows),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The curve the report draws (from each certified query's radius) is the record's
+    /// certified Recall@1 at every radius asked, and counts only queries certified correct.
+    #[test]
+    fn the_curve_is_the_certified_recall_at_every_radius() {
+        let q = |item: usize, label: u32, selected: u32, radius: Option<f64>| QueryCertificate {
+            item,
+            label,
+            selected,
+            count: 0,
+            p_lower: 0.0,
+            radius,
+            majority: selected,
+        };
+        let rows = vec![
+            q(0, 1, 1, Some(0.3)),
+            q(1, 1, 1, Some(0.05)),
+            q(2, 2, 1, Some(0.9)), // certified, but of the wrong label
+            q(3, 2, 2, None),      // abstained
+            q(4, 0, 0, Some(0.6)),
+        ];
+        let smoothing = Smoothing {
+            sigma: 0.25,
+            select: 10,
+            samples: 100,
+            alpha: 0.001,
+        };
+        let radii = [0.0, 0.1, 0.25, 0.5, 1.0];
+        let rec = CertifyRecord::of(
+            Certification {
+                rows,
+                lone: 1,
+                queries: 6,
+            },
+            Setting {
+                model: PathBuf::new(),
+                model_digest: None,
+                smoothing: &smoothing,
+                seed: 0,
+                queries: 6,
+                radii: &radii,
+                per_query: false,
+                seconds: 0.0,
+            },
+        );
+        assert_eq!(rec.certified_radii, vec![0.6, 0.3, 0.05]);
+        for r in radii {
+            let asked = rec.certified[&format!("{r}")].as_f64().unwrap();
+            assert!(
+                (rec.certified_at(r) - asked).abs() < 1e-9,
+                "{r}: {} vs {asked}",
+                rec.certified_at(r)
+            );
+        }
+        assert_eq!(rec.certified_at(0.25), 40.0);
     }
 }

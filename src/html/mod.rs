@@ -168,6 +168,7 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
             ),
         ),
     }
+    certified(dir, &mut page)?;
     match grid {
         Grid::None => {}
         Grid::Failed(e) => page.note(
@@ -190,6 +191,35 @@ fn write_run(dir: &Path, grid: Grid) -> Result<PathBuf> {
     let page = crate::run_dir::seal::seal(dir, page.finish().into_bytes());
     crate::run_dir::put(dir, FILE, &page)?;
     Ok(dir.join(FILE))
+}
+
+/// The run's certification ([`crate::certify`]) when it has one: its curve, or why it is not
+/// shown (computed on other weights, or not a record rdml can read).
+fn certified(dir: &Path, page: &mut Page) -> Result<()> {
+    let p = dir.join(crate::run_dir::CERTIFY);
+    if !crate::read::is_file(&p, crate::read::Follow::NoLinks)? {
+        return Ok(());
+    }
+    let todo = "the report leaves it out; move it aside and certify the model again to have it";
+    let rec: crate::certify::record::CertifyRecord = match crate::read::json(&crate::read::bookkeeping(&p)?, &p, todo) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::notes::warn(format!("{e:#}"));
+            return Ok(());
+        }
+    };
+    let now = crate::run_dir::model_digest(dir)?;
+    match &rec.model_digest {
+        Some(d) if *d != now => page.note(
+            "Certified Recall@1",
+            &format!(
+                "{} was computed on other weights (its model was {d}, the run's is {now}): not shown.",
+                crate::run_dir::CERTIFY
+            ),
+        ),
+        _ => page.certified(&rec)?,
+    }
+    Ok(())
 }
 
 /// `run.json` of a finished run, or an error naming what is missing.

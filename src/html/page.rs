@@ -226,6 +226,42 @@ impl Page {
         Ok(())
     }
 
+    /// Certified Recall@1 by randomized smoothing ([`crate::certify`]): the record's setting, its
+    /// radii asked, and the curve over every radius its queries were certified at.
+    pub(crate) fn certified(&mut self, c: &crate::certify::record::CertifyRecord) -> Result<()> {
+        self.section("Certified Recall@1 (randomized smoothing of the query)");
+        let _ = write!(
+            self.body,
+            "<p>σ {} (pixels of [0, 1] images), n₀ {}, n {}, α {}, seed {}: {} queries ({} lone, left out). \
+             Smoothed Recall@1 (majority label, no certificate) <b>{:.1}</b>; abstained {:.1} %. \
+             The top-1 of a certified query keeps its label for any ℓ2 perturbation of the query below its \
+             radius (Cohen et al. 2019, Theorem 1), with probability at least 1 − α; the gallery is not \
+             perturbed.</p>",
+            c.sigma, c.select, c.samples, c.alpha, c.seed, c.queries_used, c.lone, c.clean, c.abstained
+        );
+        self.body
+            .push_str("<table><tr><th>ℓ2 radius</th><th>certified Recall@1</th></tr>");
+        for (r, v) in &c.certified {
+            let v = v.as_f64().map_or("-".into(), |v| format!("{v:.1}"));
+            let _ = write!(self.body, "<tr><td>{}</td><td>{v}</td></tr>", esc(r));
+        }
+        self.body.push_str("</table>");
+        let top = c.certified_radii.first().copied().unwrap_or(0.0).max(1e-6) * 1.05;
+        let pts: Vec<(f64, f64)> = (0..=40)
+            .map(|i| {
+                let r = top * f64::from(i) / 40.0;
+                (r, c.certified_at(r))
+            })
+            .collect();
+        self.figure(&plot::lines(
+            "Certified Recall@1 over the ℓ2 radius",
+            "radius (ℓ2, pixels of [0, 1])",
+            "certified Recall@1 (%)",
+            &[("certified".into(), pts)],
+        )?);
+        Ok(())
+    }
+
     pub(crate) fn grid(&mut self, rows: &[grid::GridRow], pgd: &Pgd) {
         self.section("Retrieval grid");
         let _ = write!(

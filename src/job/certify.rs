@@ -1,6 +1,7 @@
 //! Certified Recall@1 of a run folder's model: `rdml certify` and Python's `Run.certify`. The
-//! record is kept in the run folder as `certify.json` (unless its model changed meanwhile) and
-//! written to `out` when given.
+//! record is kept in the run folder as `certify.json` (unless its model changed meanwhile), the
+//! run's report rewritten with its curve (from the folder's records: no model loaded), and the
+//! record written to `out` when given.
 
 use crate::certify::options::CertifyOptions;
 use crate::certify::record::{CertifyRecord, FILE};
@@ -61,6 +62,9 @@ impl CertifyJob {
                 false
             }
         };
+        if stored && let Err(e) = crate::html::write(&self.model) {
+            crate::notes::warn(format!("{}/report.html not written: {e:#}", self.model.display()));
+        }
         Ok(Certified { record, stored })
     }
 }
