@@ -21,6 +21,7 @@
 pub mod bound;
 pub mod options;
 pub mod record;
+mod soundness;
 
 use crate::attack::context::Context;
 use crate::attack::objective::dist_to_all;
