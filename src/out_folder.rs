@@ -16,17 +16,17 @@ pub const MARKER: &str = ".rdml-scored.json";
 /// refused later leaves nothing behind.
 pub fn check(dir: &Path, names: &[&str]) -> Result<PathBuf> {
     crate::run_dir::refuse_own_folder(dir, dir).map_err(|e| crate::input_error(format!("out: {e:#}")))?;
+    crate::ensure_input!(
+        !crate::run_dir::is_run_folder_resolved(dir),
+        "out: {} is an rdml run folder, whose robustness record is its own model's; choose another folder",
+        dir.display()
+    );
     let Ok(meta) = std::fs::symlink_metadata(dir) else {
         return Ok(dir.to_path_buf());
     };
     crate::ensure_input!(
         meta.is_dir(),
         "out: {} exists and is not a folder (a file or a link); expected a folder for the record and report",
-        dir.display()
-    );
-    crate::ensure_input!(
-        !crate::run_dir::is_run_folder(dir),
-        "out: {} is an rdml run folder, whose robustness record is its own model's; choose another folder",
         dir.display()
     );
     Ledger::open(dir, MARKER, "out")?.check_free(names.iter().copied(), "out")?;

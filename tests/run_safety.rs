@@ -924,12 +924,22 @@ fn no_output_goes_into_a_runs_own_folders() {
     // (resolved as it will be once made), and through a link to the checkpoint then a new folder.
     let link = d.join("lnk");
     std::os::unix::fs::symlink(&ckpt, &link).unwrap();
+    let kept = ["a folder the rdml run in", "keeps for itself"];
+    let up = ["goes up ('..') out of", "a folder that does not exist yet"];
+    // The checkpoint under another name, as a bind mount would show it (a copy of its files).
+    let alias = d.join("alias");
+    std::fs::create_dir_all(&alias).unwrap();
+    for f in ["state.json", "model.bpk"] {
+        std::fs::copy(ckpt.join(f), alias.join(f)).unwrap();
+    }
+    let by_content = ["it holds a run's checkpoint or replaced run", "keeps for itself"];
     let ways = [
-        (run.clone(), "checkpoint", ".rdml-replaced"),
-        (run.join("nx"), "../checkpoint", "../.rdml-replaced"),
-        (link.clone(), "new", "new"),
+        (run.clone(), "checkpoint", ".rdml-replaced", kept),
+        (run.join("nx"), "../checkpoint", "../.rdml-replaced", up),
+        (link.clone(), "new", "new", kept),
+        (alias.clone(), "new", "new", by_content),
     ];
-    for (base, ckpt_way, replaced_way) in &ways {
+    for (base, ckpt_way, replaced_way, said) in &ways {
         let inside = |p: &str| base.join(p).to_str().unwrap().to_string();
         let (compare_out, train_out) = (inside(ckpt_way), inside(&format!("{ckpt_way}/x")));
         let import_out = inside(&format!("{ckpt_way}/imp"));
@@ -963,11 +973,11 @@ fn no_output_goes_into_a_runs_own_folders() {
                 &examples_out,
             ],
         ] {
-            expect(&rdml(&args), 1, &["a folder the rdml run in", "keeps for itself"]);
+            expect(&rdml(&args), 1, said);
         }
         // A file output there: refused before any work, and before any folder is made.
         let out = inside(&format!("{ckpt_way}/sub/m.json"));
-        expect(&rdml(&["eval", "--model", r, "--out", &out]), 1, &["keeps for itself"]);
+        expect(&rdml(&["eval", "--model", r, "--out", &out]), 1, said);
     }
     assert!(!run.join("nx").exists(), "a folder was made before the refusal");
     // A file output named as a ledger, anywhere.

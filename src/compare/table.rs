@@ -158,15 +158,15 @@ const WHAT: &str = "⟨out⟩";
 /// not a run: the runs go into it), whose `compare.json` and `compare.md`, if any, rdml wrote.
 pub(super) fn check_out(out: &std::path::Path) -> Result<()> {
     crate::run_dir::refuse_own_folder(out, out)?;
+    anyhow::ensure!(
+        !crate::run_dir::is_run_folder_resolved(out),
+        "⟨out⟩ {}: is an rdml run folder; the comparison's runs and tables go into a folder of their own",
+        out.display()
+    );
     if let Ok(m) = std::fs::symlink_metadata(out) {
         anyhow::ensure!(
             m.is_dir(),
             "⟨out⟩ {}: exists and is not a folder (a file or a link); expected the comparison's folder",
-            out.display()
-        );
-        anyhow::ensure!(
-            !crate::run_dir::is_run_folder(out),
-            "⟨out⟩ {}: is an rdml run folder; the comparison's runs and tables go into a folder of their own",
             out.display()
         );
     }

@@ -51,6 +51,9 @@ pub fn parse_images(bytes: &[u8], what: &str) -> Result<IdxImages> {
     let n = be_u32(bytes, 4) as usize;
     let rows = be_u32(bytes, 8) as usize;
     let cols = be_u32(bytes, 12) as usize;
+    if rows == 0 || cols == 0 {
+        bail!("{what}: the header declares images of {rows}x{cols} pixels; an image holds one at least");
+    }
     let want = n.checked_mul(rows).and_then(|v| v.checked_mul(cols)).with_context(|| {
         format!("{what}: the header's dimensions {n} × {rows} × {cols} overflow (a damaged or non-IDX file)")
     })?;
@@ -143,6 +146,9 @@ mod tests {
         assert_eq!(p.pixels[7], 8);
         let err = parse_images(&img[..20], "x").unwrap_err().to_string();
         assert!(err.contains("8 bytes"), "{err}");
+        // Images of no pixels (issue 52: a panic once they reached a model).
+        let err = parse_images(&header(2051, &[10, 0, 0]), "x").unwrap_err().to_string();
+        assert!(err.contains("images of 0x0 pixels"), "{err}");
         let err = parse_labels(&img, "lab.gz").unwrap_err().to_string();
         assert!(err.contains("lab.gz") && err.contains("2049"), "{err}");
     }

@@ -35,6 +35,18 @@ impl Embeddings {
                 at % dim.max(1)
             )));
         }
+        // Finite but so large that a squared distance overflows single precision (‖a − b‖² up to
+        // 4·D·max²): every distance would be infinite and every ranking a tie.
+        let limit = (f32::MAX / (4.0 * dim.max(1) as f32)).sqrt();
+        if let Some(at) = data.iter().position(|v| v.abs() > limit) {
+            return Err(crate::input_error(format!(
+                "embeddings: item {} holds {:e} in dimension {}, too large for distances in single precision \
+                 (at most {limit:.1e} in {dim} dimensions): scale the embeddings down (or L2-normalise them)",
+                at / dim.max(1),
+                data[at],
+                at % dim.max(1)
+            )));
+        }
         Ok(Self { data, n, dim })
     }
     pub fn row(&self, i: usize) -> &[f32] {
@@ -224,6 +236,13 @@ mod tests {
                 "{e}"
             );
         }
+        // Finite, but its squared distances overflow single precision.
+        let e = format!("{:#}", Embeddings::new(vec![0.0, 1e20, 2.0, 3.0], 2, 2).unwrap_err());
+        assert!(
+            e.contains("item 0 holds 1e20 in dimension 1, too large for distances"),
+            "{e}"
+        );
+        assert!(Embeddings::new(vec![0.0, 1e15, 2.0, 3.0], 2, 2).is_ok());
     }
 
     #[test]

@@ -360,14 +360,22 @@ fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>> {
 /// C2F2's first fully-connected layer has `64·(H/4)·(W/4)·1024` weights: checked against a
 /// stated limit before it is allocated (a 1024² crop asked 17 GB and aborted the process).
 fn check_c2f2_size([_, h, w]: [usize; 3]) -> Result<()> {
+    // Two 2×2 poolings: an image under 4×4 leaves its first fully-connected layer no input.
+    crate::ensure_input!(
+        h >= 4 && w >= 4,
+        "model.arch = c2f2 on {h}×{w} images: it needs images of 4×4 pixels at least (it halves them twice)"
+    );
     const MAX_FC1_BYTES: u64 = 4 << 30;
-    let weights = 64 * (h as u64 / 4) * (w as u64 / 4) * 1024;
+    // Saturating: a declared size at the edge must not wrap into a small one.
+    let weights = [h as u64 / 4, w as u64 / 4, 1024]
+        .iter()
+        .fold(64u64, |a, &d| a.saturating_mul(d));
     ensure!(
-        weights * 4 <= MAX_FC1_BYTES,
+        weights.saturating_mul(4) <= MAX_FC1_BYTES,
         "model.arch = c2f2 on {h}×{w} images: its first fully-connected layer would hold {weights} weights \
          ({:.1} GiB), beyond rdml's limit of {} GiB; C2F2 is a network for small images (28×28): lower \
          data.crop, or choose model.arch = resnet18",
-        (weights * 4) as f64 / (1u64 << 30) as f64,
+        weights as f64 * 4.0 / (1u64 << 30) as f64,
         MAX_FC1_BYTES >> 30
     );
     Ok(())
@@ -386,5 +394,16 @@ mod size_tests {
         );
         assert!(super::check_c2f2_size([1, 28, 28]).is_ok());
         assert!(super::check_c2f2_size([3, 224, 224]).is_ok());
+        // Issue 52: too small for its poolings (a NaN initialisation and a panic before), and at
+        // the edge of a u32 header (a wrapped product before).
+        let e = super::check_c2f2_size([1, 1, 1]).unwrap_err().to_string();
+        assert!(e.contains("it needs images of 4×4 pixels at least"), "{e}");
+        let edge = u32::MAX as usize;
+        assert!(
+            super::check_c2f2_size([1, edge, edge])
+                .unwrap_err()
+                .to_string()
+                .contains("beyond rdml's limit")
+        );
     }
 }

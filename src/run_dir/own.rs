@@ -35,6 +35,7 @@ pub fn resolve_as_created(path: &Path) -> Option<PathBuf> {
 /// run's checkpoint): the run's next `train --resume` or `--overwrite` would remove what was
 /// written there. `shown` is the output as the user named it.
 pub fn refuse_own_folder(dir: &Path, shown: &Path) -> Result<()> {
+    refuse_up_from_missing(dir, shown)?;
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -42,26 +43,67 @@ pub fn refuse_own_folder(dir: &Path, shown: &Path) -> Result<()> {
     };
     let resolved = resolve_as_created(dir);
     let lexical = dir.ancestors().take_while(|a| !a.as_os_str().is_empty());
-    for inner in lexical.chain(resolved.iter().flat_map(|r| r.ancestors())) {
-        let (Some(name), Some(run)) = (inner.file_name().and_then(|n| n.to_str()), inner.parent()) else {
-            continue;
-        };
-        let run = if run.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            run
-        };
-        if is_own_folder(name) && is_run_folder(run) {
-            return Err(crate::input_error(format!(
-                "{} is inside {}, a folder the rdml run in {} keeps for itself (its checkpoint or a replaced \
-                 run; the run's next ⟨resume!⟩ or ⟨overwrite!⟩ would remove it); choose a path outside it",
-                shown.display(),
-                inner.display(),
-                run.display()
-            )));
-        }
+    let ancestors: Vec<&Path> = lexical.chain(resolved.iter().flat_map(|r| r.ancestors())).collect();
+    // By its name in its run first; then by what it holds (a checkpoint's trainer state and
+    // weights, a stash's journal): a checkpoint reached under another name (a bind mount) is one.
+    let by_name = ancestors.iter().find_map(|inner| {
+        let name = inner.file_name().and_then(|n| n.to_str())?;
+        let run = inner
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (is_own_folder(name) && is_run_folder(run)).then(|| (*inner, format!("the rdml run in {}", run.display())))
+    });
+    let by_content = || {
+        ancestors.iter().find_map(|inner| {
+            let holds = |f: &str| inner.join(f).is_file();
+            (holds(super::STATE) && holds("model.bpk") || holds(super::replace::JOURNAL)).then(|| {
+                (
+                    *inner,
+                    "an rdml run (it holds a run's checkpoint or replaced run)".to_string(),
+                )
+            })
+        })
+    };
+    if let Some((inner, whose)) = by_name.or_else(by_content) {
+        return Err(crate::input_error(format!(
+            "{} is inside {}, a folder {whose} keeps for itself (its checkpoint or a replaced run; the run's next \
+             ⟨resume!⟩ or ⟨overwrite!⟩ would remove it); choose a path outside it",
+            shown.display(),
+            inner.display(),
+        )));
     }
     refuse_bookkeeping_name(dir)
+}
+
+/// Refuses a path that goes up (`..`) out of a folder that does not exist yet (`RUN/new/..`): it
+/// names one folder and, once its folders are made, is another (the run itself, or its
+/// checkpoint), which every check made on the path as written would miss.
+fn refuse_up_from_missing(dir: &Path, shown: &Path) -> Result<()> {
+    let mut at = PathBuf::new();
+    let mut missing: Option<PathBuf> = None;
+    for c in dir.components() {
+        if c == Component::ParentDir
+            && let Some(m) = &missing
+        {
+            return Err(crate::input_error(format!(
+                "{}: goes up ('..') out of {}, a folder that does not exist yet; name the folder without it",
+                shown.display(),
+                m.display()
+            )));
+        }
+        at.push(c);
+        if missing.is_none() && c != Component::ParentDir && std::fs::symlink_metadata(&at).is_err() {
+            missing = Some(at.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` is a run folder as written or as it will resolve once made (`RUN/new/..` is
+/// `RUN`): an output folder that must not be a run's (a comparison's, a scored model's) asks this.
+pub fn is_run_folder_resolved(dir: &Path) -> bool {
+    is_run_folder(dir) || resolve_as_created(dir).is_some_and(|r| is_run_folder(&r))
 }
 
 /// Whether `name` is one rdml gives its own bookkeeping (a run's marker, a ledger, a journal, a

@@ -20,7 +20,7 @@ use std::path::Path;
 /// Where the replaced run's files wait.
 pub(super) const REPLACED: &str = ".rdml-replaced";
 /// The stash's journal.
-const JOURNAL: &str = ".rdml-journal.json";
+pub(super) const JOURNAL: &str = ".rdml-journal.json";
 
 /// Every name a run writes, checkpoints included: the names a replacement moves.
 fn run_names() -> impl Iterator<Item = &'static str> {
