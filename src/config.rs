@@ -229,8 +229,9 @@ impl Experiment {
     /// Parses TOML text; `origin` names it in errors (which carry the line and column).
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Self> {
         // First parse as written, so an error in the file reports its line.
-        let _: Experiment = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
-        let mut value: toml::Value = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let said = |e: toml::de::Error| anyhow::anyhow!("{origin}: {}", crate::field::plain_serde(&e.to_string()));
+        let _: Experiment = toml::from_str(text).map_err(said)?;
+        let mut value: toml::Value = toml::from_str(text).map_err(said)?;
         for w in repeated_overrides(overrides) {
             crate::notes::warn(w);
         }

@@ -22,6 +22,38 @@ pub fn yes() -> bool {
     true
 }
 
+/// A serde message in rdml's words: the phrases serde's derive writes (`missing field`,
+/// `unknown field`, `invalid type`, `unknown variant`) said as what the user wrote wrong.
+pub fn plain_serde(msg: &str) -> String {
+    let unquote = |s: &str| s.replace('`', "");
+    msg.lines()
+        .map(|line| {
+            if let Some((head, rest)) = line.split_once("missing field `") {
+                let name = rest.split('`').next().unwrap_or_default();
+                format!("{head}the key {name} is required here and missing")
+            } else if let Some((head, rest)) = line.split_once("unknown field `") {
+                let (name, expected) = rest.split_once('`').unwrap_or((rest, ""));
+                let keys = expected
+                    .trim_start_matches(", expected one of ")
+                    .trim_start_matches(", expected ");
+                format!("{head}{name} is not a key here (the keys: {})", unquote(keys))
+            } else if let Some((head, rest)) = line.split_once("unknown variant `") {
+                let (name, expected) = rest.split_once('`').unwrap_or((rest, ""));
+                let names = expected
+                    .trim_start_matches(", expected one of ")
+                    .trim_start_matches(", expected ");
+                format!("{head}{name} is not one of {}", unquote(names))
+            } else if let Some((head, rest)) = line.split_once("invalid type: ") {
+                let (found, expected) = rest.split_once(", expected ").unwrap_or((rest, "another kind"));
+                format!("{head}a value of the wrong kind ({found}, where {expected} was expected)")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// How a front end names an option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Words {
@@ -113,6 +145,27 @@ pub fn render(msg: &str, words: Words) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// serde's phrases said as what the user wrote wrong (issue 52: no serde words in messages).
+    #[test]
+    fn serde_phrases_in_rdmls_words() {
+        assert_eq!(
+            plain_serde("missing field `dataset`"),
+            "the key dataset is required here and missing"
+        );
+        assert_eq!(
+            plain_serde("unknown field `margn`, expected one of `distance`, `margin`"),
+            "margn is not a key here (the keys: distance, margin)"
+        );
+        assert_eq!(
+            plain_serde("unknown variant `l3`, expected `linf` or `l2`"),
+            "l3 is not one of linf or l2"
+        );
+        assert_eq!(
+            plain_serde("at line 2: invalid type: string \"x\", expected usize"),
+            "at line 2: a value of the wrong kind (string \"x\", where usize was expected)"
+        );
+    }
 
     /// Python's words here; the command line's are tested with the command (`src/cli`).
     #[test]

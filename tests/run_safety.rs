@@ -1164,5 +1164,23 @@ fn a_pipe_where_a_file_is_read_is_named_as_one() {
     let o = rdml(&["eval", "--model", r, "--data", idx.to_str().unwrap(), "--quiet"]);
     expect(&o, 1, &["t10k-images-idx3-ubyte is a named pipe (FIFO), not a file"]);
     expect(&rdml(&["eval", "--model", r, "--quiet"]), 0, &[]);
+    // What is wrong and what to do, in rdml's words: a device as the data's folder, a config
+    // missing a key, a dangling link as an output folder, a damaged checkpoint state.
+    let o = rdml(&["eval", "--model", r, "--data", "/dev/zero", "--quiet"]);
+    expect(&o, 1, &["/dev/zero: is a device, not a folder"]);
+    let config = d.join("c.toml");
+    std::fs::write(&config, "[data]\n").unwrap();
+    let o = rdml(&["train", "--config", config.to_str().unwrap(), "--out", "/nonexistent/x"]);
+    expect(&o, 1, &["the key dataset is required here and missing"]);
+    assert!(!text(&o).contains("missing field"), "{}", text(&o));
+    let dangling = d.join("dangling");
+    std::os::unix::fs::symlink(d.join("nowhere"), &dangling).unwrap();
+    let mut train = vec!["train", "--out", dangling.to_str().unwrap()];
+    train.extend(QUICK);
+    expect(&rdml(&train), 1, &["is a symbolic link that leads nowhere"]);
+    std::fs::write(run.join("checkpoint/state.json"), br#"{"epoch": -1}"#).unwrap();
+    let mut resume = vec!["train", "--out", r, "--resume"];
+    resume.extend(QUICK);
+    expect(&rdml(&resume), 1, &["state.json: no epochs_done count", "--overwrite"]);
     let _ = std::fs::remove_dir_all(&d);
 }

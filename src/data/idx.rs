@@ -108,6 +108,15 @@ pub fn read_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
 
 /// Finds `<stem>-images-idx3-ubyte[.gz]` and `<stem>-labels-idx1-ubyte[.gz]` in `dir`.
 pub fn find_pair(dir: &Path, stem: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    if let Ok(m) = std::fs::metadata(dir)
+        && !m.is_dir()
+    {
+        bail!(
+            "{}: is {}, not a folder (data.root, or ⟨data⟩, must name the folder of the IDX files)",
+            dir.display(),
+            crate::read::kind(&m).unwrap_or("a file")
+        );
+    }
     anyhow::ensure!(
         dir.is_dir(),
         "{}: no such folder (data.root, or ⟨data⟩, must name the folder of the IDX files)",

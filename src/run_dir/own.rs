@@ -93,6 +93,14 @@ fn refuse_up_from_missing(dir: &Path, shown: &Path) -> Result<()> {
             )));
         }
         at.push(c);
+        let link = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink());
+        crate::ensure_input!(
+            !link || std::fs::metadata(&at).is_ok(),
+            "{}: {} is a symbolic link that leads nowhere (dangling or looping): rdml makes no folder through \
+             it; remove it or name another path",
+            shown.display(),
+            at.display()
+        );
         if missing.is_none() && c != Component::ParentDir && std::fs::symlink_metadata(&at).is_err() {
             missing = Some(at.clone());
         }

@@ -164,9 +164,13 @@ fn resume(
     trainer: Trainer,
     config_toml: &str,
 ) -> Result<(Trainer, Done)> {
-    let ckpt = run
-        .checkpoint()
-        .with_context(|| format!("{}: no complete checkpoint to resume", opts.out.display()))?;
+    let ckpt = run.checkpoint().ok_or_else(|| {
+        crate::input_error(format!(
+            "{}: no complete checkpoint to resume ({})",
+            opts.out.display(),
+            crate::run_dir::checkpoint_problem(&opts.out)
+        ))
+    })?;
     let (mut trainer, state) = trainer.load_checkpoint(&ckpt)?;
     // Compared as this version writes both: a checkpoint of an earlier rdml keeps its layout.
     let stored = Experiment::rewritten(&state.config_toml).unwrap_or_else(|| state.config_toml.clone());
