@@ -198,6 +198,10 @@ fn a_gallery_holding_the_queries_images_is_read_by_content() {
     said();
     let reversed = eval(Some(set.subset("g", &(0..60).rev().collect::<Vec<_>>()))).unwrap();
     assert_eq!(reversed.retrieval.recall, alone.retrieval.recall);
+    // Each query's image twice: the second copy is left out too (it ranked first before).
+    let twice: Vec<usize> = (0..60).chain((0..60).rev()).collect();
+    let doubled = eval(Some(set.subset("g", &twice))).unwrap();
+    assert_eq!(doubled.retrieval.recall, alone.retrieval.recall);
     assert!(alone.retrieval.recall_at(1).unwrap() < 0.95);
     // Half the queries' images among 100 others: each left out of its own list only.
     let half: Vec<usize> = (30..60).chain(100..200).collect();
@@ -210,6 +214,11 @@ fn a_gallery_holding_the_queries_images_is_read_by_content() {
     );
     assert!(
         said.iter().any(|t| t.contains("holds 30 of the 60 queries' own items")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|t| t.contains("60 further copies of queries' own items")),
         "{said:?}"
     );
     // Every query alone in its class: an error naming the split.

@@ -66,11 +66,44 @@ impl Overlap {
     }
 }
 
+/// What a gallery holds of the queries' own items: how they relate ([`Overlap`], its rows counted
+/// in the gallery without `copies`), and the rows that are further copies of an item a query
+/// already found (a query's own image ranks first at distance 0 however often it is there), to
+/// leave out of the gallery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub overlap: Overlap,
+    pub copies: Vec<usize>,
+}
+
+impl Found {
+    /// What a caller is told (`None`: nothing to say).
+    pub fn note(&self) -> Option<String> {
+        let copies = (!self.copies.is_empty()).then(|| {
+            format!(
+                "the gallery holds {} further copies of queries' own items, left out of it (a query's own image \
+                 ranks first at distance 0 however often it is there)",
+                self.copies.len()
+            )
+        });
+        match (self.overlap.note(), copies) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The gallery's rows that stay (all but the copies), in order, of `rows`.
+    pub fn kept(&self, rows: usize) -> Vec<usize> {
+        let drop: std::collections::HashSet<usize> = self.copies.iter().copied().collect();
+        (0..rows).filter(|j| !drop.contains(j)).collect()
+    }
+}
+
 /// The gallery rows that are queries' own items: rows of `width` values, equal bit for bit (so
 /// `-0.0` and `0.0` differ, and a NaN row matches its own copy) and with an equal label. Each
-/// gallery row is one query's at most: a gallery holding two copies of an item keeps the second
-/// as an item of its own.
-pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[f32], &[L]), width: usize) -> Overlap {
+/// gallery row is one query's at most; a second copy of an item a query found is one of
+/// [`Found::copies`].
+pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[f32], &[L]), width: usize) -> Found {
     let (q, ql) = queries;
     let (g, gl) = gallery;
     let width = width.max(1);
@@ -99,7 +132,7 @@ pub fn content_key<L: std::hash::Hash>(values: &[f32], label: &L) -> u128 {
 
 /// [`own_copies`] for items known by their [`content_key`] alone (a data set's images, keyed as
 /// they are decoded for embedding, so no second copy of them is kept).
-pub fn own_copies_keyed(queries: &[u128], gallery: &[u128]) -> Overlap {
+pub fn own_copies_keyed(queries: &[u128], gallery: &[u128]) -> Found {
     matched(
         (queries.len(), &|i| queries[i]),
         (gallery.len(), &|j| gallery[j]),
@@ -109,26 +142,48 @@ pub fn own_copies_keyed(queries: &[u128], gallery: &[u128]) -> Overlap {
 
 type Keys<'a> = (usize, &'a dyn Fn(usize) -> u128);
 
-/// Each query's own gallery row: one of equal key for which `same` holds, each row taken once.
-fn matched((nq, kq): Keys, (ng, kg): Keys, same: &dyn Fn(usize, usize) -> bool) -> Overlap {
+/// Each query's own gallery row (one of equal key for which `same` holds, each row taken once),
+/// then the further rows equal to a query's own: the copies.
+fn matched((nq, kq): Keys, (ng, kg): Keys, same: &dyn Fn(usize, usize) -> bool) -> Found {
     let mut rows: HashMap<u128, Vec<usize>> = HashMap::new();
     for j in 0..ng {
         rows.entry(kg(j)).or_default().push(j);
     }
     let mut taken = vec![false; ng];
-    let own: Vec<Option<usize>> = (0..nq)
+    let first: Vec<Option<usize>> = (0..nq)
         .map(|i| {
             let j = rows.get(&kq(i))?.iter().copied().find(|&j| !taken[j] && same(i, j))?;
             taken[j] = true;
             Some(j)
         })
         .collect();
-    let found = own.iter().flatten().count();
-    match found {
-        0 => Overlap::Apart,
-        f if f == nq && f == ng => Overlap::Queries,
-        found => Overlap::Some { own, found },
+    let mut copies = vec![];
+    for (i, _) in first.iter().enumerate().filter(|(_, f)| f.is_some()) {
+        for &j in rows.get(&kq(i)).into_iter().flatten() {
+            if !taken[j] && same(i, j) {
+                taken[j] = true;
+                copies.push(j);
+            }
+        }
     }
+    copies.sort_unstable();
+    let found = Found {
+        overlap: Overlap::Apart,
+        copies,
+    };
+    // Each own row's place in the gallery without the copies.
+    let mut place = vec![0usize; ng];
+    for (new, old) in found.kept(ng).into_iter().enumerate() {
+        place[old] = new;
+    }
+    let own: Vec<Option<usize>> = first.iter().map(|f| f.map(|j| place[j])).collect();
+    let count = own.iter().flatten().count();
+    let overlap = match count {
+        0 => Overlap::Apart,
+        f if f == nq && f == ng - found.copies.len() => Overlap::Queries,
+        found => Overlap::Some { own, found },
+    };
+    Found { overlap, ..found }
 }
 
 #[cfg(test)]
@@ -142,30 +197,52 @@ mod tests {
         assert_eq!(ids.ids(&[-3, 9]), vec![1, 2]);
     }
 
-    /// The queries' own items are found whatever the order and subset, by values and label.
+    /// The queries' own items are found whatever the order and subset, by values and label; a
+    /// further copy of a query's own item is left out of the gallery.
     #[test]
     fn own_items_are_found_by_content_in_any_order_or_subset() {
         let q = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0];
         let ql = [0, 1, 2];
         let permuted = [4.0, 5.0, 0.0, 1.0, 2.0, 3.0];
-        assert_eq!(own_copies((&q, &ql), (&permuted, &[2, 0, 1]), 2), Overlap::Queries);
+        let queries = |f: Found| {
+            assert!(f.copies.is_empty());
+            f.overlap
+        };
+        assert_eq!(
+            queries(own_copies((&q, &ql), (&permuted, &[2, 0, 1]), 2)),
+            Overlap::Queries
+        );
         let subset = [9.0, 9.0, 2.0, 3.0];
         let o = own_copies((&q, &ql), (&subset, &[0, 1]), 2);
         assert_eq!(
-            o,
+            o.overlap,
             Overlap::Some {
                 own: vec![None, Some(1), None],
                 found: 1
             }
         );
         assert!(o.note().unwrap().contains("1 of the 3 queries' own items"));
-        // The same values under another label are another item; so is a second copy.
+        // The same values under another label are another item.
         assert_eq!(
-            own_copies((&q, &ql), (&permuted, &[2, 1, 1]), 2).own(3),
+            own_copies((&q, &ql), (&permuted, &[2, 1, 1]), 2).overlap.own(3),
             vec![None, Some(2), Some(0)]
         );
-        let twice = [0.0, 1.0, 0.0, 1.0];
-        assert_eq!(own_copies((&q[..2], &[0]), (&twice, &[0, 0]), 2).own(1), vec![Some(0)]);
-        assert_eq!(own_copies((&q, &ql), (&[7.0, 7.0], &[0]), 2), Overlap::Apart);
+        assert_eq!(queries(own_copies((&q, &ql), (&[7.0, 7.0], &[0]), 2)), Overlap::Apart);
+        // Each query's image twice among another item: one is its own, the other a copy, and
+        // its own row is counted in the gallery without the copies.
+        let twice = [0.0, 1.0, 9.0, 9.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0];
+        let f = own_copies((&q[..4], &ql[..2]), (&twice, &[0, 0, 0, 1, 1]), 2);
+        assert_eq!(f.copies, vec![2, 4]);
+        assert_eq!(f.kept(5), vec![0, 1, 3]);
+        assert_eq!(f.overlap.own(2), vec![Some(0), Some(2)]);
+        assert!(
+            f.note()
+                .unwrap()
+                .contains("2 further copies of queries' own items, left out")
+        );
+        // The queries twice over: leave-one-out once the copies are gone.
+        let doubled = [q, q].concat();
+        let f = own_copies((&q, &ql), (&doubled, &[0, 1, 2, 0, 1, 2]), 2);
+        assert_eq!((f.overlap, f.copies), (Overlap::Queries, vec![3, 4, 5]));
     }
 }

@@ -151,7 +151,7 @@ fn embed_keyed(
 /// (found by content as the model sees them, in any order or subset) is read as
 /// [`score_given`] reads given embeddings, with a warning naming it.
 pub fn evaluate(model: &EmbeddingNet, test: &EvalSet, cfg: &EvalConfig, seed: u64, device: &Device) -> Result<Metrics> {
-    use crate::data::labelled::{Overlap, own_copies_keyed};
+    use crate::data::labelled::{Found, Overlap, own_copies_keyed};
     let t0 = Instant::now();
     let keyed = test.gallery.is_some();
     let (q, qkeys) = embed_keyed(model, &test.query, cfg.batch_size, device, keyed)?;
@@ -161,9 +161,13 @@ pub fn evaluate(model: &EmbeddingNet, test: &EvalSet, cfg: &EvalConfig, seed: u6
     };
     let embed_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let overlap = g
-        .as_ref()
-        .map_or(Overlap::Apart, |((_, gkeys), _)| own_copies_keyed(&qkeys, gkeys));
+    let overlap = g.as_ref().map_or(
+        Found {
+            overlap: Overlap::Apart,
+            copies: vec![],
+        },
+        |((_, gkeys), _)| own_copies_keyed(&qkeys, gkeys),
+    );
     let gallery = g.as_ref().map(|((e, _), l)| (e, l.as_slice()));
     let m = score_overlapping(
         (&q, &test.query.labels),
@@ -261,11 +265,14 @@ pub fn score_given(
     seed: u64,
     device: &Device,
 ) -> Result<Metrics> {
-    use crate::data::labelled::{Overlap, own_copies};
+    use crate::data::labelled::{Found, Overlap, own_copies};
     let t0 = Instant::now();
     let overlap = match gallery {
         Some((g, gl)) if g.dim == q.dim => own_copies((&q.data, qlabels), (&g.data, gl), q.dim),
-        _ => Overlap::Apart,
+        _ => Found {
+            overlap: Overlap::Apart,
+            copies: vec![],
+        },
     };
     let mut m = score_overlapping((q, qlabels), gallery, &overlap, (cfg, seed, device), "labels")?;
     m.metric_seconds = t0.elapsed().as_secs_f64();
@@ -279,15 +286,26 @@ pub fn score_given(
 fn score_overlapping(
     (q, qlabels): (&Embeddings, &[u32]),
     gallery: Option<(&Embeddings, &[u32])>,
-    overlap: &crate::data::labelled::Overlap,
+    found: &crate::data::labelled::Found,
     (cfg, seed, device): (&EvalConfig, u64, &Device),
     field: &str,
 ) -> Result<Metrics> {
     use crate::data::labelled::Overlap;
-    if let Some(note) = overlap.note() {
+    if let Some(note) = found.note() {
         crate::notes::warn(&note);
     }
-    let (gallery, own) = match overlap {
+    // A query's own item more than once in the gallery: the further copies left out of it.
+    let kept = match gallery {
+        Some((g, gl)) if !found.copies.is_empty() => {
+            let rows = found.kept(g.n);
+            let data = rows.iter().flat_map(|&j| g.row(j).iter().copied()).collect();
+            let labels: Vec<u32> = rows.iter().map(|&j| gl[j]).collect();
+            Some((Embeddings::new(data, rows.len(), g.dim)?, labels))
+        }
+        _ => None,
+    };
+    let gallery = kept.as_ref().map(|(e, l)| (e, l.as_slice())).or(gallery);
+    let (gallery, own) = match &found.overlap {
         Overlap::Queries => (None, None),
         Overlap::Some { own, .. } => (gallery, Some(own.as_slice())),
         Overlap::Apart => (gallery, None),

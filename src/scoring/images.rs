@@ -27,20 +27,35 @@ impl Images {
     /// content, [`crate::data::labelled`]) to leave out of its list; a gallery that is the queries
     /// in any order is read as the queries ranked among themselves.
     pub fn sets(queries: Images, gallery: Option<Images>) -> Result<(ImageSet, Option<GallerySet>)> {
-        use crate::data::labelled::{Overlap, own_copies};
+        use crate::data::labelled::{Found, Overlap, own_copies};
         // Compared before the checks below, so only arrays whose rows the labels count.
         let rows = |i: &Images, width: usize| i.labels.len().checked_mul(width) == Some(i.images.len());
         let overlap = match (&gallery, crate::read::declared_len(&queries.shape[1..])) {
             (Some(g), Some(width)) if g.shape[1..] == queries.shape[1..] && rows(&queries, width) && rows(g, width) => {
                 own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width)
             }
-            _ => Overlap::Apart,
+            _ => Found {
+                overlap: Overlap::Apart,
+                copies: vec![],
+            },
         };
         if let Some(note) = overlap.note() {
             crate::notes::warn(note);
         }
-        let gallery = if overlap == Overlap::Queries { None } else { gallery };
-        let own = overlap.own(queries.labels.len());
+        // A query's own image more than once in the gallery: the further copies left out of it.
+        let gallery = gallery.map(|g| match overlap.copies.is_empty() {
+            true => g,
+            false => {
+                let kept = overlap.kept(g.labels.len());
+                g.rows(&kept)
+            }
+        });
+        let gallery = if overlap.overlap == Overlap::Queries {
+            None
+        } else {
+            gallery
+        };
+        let own = overlap.overlap.own(queries.labels.len());
         let mut ids = crate::data::labelled::DenseIds::default();
         let at_least = if gallery.is_some() { 1 } else { 2 };
         let shape = queries.shape;
@@ -63,6 +78,21 @@ impl Images {
             }
         };
         Ok((queries, gallery))
+    }
+
+    /// The images (and labels) of `rows`, in order.
+    fn rows(self, rows: &[usize]) -> Self {
+        let per = self.labels.len().max(1);
+        let width = self.images.len() / per;
+        let [_, c, h, w] = self.shape;
+        Self {
+            images: rows
+                .iter()
+                .flat_map(|&j| self.images[j * width..(j + 1) * width].iter().copied())
+                .collect(),
+            shape: [rows.len(), c, h, w],
+            labels: rows.iter().map(|&j| self.labels[j]).collect(),
+        }
     }
 
     /// These images as a set named by the keywords `names` (images, labels), at least
