@@ -240,7 +240,8 @@ impl Experiment {
         }
         let exp: Experiment = value.try_into().map_err(|e| {
             let given: Vec<String> = overrides.iter().map(|o| overrides::said(o)).collect();
-            anyhow::anyhow!("{origin} with {}: {}", given.join(" "), keyed(&e, overrides))
+            let said = crate::field::plain_serde(&keyed(&e, overrides));
+            anyhow::anyhow!("{origin} with {}: {said}", given.join(" "))
         })?;
         exp.validate()
             .with_context(|| format!("{origin}: invalid configuration"))?;
@@ -340,17 +341,17 @@ mod tests {
         let said = |o: &str| format!("{:#}", Experiment::load("quickstart", &[o.to_string()]).unwrap_err());
         let e = said(r#"loss={kind="triplet",margn=1}"#);
         assert!(
-            e.ends_with("loss: unknown field `margn`, expected one of `distance`, `miner`, `margin`"),
+            e.ends_with("loss: margn is not a key here (the keys: distance, miner, margin)"),
             "{e}"
         );
         let e = said(r#"train.epochs="x""#);
         assert!(
-            e.ends_with(r#"train.epochs: invalid type: string "x", expected usize"#),
+            e.ends_with(r#"train.epochs: a value of the wrong kind (string "x", where usize was expected)"#),
             "{e}"
         );
         let e = said(r#"loss.kind="dro""#);
         assert!(
-            e.contains("loss: unknown field `distance`") && e.contains("keeps the table's other keys"),
+            e.contains("loss: distance is not a key here") && e.contains("keeps the table's other keys"),
             "{e}"
         );
         let e = said(r#"loss={kind="dro",variant="top-k"}"#);
