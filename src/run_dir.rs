@@ -22,10 +22,12 @@ pub use own::{
 };
 pub use record::{put, put_json};
 pub use replace::settle_interrupted;
-pub use status::{RunStatus, check_finished, check_unchanged, finished_run_json, model_digest, status};
+pub use status::{
+    RunStatus, check_finished, check_unchanged, checkpoint_problem, finished_run_json, model_digest, status,
+};
 
 use anyhow::{Context, Result, bail, ensure};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -105,29 +107,6 @@ fn checkpoint_epochs(dir: &Path) -> Option<usize> {
     }
     let v: serde_json::Value = crate::read::record(&dir.join(STATE))?;
     v.get("epochs_done")?.as_u64().map(|e| e as usize)
-}
-
-/// Why `dir` has no checkpoint to resume, in words: what is wrong with its `checkpoint/` state.
-pub fn checkpoint_problem(dir: &Path) -> String {
-    let p = dir.join(CKPT).join(STATE);
-    let problem = match crate::read::is_file(&p, crate::read::Follow::NoLinks) {
-        Err(e) => format!("{e:#}"),
-        Ok(false) => format!("{} is missing", p.display()),
-        Ok(true) => match crate::read::bookkeeping(&p) {
-            Err(e) => format!("{e:#}"),
-            Ok(b) => match serde_json::from_slice::<serde_json::Value>(&b) {
-                Err(e) => format!("{}: {}", p.display(), crate::read::json_problem(&e)),
-                Ok(v) if v.get("epochs_done").and_then(serde_json::Value::as_u64).is_none() => {
-                    format!(
-                        "{}: no epochs_done count: not a checkpoint state rdml wrote",
-                        p.display()
-                    )
-                }
-                Ok(_) => "its checkpoint is not complete".into(),
-            },
-        },
-    };
-    format!("{problem}; train the run anew with ⟨overwrite!⟩")
 }
 
 /// A `run.json` written by rdml: `(completed, epochs)`.
@@ -232,35 +211,6 @@ fn remove_leftovers(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Takes the run's lock (its marker file, created when missing).
-fn lock(dir: &Path) -> Result<File> {
-    let d = dir.display();
-    let marker = dir.join(MARKER);
-    ensure!(
-        !is_link(&marker),
-        "{} is a symbolic link; rdml does not write through links",
-        marker.display()
-    );
-    crate::read::is_file(&marker, crate::read::Follow::NoLinks)?;
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&marker)
-        .with_context(|| format!("cannot create {}", marker.display()))?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            bail!("another rdml process is writing the run in {d}; wait for it or choose another ⟨out⟩")
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("cannot lock {}", marker.display()));
-        }
-    }
-    Ok(lock)
 }
 
 impl RunDir {

@@ -154,15 +154,9 @@ fn parse_matrix(payload: &[u8], what: &str) -> Result<(String, MatValue)> {
         .map(|d| d as usize)
         .collect();
     let count = crate::read::declared_len(&dims).with_context(|| overflow(what, &dims))?;
-    // A cell's or struct's every item is an element of 8 bytes at least: a count the bytes left
-    // cannot hold is a damaged file, never a reservation of that many items.
-    let room = c.buf.len().saturating_sub(c.pos) / 8;
-    ensure!(
-        !matches!(class, 1 | 2) || count <= room,
-        "{what}: an array of dimensions {dims:?} declares {count} items; the {} bytes left hold {room} at most (a \
-         damaged or non-MAT file)",
-        c.buf.len().saturating_sub(c.pos)
-    );
+    if matches!(class, 1 | 2) {
+        check_room(&c, count, &dims)?;
+    }
     let (_, name_raw) = c.element()?;
     let name = String::from_utf8_lossy(name_raw).into_owned();
     let value = match class {
@@ -289,6 +283,20 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, MatValue>> {
 }
 
 /// The error of dimensions whose product does not fit a `usize`.
+/// A cell's or struct's every item is an element of 8 bytes at least: a count the bytes left
+/// cannot hold is a damaged file, never a reservation of that many items.
+fn check_room(c: &Cursor, count: usize, dims: &[usize]) -> Result<()> {
+    let left = c.buf.len().saturating_sub(c.pos);
+    ensure!(
+        count <= left / 8,
+        "{}: an array of dimensions {dims:?} declares {count} items; the {left} bytes left hold {} at most (a \
+         damaged or non-MAT file)",
+        c.what,
+        left / 8
+    );
+    Ok(())
+}
+
 fn overflow(what: &str, dims: &[usize]) -> String {
     format!("{what}: the dimensions {dims:?} overflow (a damaged or non-MAT file)")
 }

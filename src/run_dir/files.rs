@@ -1,7 +1,7 @@
 //! The files of a run folder: their names, and the one check of a path rdml reads or writes
-//! there (never through a symbolic link).
+//! there (never through a symbolic link), and the run's lock on its marker.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 
@@ -56,4 +56,33 @@ pub fn open_nofollow(path: &Path, append: bool) -> Result<File> {
             format!("cannot open {}", path.display())
         }
     })
+}
+
+/// Takes the run's lock (its marker file, created when missing).
+pub(super) fn lock(dir: &Path) -> Result<File> {
+    let d = dir.display();
+    let marker = dir.join(super::MARKER);
+    ensure!(
+        !is_link(&marker),
+        "{} is a symbolic link; rdml does not write through links",
+        marker.display()
+    );
+    crate::read::is_file(&marker, crate::read::Follow::NoLinks)?;
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&marker)
+        .with_context(|| format!("cannot create {}", marker.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            bail!("another rdml process is writing the run in {d}; wait for it or choose another ⟨out⟩")
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", marker.display()));
+        }
+    }
+    Ok(lock)
 }

@@ -101,3 +101,26 @@ pub fn check_unchanged(dir: &Path, digest: &str, record: &str) -> Result<()> {
     );
     Ok(())
 }
+
+/// Why `dir` has no checkpoint to resume, in words: what is wrong with its `checkpoint/` state.
+pub fn checkpoint_problem(dir: &Path) -> String {
+    let p = dir.join(super::CKPT).join(super::STATE);
+    let problem = match crate::read::is_file(&p, crate::read::Follow::NoLinks) {
+        Err(e) => format!("{e:#}"),
+        Ok(false) => format!("{} is missing", p.display()),
+        Ok(true) => match crate::read::bookkeeping(&p) {
+            Err(e) => format!("{e:#}"),
+            Ok(b) => match serde_json::from_slice::<serde_json::Value>(&b) {
+                Err(e) => format!("{}: {}", p.display(), crate::read::json_problem(&e)),
+                Ok(v) if v.get("epochs_done").and_then(serde_json::Value::as_u64).is_none() => {
+                    format!(
+                        "{}: no epochs_done count: not a checkpoint state rdml wrote",
+                        p.display()
+                    )
+                }
+                Ok(_) => "its checkpoint is not complete".into(),
+            },
+        },
+    };
+    format!("{problem}; train the run anew with ⟨overwrite!⟩")
+}
