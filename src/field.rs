@@ -36,7 +36,10 @@ pub fn plain_serde(msg: &str) -> String {
                 let keys = expected
                     .trim_start_matches(", expected one of ")
                     .trim_start_matches(", expected ");
-                format!("{head}{name} is not a key here (the keys: {})", unquote(keys))
+                match keys {
+                    ", there are no fields" => format!("{head}{name} is not a key here (this table takes none)"),
+                    _ => format!("{head}{name} is not a key here (the keys: {})", unquote(keys)),
+                }
             } else if let Some((head, rest)) = line.split_once("unknown variant `") {
                 let (name, expected) = rest.split_once('`').unwrap_or((rest, ""));
                 let names = expected
@@ -152,6 +155,10 @@ mod tests {
         assert_eq!(
             plain_serde("missing field `dataset`"),
             "the key dataset is required here and missing"
+        );
+        assert_eq!(
+            plain_serde("unknown field `x`, there are no fields"),
+            "x is not a key here (this table takes none)"
         );
         assert_eq!(
             plain_serde("unknown field `margn`, expected one of `distance`, `margin`"),

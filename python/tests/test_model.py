@@ -413,8 +413,7 @@ def test_metrics_traps_are_closed():
     plain = rdml.metrics(e, y, nmi=False)
     # The queries passed again as the gallery, in any order: leave-one-out, with a warning, not R@1 = 1.
     perm = rng.permutation(60)
-    twice = np.concatenate([perm, perm[::-1]])
-    for g, gy in [(e.copy(), y.copy()), (e[perm], y[perm]), (e[twice], y[twice])]:
+    for g, gy in [(e.copy(), y.copy()), (e[perm], y[perm])]:
         with pytest.warns(rdml.RdmlWarning, match="the gallery is the queries themselves.*leave the gallery out"):
             same = rdml.metrics(e, y, gallery=g, gallery_labels=gy, nmi=False)
         assert same["recall@1"] == plain["recall@1"] < 1.0

@@ -101,9 +101,16 @@ impl Found {
 
 /// The gallery rows that are queries' own items: rows of `width` values, equal bit for bit (so
 /// `-0.0` and `0.0` differ, and a NaN row matches its own copy) and with an equal label. Each
-/// gallery row is one query's at most; a second copy of an item a query found is one of
-/// [`Found::copies`].
-pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[f32], &[L]), width: usize) -> Found {
+/// gallery row is one query's at most. With `copies` (the rows are images: equal pixels are one
+/// image), a second copy of an item a query found is one of [`Found::copies`]; without (the rows
+/// are embeddings, which hash codes or a collapsed model make equal for other items), it stays an
+/// item of its own.
+pub fn own_copies<L: std::hash::Hash + Eq>(
+    queries: (&[f32], &[L]),
+    gallery: (&[f32], &[L]),
+    width: usize,
+    copies: bool,
+) -> Found {
     let (q, ql) = queries;
     let (g, gl) = gallery;
     let width = width.max(1);
@@ -113,6 +120,7 @@ pub fn own_copies<L: std::hash::Hash + Eq>(queries: (&[f32], &[L]), gallery: (&[
         (ql.len(), &|i| content_key(&q[i * width..(i + 1) * width], &ql[i])),
         (gl.len(), &|j| content_key(&g[j * width..(j + 1) * width], &gl[j])),
         &same,
+        copies,
     )
 }
 
@@ -137,6 +145,7 @@ pub fn own_copies_keyed(queries: &[u128], gallery: &[u128]) -> Found {
         (queries.len(), &|i| queries[i]),
         (gallery.len(), &|j| gallery[j]),
         &|i, j| queries[i] == gallery[j],
+        true,
     )
 }
 
@@ -144,7 +153,7 @@ type Keys<'a> = (usize, &'a dyn Fn(usize) -> u128);
 
 /// Each query's own gallery row (one of equal key for which `same` holds, each row taken once),
 /// then the further rows equal to a query's own: the copies.
-fn matched((nq, kq): Keys, (ng, kg): Keys, same: &dyn Fn(usize, usize) -> bool) -> Found {
+fn matched((nq, kq): Keys, (ng, kg): Keys, same: &dyn Fn(usize, usize) -> bool, with_copies: bool) -> Found {
     let mut rows: HashMap<u128, Vec<usize>> = HashMap::new();
     for j in 0..ng {
         rows.entry(kg(j)).or_default().push(j);
@@ -158,7 +167,7 @@ fn matched((nq, kq): Keys, (ng, kg): Keys, same: &dyn Fn(usize, usize) -> bool) 
         })
         .collect();
     let mut copies = vec![];
-    for (i, _) in first.iter().enumerate().filter(|(_, f)| f.is_some()) {
+    for (i, _) in first.iter().enumerate().filter(|(_, f)| with_copies && f.is_some()) {
         for &j in rows.get(&kq(i)).into_iter().flatten() {
             if !taken[j] && same(i, j) {
                 taken[j] = true;
@@ -209,11 +218,11 @@ mod tests {
             f.overlap
         };
         assert_eq!(
-            queries(own_copies((&q, &ql), (&permuted, &[2, 0, 1]), 2)),
+            queries(own_copies((&q, &ql), (&permuted, &[2, 0, 1]), 2, true)),
             Overlap::Queries
         );
         let subset = [9.0, 9.0, 2.0, 3.0];
-        let o = own_copies((&q, &ql), (&subset, &[0, 1]), 2);
+        let o = own_copies((&q, &ql), (&subset, &[0, 1]), 2, true);
         assert_eq!(
             o.overlap,
             Overlap::Some {
@@ -224,14 +233,17 @@ mod tests {
         assert!(o.note().unwrap().contains("1 of the 3 queries' own items"));
         // The same values under another label are another item.
         assert_eq!(
-            own_copies((&q, &ql), (&permuted, &[2, 1, 1]), 2).overlap.own(3),
+            own_copies((&q, &ql), (&permuted, &[2, 1, 1]), 2, true).overlap.own(3),
             vec![None, Some(2), Some(0)]
         );
-        assert_eq!(queries(own_copies((&q, &ql), (&[7.0, 7.0], &[0]), 2)), Overlap::Apart);
+        assert_eq!(
+            queries(own_copies((&q, &ql), (&[7.0, 7.0], &[0]), 2, true)),
+            Overlap::Apart
+        );
         // Each query's image twice among another item: one is its own, the other a copy, and
         // its own row is counted in the gallery without the copies.
         let twice = [0.0, 1.0, 9.0, 9.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0];
-        let f = own_copies((&q[..4], &ql[..2]), (&twice, &[0, 0, 0, 1, 1]), 2);
+        let f = own_copies((&q[..4], &ql[..2]), (&twice, &[0, 0, 0, 1, 1]), 2, true);
         assert_eq!(f.copies, vec![2, 4]);
         assert_eq!(f.kept(5), vec![0, 1, 3]);
         assert_eq!(f.overlap.own(2), vec![Some(0), Some(2)]);
@@ -242,7 +254,11 @@ mod tests {
         );
         // The queries twice over: leave-one-out once the copies are gone.
         let doubled = [q, q].concat();
-        let f = own_copies((&q, &ql), (&doubled, &[0, 1, 2, 0, 1, 2]), 2);
+        let f = own_copies((&q, &ql), (&doubled, &[0, 1, 2, 0, 1, 2]), 2, true);
         assert_eq!((f.overlap, f.copies), (Overlap::Queries, vec![3, 4, 5]));
+        // Embeddings (no copies): an equal vector is another item's as well as the query's.
+        let f = own_copies((&q, &ql), (&doubled, &[0, 1, 2, 0, 1, 2]), 2, false);
+        assert!(f.copies.is_empty());
+        assert_eq!(f.overlap.own(3), vec![Some(0), Some(1), Some(2)]);
     }
 }

@@ -268,7 +268,7 @@ pub fn score_given(
     use crate::data::labelled::{Found, Overlap, own_copies};
     let t0 = Instant::now();
     let overlap = match gallery {
-        Some((g, gl)) if g.dim == q.dim => own_copies((&q.data, qlabels), (&g.data, gl), q.dim),
+        Some((g, gl)) if g.dim == q.dim => own_copies((&q.data, qlabels), (&g.data, gl), q.dim, false),
         _ => Found {
             overlap: Overlap::Apart,
             copies: vec![],

@@ -246,6 +246,11 @@ impl Page {
             let _ = write!(self.body, "<tr><td>{}</td><td>{v}</td></tr>", esc(r));
         }
         self.body.push_str("</table>");
+        if c.certified_radii.is_empty() && c.certified.values().any(|v| v.as_f64().is_some_and(|v| v > 0.0)) {
+            self.body
+                .push_str("<p>The record holds no query's radius (an earlier rdml wrote it): no curve.</p>");
+            return Ok(());
+        }
         let top = c.certified_radii.first().copied().unwrap_or(0.0).max(1e-6) * 1.05;
         let pts: Vec<(f64, f64)> = (0..=40)
             .map(|i| {

@@ -28,7 +28,10 @@ pub fn seal(dir: &Path, mut page: Vec<u8>) -> Vec<u8> {
 
 /// Whether `bytes` is a page rdml sealed in `dir`, unedited since, for the run and model there now.
 pub fn sealed(dir: &Path, bytes: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(bytes);
+    // A page re-saved in another encoding is not the page rdml wrote.
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
     let Some(body) = text.strip_suffix(CLOSE) else {
         return false;
     };

@@ -32,7 +32,7 @@ impl Images {
         let rows = |i: &Images, width: usize| i.labels.len().checked_mul(width) == Some(i.images.len());
         let overlap = match (&gallery, crate::read::declared_len(&queries.shape[1..])) {
             (Some(g), Some(width)) if g.shape[1..] == queries.shape[1..] && rows(&queries, width) && rows(g, width) => {
-                own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width)
+                own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width, true)
             }
             _ => Found {
                 overlap: Overlap::Apart,
