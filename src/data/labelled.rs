@@ -128,11 +128,13 @@ pub fn own_copies<L: std::hash::Hash + Eq>(
 /// [`own_copies_keyed`] matches items of a data set by, the images decoded as the model sees them.
 pub fn content_key<L: std::hash::Hash>(values: &[f32], label: &L) -> u128 {
     use std::hash::{Hash, Hasher};
+    // The values' bits hashed as one slice, not a hasher call per value (the slow part).
+    let bits: Vec<u8> = values.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
     let half = |salt: u8| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         salt.hash(&mut h);
         label.hash(&mut h);
-        values.iter().for_each(|v| v.to_bits().hash(&mut h));
+        h.write(&bits);
         h.finish()
     };
     (u128::from(half(0)) << 64) | u128::from(half(1))
