@@ -253,29 +253,32 @@ fn model(d: &Path) -> PathBuf {
     m
 }
 
+/// `attack --attack ES` on `m`'s first `queries` items, its examples saved into `t`.
+fn save_examples(m: &Path, t: &Path, queries: &str, env: &[(&str, &str)]) -> Output {
+    let a = [
+        "attack",
+        "--model",
+        m.to_str().unwrap(),
+        "--attack",
+        "ES",
+        "--steps",
+        "2",
+        "--queries",
+        queries,
+        "--batch",
+        "8",
+        "--quiet",
+        "--save-examples",
+        t.to_str().unwrap(),
+    ];
+    rdml(&a, env)
+}
+
 #[test]
 fn save_examples_over_earlier_ones_killed_before_each_change_loses_nothing() {
     let d = scratch("examples");
     let m = model(&d);
-    let attack = |t: &Path, queries: &str, env: &[(&str, &str)]| {
-        let a = [
-            "attack",
-            "--model",
-            m.to_str().unwrap(),
-            "--attack",
-            "ES",
-            "--steps",
-            "2",
-            "--queries",
-            queries,
-            "--batch",
-            "8",
-            "--quiet",
-            "--save-examples",
-            t.to_str().unwrap(),
-        ];
-        rdml(&a, env)
-    };
+    let attack = |t: &Path, queries: &str, env: &[(&str, &str)]| save_examples(&m, t, queries, env);
     let base = d.join("base");
     assert!(attack(&base, "12", &[]).status.success());
     std::fs::write(base.join("notes.txt"), b"the user's own file").unwrap();
@@ -715,23 +718,7 @@ fn temporaries(dir: &Path) -> Vec<String> {
 fn a_kill_between_link_and_rename_leaves_nothing_the_next_write_keeps() {
     let d = scratch("linked");
     let m = model(&d);
-    let attack = |t: &Path, env: &[(&str, &str)]| {
-        let a = [
-            "attack",
-            "--model",
-            m.to_str().unwrap(),
-            "--attack",
-            "ES",
-            "--steps",
-            "2",
-            "--queries",
-            "4",
-            "--quiet",
-            "--save-examples",
-            t.to_str().unwrap(),
-        ];
-        rdml(&a, env)
-    };
+    let attack = |t: &Path, env: &[(&str, &str)]| save_examples(&m, t, "4", env);
     let base = d.join("base");
     assert!(attack(&base, &[]).status.success());
     let whole = d.join("whole");

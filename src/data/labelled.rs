@@ -77,6 +77,14 @@ pub struct Found {
 }
 
 impl Found {
+    /// Nothing of the queries in the gallery (or no gallery).
+    pub fn apart() -> Self {
+        Self {
+            overlap: Overlap::Apart,
+            copies: vec![],
+        }
+    }
+
     /// What a caller is told (`None`: nothing to say).
     pub fn note(&self) -> Option<String> {
         let copies = (!self.copies.is_empty()).then(|| {

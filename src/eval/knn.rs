@@ -25,27 +25,24 @@ impl Embeddings {
             data.len()
         );
         // The one door every embedding comes through (a model's, an attack's, a caller's): a NaN
-        // or an infinity would rank as a number and score as one.
-        if let Some(at) = data.iter().position(|v| !v.is_finite()) {
-            return Err(crate::input_error(format!(
-                "embeddings: item {} holds a non-finite value ({}) in dimension {}: rdml scores finite embeddings \
-                 only (a model whose values overflow or turn NaN on these images cannot be scored)",
-                at / dim.max(1),
-                data[at],
-                at % dim.max(1)
-            )));
-        }
-        // Finite but so large that a squared distance overflows single precision (‖a − b‖² up to
-        // 4·D·max²): every distance would be infinite and every ranking a tie.
+        // or an infinity would rank as a number and score as one; a finite value so large that a
+        // squared distance overflows single precision (‖a − b‖² up to 4·D·max²) makes every
+        // distance infinite and every ranking a tie. One scan finds either.
         let limit = (f32::MAX / (4.0 * dim.max(1) as f32)).sqrt();
-        if let Some(at) = data.iter().position(|v| v.abs() > limit) {
-            return Err(crate::input_error(format!(
-                "embeddings: item {} holds {:e} in dimension {}, too large for distances in single precision \
-                 (at most {limit:.1e} in {dim} dimensions): scale the embeddings down (or L2-normalise them)",
-                at / dim.max(1),
-                data[at],
-                at % dim.max(1)
-            )));
+        if let Some(at) = data.iter().position(|v| !v.is_finite() || v.abs() > limit) {
+            let (item, d, v) = (at / dim.max(1), at % dim.max(1), data[at]);
+            return Err(crate::input_error(if v.is_finite() {
+                format!(
+                    "embeddings: item {item} holds {v:e} in dimension {d}, too large for distances in single \
+                     precision (at most {limit:.1e} in {dim} dimensions): scale the embeddings down (or \
+                     L2-normalise them)"
+                )
+            } else {
+                format!(
+                    "embeddings: item {item} holds a non-finite value ({v}) in dimension {d}: rdml scores finite \
+                     embeddings only (a model whose values overflow or turn NaN on these images cannot be scored)"
+                )
+            }));
         }
         Ok(Self { data, n, dim })
     }

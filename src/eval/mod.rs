@@ -151,7 +151,7 @@ fn embed_keyed(
 /// (found by content as the model sees them, in any order or subset) is read as
 /// [`score_given`] reads given embeddings, with a warning naming it.
 pub fn evaluate(model: &EmbeddingNet, test: &EvalSet, cfg: &EvalConfig, seed: u64, device: &Device) -> Result<Metrics> {
-    use crate::data::labelled::{Found, Overlap, own_copies_keyed};
+    use crate::data::labelled::{Found, own_copies_keyed};
     let t0 = Instant::now();
     let keyed = test.gallery.is_some();
     let (q, qkeys) = embed_keyed(model, &test.query, cfg.batch_size, device, keyed)?;
@@ -161,13 +161,9 @@ pub fn evaluate(model: &EmbeddingNet, test: &EvalSet, cfg: &EvalConfig, seed: u6
     };
     let embed_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let overlap = g.as_ref().map_or(
-        Found {
-            overlap: Overlap::Apart,
-            copies: vec![],
-        },
-        |((_, gkeys), _)| own_copies_keyed(&qkeys, gkeys),
-    );
+    let overlap = g
+        .as_ref()
+        .map_or(Found::apart(), |((_, gkeys), _)| own_copies_keyed(&qkeys, gkeys));
     let gallery = g.as_ref().map(|((e, _), l)| (e, l.as_slice()));
     let m = score_overlapping(
         (&q, &test.query.labels),
@@ -265,14 +261,11 @@ pub fn score_given(
     seed: u64,
     device: &Device,
 ) -> Result<Metrics> {
-    use crate::data::labelled::{Found, Overlap, own_copies};
+    use crate::data::labelled::{Found, own_copies};
     let t0 = Instant::now();
     let overlap = match gallery {
         Some((g, gl)) if g.dim == q.dim => own_copies((&q.data, qlabels), (&g.data, gl), q.dim, false),
-        _ => Found {
-            overlap: Overlap::Apart,
-            copies: vec![],
-        },
+        _ => Found::apart(),
     };
     let mut m = score_overlapping((q, qlabels), gallery, &overlap, (cfg, seed, device), "labels")?;
     m.metric_seconds = t0.elapsed().as_secs_f64();

@@ -34,10 +34,7 @@ impl Images {
             (Some(g), Some(width)) if g.shape[1..] == queries.shape[1..] && rows(&queries, width) && rows(g, width) => {
                 own_copies((&queries.images, &queries.labels), (&g.images, &g.labels), width, true)
             }
-            _ => Found {
-                overlap: Overlap::Apart,
-                copies: vec![],
-            },
+            _ => Found::apart(),
         };
         if let Some(note) = overlap.note() {
             crate::notes::warn(note);
