@@ -12,6 +12,7 @@ use crate::eval::diagnostics;
 use crate::loss;
 use anyhow::Result;
 use burn::tensor::Tensor;
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 /// EST's parameters (`[defense] kind = "est"`): the PGD budget alone.
@@ -32,9 +33,11 @@ impl Defense for Est {
         let model = step.model()?;
         let clean = Clean::of(model, &step.x)?;
         let x = step.x.clone().without_autodiff();
-        // robrank's first step, from the eps of its `F.pairwise_distance`: seed 003 Eq. 1 says
-        // nothing of how the zero gradient at the clean point is broken.
-        let offset = Offset::robrank_training(step.loss.distance());
+        // robrank's first step, from the eps of its `F.pairwise_distance` and a fresh ternary draw
+        // per batch (its unseeded `randint_like`): seed 003 Eq. 1 says nothing of how the zero
+        // gradient at the clean point is broken. A draw fixed for every batch would start each
+        // batch's shift along the same per-row tilt.
+        let offset = Offset::robrank_training(step.loss.distance(), step.rng.random());
         let adversarial = shift(model, &self.pgd(step.state), &x, &clean.emb, offset)?;
         Ok(Plan::adversarial(Perturbed {
             triplets: None,

@@ -25,8 +25,9 @@ pub enum Added {
     /// The same value in every coordinate: its ES attack's `f(x) + 1e-7`.
     Constant(f32),
     /// `1e-7 · r`, `r ∈ {−1, 0, 1}` per coordinate: its EST training's
-    /// `1e-7 * th.randint_like(f(x), -1, 2)` (`AdvRank.embShift`), here from a fixed seed.
-    Ternary,
+    /// `1e-7 * th.randint_like(f(x), -1, 2)` (`AdvRank.embShift`), a fresh draw at every call
+    /// there; here from `seed`, which the caller draws afresh for each batch from its own stream.
+    Ternary { seed: u64 },
 }
 
 impl Offset {
@@ -46,11 +47,12 @@ impl Offset {
     }
 
     /// robrank's EST training (`AdvRank.embShift`): as [`Offset::robrank`], but the first step adds
-    /// `1e-7 · {−1, 0, 1}` per coordinate; the eps (1e-6) still dominates, so every row's first
-    /// step goes nearly the same way.
-    pub fn robrank_training(distance: Distance) -> Self {
+    /// `1e-7 · {−1, 0, 1}` per coordinate, drawn from `seed`; the eps (1e-6) still dominates, so
+    /// every row's first step goes nearly the same way, but the draw turns a few pixels' first
+    /// sign steps, and the eight steps after them part further.
+    pub fn robrank_training(distance: Distance, seed: u64) -> Self {
         Self::Robrank {
-            added: Added::Ternary,
+            added: Added::Ternary { seed },
             eps: pairwise_eps(distance),
         }
     }
@@ -63,6 +65,9 @@ fn pairwise_eps(distance: Distance) -> f32 {
         Distance::Euclidean | Distance::NormalizedEuclidean => 1e-6,
     }
 }
+
+/// The jitter's seed: an attack's first step is the same at every call.
+const JITTER_SEED: u64 = 0x5eed;
 
 pub struct EmbeddingShift {
     pub clean: Tensor<2>,
@@ -83,7 +88,7 @@ impl EmbeddingShift {
         match (step, self.offset) {
             (0, Offset::Jitter) => {
                 let jitter = self
-                    .seeded(Distribution::Bernoulli(0.5))
+                    .seeded(JITTER_SEED, Distribution::Bernoulli(0.5))
                     .mul_scalar(2e-7)
                     .sub_scalar(1e-7);
                 emb - (self.clean.clone() + jitter)
@@ -92,8 +97,11 @@ impl EmbeddingShift {
             (0, Offset::Robrank { added, eps }) => {
                 let reference = match added {
                     Added::Constant(c) => self.clean.clone().add_scalar(c),
-                    Added::Ternary => {
-                        let r = self.seeded(Distribution::Uniform(0.0, 3.0)).floor().sub_scalar(1.0);
+                    Added::Ternary { seed } => {
+                        let r = self
+                            .seeded(seed, Distribution::Uniform(0.0, 3.0))
+                            .floor()
+                            .sub_scalar(1.0);
                         self.clean.clone() + r.mul_scalar(1e-7)
                     }
                 };
@@ -103,10 +111,10 @@ impl EmbeddingShift {
         }
     }
 
-    /// One draw of `law` per coordinate, from a fixed seed: the offset only breaks the tie, and
-    /// the same call must give the same attack.
-    fn seeded(&self, law: Distribution) -> Tensor<2> {
-        crate::host_random(0x5eed, self.clean.shape(), law, &self.clean.device())
+    /// One draw of `law` per coordinate, from `seed`: the offset only breaks the tie, and the
+    /// same call must give the same result.
+    fn seeded(&self, seed: u64, law: Distribution) -> Tensor<2> {
+        crate::host_random(seed, self.clean.shape(), law, &self.clean.device())
     }
 }
 
@@ -170,7 +178,7 @@ mod tests {
         );
         assert!(offset_at(Offset::Jitter, 1).iter().all(|&x| x == 0.0));
         // EST's: 1e-6 less 1e-7·{−1, 0, 1} at the first step, all three drawn; 1e-6 after.
-        let training = Offset::robrank_training(Distance::NormalizedEuclidean);
+        let training = Offset::robrank_training(Distance::NormalizedEuclidean, 7);
         let first = offset_at(training, 0);
         for want in [9e-7, 1e-6, 1.1e-6] {
             assert!(first.iter().any(|x| (x - want).abs() < 1e-8), "{want}: {first:?}");
@@ -181,6 +189,12 @@ mod tests {
                 .all(|x| [9e-7, 1e-6, 1.1e-6].iter().any(|w| (x - w).abs() < 1e-8))
         );
         assert!(close(&offset_at(training, 1), 1e-6));
+        // Each batch its own draw, as robrank's unseeded randint_like; a seed its own.
+        assert_eq!(first, offset_at(training, 0));
+        assert_ne!(
+            first,
+            offset_at(Offset::robrank_training(Distance::NormalizedEuclidean, 8), 0)
+        );
     }
 
     /// robrank's cosine metric has no eps: a row that did not move still has a finite gradient.
