@@ -394,11 +394,12 @@ def attack(
     ))
 
 
-def _certify_options(*, sigma, radii, samples, select, alpha, queries, batch, seed, per_query) -> Dict[str, Any]:
+def _certify_options(*, method, sigma, radii, samples, select, delta, alpha, queries, batch, seed,
+                     per_query) -> Dict[str, Any]:
     """The certification keywords under the library's field names, as given: the library checks
     them and names the one it cannot read."""
-    return dict(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha, queries=queries, batch=batch,
-                seed=seed, per_query=per_query)
+    return dict(method=method, sigma=sigma, radii=radii, samples=samples, select=select, delta=delta, alpha=alpha,
+                queries=queries, batch=batch, seed=seed, per_query=per_query)
 
 
 def _by_radius(record: Dict[str, Any], radii: Sequence[float]) -> Dict[str, Any]:
@@ -416,10 +417,12 @@ def certify(
     images: Any,
     labels: Any = None,
     *,
+    method: str = "cohen",
     sigma: float = 0.25,
     radii: Sequence[float] = (0.1, 0.25, 0.5),
     samples: int = 10000,
-    select: int = 100,
+    select: Optional[int] = None,
+    delta: Optional[float] = None,
     alpha: float = 0.001,
     queries: int = 500,
     seed: int = 0,
@@ -434,7 +437,11 @@ def certify(
     Rosenfeld and Kolter, ICML 2019): for each of the first ``queries`` images, the label of its
     top-1 under Gaussian noise of ``sigma`` (pixels of [0, 1] images) is picked from ``select``
     noisy copies and its probability bounded below from ``samples`` others (Clopper–Pearson,
-    level ``alpha``); the top-1 is certified within ℓ2 radius ``sigma·Φ⁻¹(bound)``. The model
+    level ``alpha``); the top-1 is certified within ℓ2 radius ``sigma·Φ⁻¹(bound)`` (``select``
+    defaults to 100). ``method="center"`` certifies instead the nearest item to the query's
+    centre-smoothed embedding (Kumar and Goldstein, NeurIPS 2021): ``select`` (default 10,000)
+    copies pick the centre and as many check it (``delta``, default 0.05, its Δ), ``samples``
+    bound how far it moves. The model
     (a ``torch.nn.Module``, a function, or an ``rdml.Run``) is only asked for embeddings: it
     need not be differentiable. ``gallery``/``gallery_labels`` as for ``rdml.robustness``.
 
@@ -446,8 +453,8 @@ def certify(
 
     arrays, shaped, g = _queries_and_gallery(images, labels, gallery, gallery_labels)
     m = _model_args(model, device, False)
-    options = _certify_options(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha,
-                               queries=queries, batch=batch, seed=seed, per_query=per_query)
+    options = _certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select, delta=delta,
+                               alpha=alpha, queries=queries, batch=batch, seed=seed, per_query=per_query)
     request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
                    model_digest=None if m["run"] else module_digest(model))
     with _frozen(m["model"]):
@@ -600,10 +607,12 @@ class Run:
     def certify(
         self,
         *,
+        method: str = "cohen",
         sigma: float = 0.25,
         radii: Sequence[float] = (0.1, 0.25, 0.5),
         samples: int = 10000,
-        select: int = 100,
+        select: Optional[int] = None,
+        delta: Optional[float] = None,
         alpha: float = 0.001,
         queries: int = 500,
         seed: int = 0,
@@ -612,8 +621,9 @@ class Run:
     ) -> Dict[str, Any]:
         """``rdml certify``: certified Recall@1 of the run's model on its test split (the keywords
         are ``rdml.certify``'s); the record is also written to the run folder's certify.json."""
-        options = _certify_options(sigma=sigma, radii=radii, samples=samples, select=select, alpha=alpha,
-                                   queries=queries, batch=batch, seed=seed, per_query=per_query)
+        options = _certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select,
+                                   delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
+                                   per_query=per_query)
         request = dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
         return _by_radius(_run("certify", request, device=self.device)[0], radii)
 

@@ -214,7 +214,7 @@ def test_the_keywords_defaults_are_the_librarys():
         p = inspect.signature(f).parameters
         for k, v in d["certify"].items():
             got = list(p[k].default) if k == "radii" else p[k].default
-            assert got == pytest.approx(v), (f, k)
+            assert got == (v if v is None or isinstance(v, str) else pytest.approx(v)), (f, k)
 
 
 def test_out_writes_the_record_and_report_and_replaces_only_its_own(tmp_path):
@@ -519,6 +519,28 @@ def test_certify_any_model_a_function_and_a_run_alike(tmp_path):
     for r, v in kept["certified"].items():
         assert abs(100 * sum(x >= r for x in radii) / (kept["queries_used"] - kept["lone"]) - v) < 1e-9, r
     assert "Certified Recall@1 over the ℓ2 radius" in (tmp_path / "run" / "report.html").read_text()
-    for bad, match in [(dict(sigma=-1.0), "sigma"), (dict(radii=0.25), "radii"), (dict(alpha=0.7), "alpha")]:
+    for bad, match in [(dict(sigma=-1.0), "sigma"), (dict(radii=0.25), "radii"), (dict(alpha=0.7), "alpha"),
+                       (dict(delta=0.1), "delta"), (dict(method="median"), "method")]:
         with pytest.raises(ValueError, match=match):
             rdml.certify(model, x, y, **{**kw, **bad})
+
+
+def test_certify_by_centre_smoothing():
+    torch.manual_seed(0)
+    model = L2(c2f2())
+    x, y = fashion(200)
+    kw = dict(sigma=0.12, radii=(0, 0.02, 0.05), samples=300, select=4000, queries=3, quiet=True)
+    c = rdml.certify(model, x, y, method="center", per_query=True, **kw)
+    assert (c["method"], c["delta"], c["select"], c["samples"]) == ("center", pytest.approx(0.05), 4000, 300)
+    rows = c["per_query"]
+    assert len(rows) == 3 - c["lone"]
+    for r, v in c["certified"].items():
+        want = 100 * np.mean([q["selected"] == q["label"] and q["radius"] is not None and q["radius"] >= r
+                              for q in rows])
+        assert abs(v - want) < 1e-9, r
+    assert abs(c["abstained"] - 100 * np.mean([q["abstained"] for q in rows])) < 1e-9
+    assert abs(c["clean"] - 100 * np.mean([q["majority"] == q["label"] for q in rows])) < 1e-9
+    # The centre's share of the copies: at least 1/2 − Δ where the query did not abstain.
+    assert all(q["p_lower"] >= 0.45 for q in rows if not q["abstained"])
+    with pytest.raises(ValueError, match="delta"):
+        rdml.certify(model, x, y, method="center", delta=0.7, **kw)

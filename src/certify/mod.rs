@@ -10,15 +10,18 @@
 //! `n₀` noisy copies and bounds `p_A` below from `n` other copies by Clopper–Pearson at level
 //! `1 − α` ([`bound::clopper_pearson_lower`]); when the bound is at most 1/2 it abstains. A query
 //! is certified at radius `r` when `ĉ_A` is its own label and `R ≥ r`; with probability at least
-//! `1 − α` per query a certificate that says so is true. RetrievalGuard (Wu, Zhang and Huang,
-//! ICML 2022) certifies the same smoothed 1-NN retrieval with a bound of its own; its radius is
-//! not offered here.
+//! `1 − α` per query a certificate that says so is true. [`center`] certifies another smoothed
+//! retrieval: the 1-NN of the query's centre-smoothed embedding (Kumar and Goldstein, NeurIPS
+//! 2021). RetrievalGuard (Wu, Zhang and Huang, ICML 2022) certifies a smoothed 1-NN retrieval
+//! with a bound of its own, which is not offered here: its paper's theorem could not be read here
+//! and it has no public code.
 //!
 //! Noise is drawn per query from its own stream (ChaCha8, stream = the item's index), so a
 //! certificate does not depend on the batch size. Each noisy copy is reduced to its top-1's label
 //! as soon as it is embedded: no `n × D` matrix is kept.
 
 pub mod bound;
+pub mod center;
 pub mod options;
 pub mod record;
 mod soundness;
@@ -44,6 +47,16 @@ pub struct Smoothing {
     pub samples: usize,
     /// The chance that a query's certificate is wrong, at most.
     pub alpha: f64,
+    pub method: Method,
+}
+
+/// Which smoothed retrieval is certified.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Method {
+    /// The top-1 label of the noisy query (Cohen, Rosenfeld and Kolter).
+    Cohen,
+    /// The 1-NN of the query's centre-smoothed embedding ([`center`]), `delta` its Δ.
+    Center { delta: f64 },
 }
 
 /// One query's certificate.
@@ -61,8 +74,13 @@ pub struct QueryCertificate {
     /// `σ·Φ⁻¹(p_lower)` when `p_lower > 1/2`; `None`: the query abstains.
     pub radius: Option<f64>,
     /// The label most often top-1 among the `samples` copies: the smoothed model's answer
-    /// without a certificate (ties to the smaller label).
+    /// without a certificate (ties to the smaller label). Centre smoothing: the label of the
+    /// centre's nearest item.
     pub majority: u32,
+    /// The query abstains: Cohen's bound at most 1/2, or a centre that does not hold half the
+    /// mass (centre smoothing; its `count` and `p_lower` are the centre's ball's).
+    #[serde(default)]
+    pub abstained: bool,
 }
 
 impl QueryCertificate {
@@ -95,6 +113,36 @@ pub fn certify(
 ) -> Result<Certification> {
     let used = queries.min(ctx.n());
     let items: Vec<usize> = (0..used).filter(|&i| has_other_of_class(ctx, i)).collect();
+    let rows = match s.method {
+        Method::Cohen => cohen(ctx, &items, s, batch, seed, progress)?,
+        Method::Center { delta } => {
+            let mut noisy = Noisy::new(ctx, seed, s.sigma);
+            let mut bar = crate::progress::Progress::new("certify", items.len(), progress);
+            let mut rows = Vec::with_capacity(items.len());
+            for q in 0..items.len() {
+                rows.push(center::certificate(ctx, &mut noisy, (&items, q), s, delta, batch)?);
+                bar.set(q + 1, "queries");
+            }
+            bar.finish();
+            rows
+        }
+    };
+    Ok(Certification {
+        rows,
+        lone: used - items.len(),
+        queries: used,
+    })
+}
+
+/// Cohen's CERTIFY of `items`, copies of several queries embedded together.
+fn cohen(
+    ctx: &Context,
+    items: &[usize],
+    s: &Smoothing,
+    batch: usize,
+    seed: u64,
+    progress: bool,
+) -> Result<Vec<QueryCertificate>> {
     let per = s.select + s.samples;
     let total = items.len() * per;
     let mut counts: Vec<Counts> = vec![Default::default(); items.len()];
@@ -103,7 +151,7 @@ pub fn certify(
     let mut bar = crate::progress::Progress::new("certify", batches, progress);
     for (bi, start) in (0..total).step_by(batch.max(1)).enumerate() {
         let rows: Vec<(usize, usize)> = (start..total.min(start + batch)).map(|k| (k / per, k % per)).collect();
-        let x = noisy.images(&items, &rows)?;
+        let x = noisy.images(items, &rows)?;
         let emb = ctx.model.embed(x)?;
         let d = crate::host::read(&dist_to_all(emb, &ctx.cand, &ctx.cand_sq))?;
         let g = ctx.ranked_n();
@@ -116,16 +164,11 @@ pub fn certify(
         crate::progress::between_batches()?;
     }
     bar.finish();
-    let rows = items
+    Ok(items
         .iter()
         .zip(&counts)
         .map(|(&item, c)| certificate(item, ctx.set.labels[item], c, s))
-        .collect();
-    Ok(Certification {
-        rows,
-        lone: used - items.len(),
-        queries: used,
-    })
+        .collect())
 }
 
 /// CERTIFY's decision from one query's label counts.
@@ -142,6 +185,7 @@ fn certificate(item: usize, label: u32, counts: &Counts, s: &Smoothing) -> Query
     let count = counts[1].get(&selected).copied().unwrap_or(0);
     let p_lower = bound::clopper_pearson_lower(count, s.samples as u64, s.alpha);
     QueryCertificate {
+        abstained: p_lower <= 0.5,
         item,
         label,
         selected,
@@ -169,7 +213,7 @@ fn has_other_of_class(ctx: &Context, i: usize) -> bool {
 }
 
 /// Noisy copies of the queries' images, each query's noise from its own stream.
-struct Noisy<'c> {
+pub(crate) struct Noisy<'c> {
     ctx: &'c Context,
     seed: u64,
     sigma: f32,
@@ -239,6 +283,7 @@ mod tests {
             select: 50,
             samples: 2000,
             alpha: 0.001,
+            method: Method::Cohen,
         }
     }
 

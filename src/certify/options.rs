@@ -3,17 +3,21 @@
 //! is made.
 
 use super::record::{CertifyRecord, Setting};
-use super::{Smoothing, certify};
+use super::{Method, Smoothing, certify};
 use crate::attack::context::Context;
 use anyhow::Result;
 use std::path::PathBuf;
 
 /// The defaults: Cohen, Rosenfeld and Kolter's `n₀ = 100` and `α = 0.001` (ICML 2019), 10,000
 /// copies for the bound and 500 queries (issue 53's setting; Cohen's is 100,000), σ the middle
-/// of the literature's {0.12, 0.25, 0.5}.
+/// of the literature's {0.12, 0.25, 0.5}; centre smoothing's `n = 10,000` copies that pick the
+/// centre and `Δ = 0.05` (Kumar and Goldstein's code).
 pub mod defaults {
+    pub const METHOD: &str = "cohen";
     pub const SIGMA: f32 = 0.25;
     pub const SELECT: usize = 100;
+    pub const CENTER_SELECT: usize = 10_000;
+    pub const DELTA: f64 = 0.05;
     pub const SAMPLES: usize = 10_000;
     pub const ALPHA: f64 = 0.001;
     pub const RADII: [f64; 3] = [0.1, 0.25, 0.5];
@@ -22,14 +26,41 @@ pub mod defaults {
     pub const SEED: u64 = 0;
 }
 
+/// Which smoothed retrieval is certified, as the front ends name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MethodName {
+    /// Cohen, Rosenfeld and Kolter's CERTIFY of the noisy query's top-1 label.
+    Cohen,
+    /// Kumar and Goldstein's centre smoothing of the query's embedding, then its 1-NN.
+    Center,
+}
+
+impl std::str::FromStr for MethodName {
+    type Err = anyhow::Error;
+    /// `cohen` or `center`, as `--method` and the Python package spell them.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cohen" => Ok(Self::Cohen),
+            "center" => Ok(Self::Center),
+            _ => anyhow::bail!("method = {s:?}: expected \"cohen\" or \"center\""),
+        }
+    }
+}
+
 /// How a model is certified (read from JSON by these names; a key left out takes its default).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CertifyOptions {
+    /// `cohen` or `center` ([`MethodName`]).
+    pub method: MethodName,
     /// σ of the noise, in pixels of [0, 1] images.
     pub sigma: f32,
-    /// Noisy copies per query that pick its label (`n₀`).
-    pub select: usize,
+    /// Noisy copies per query that pick its label (`n₀`), or its centre (and as many again that
+    /// check it); `None`: the method's default.
+    pub select: Option<usize>,
+    /// Centre smoothing's Δ (`None`: its default; refused for Cohen's).
+    pub delta: Option<f64>,
     /// Noisy copies per query that bound its probability (`n`).
     pub samples: usize,
     pub alpha: f64,
@@ -47,8 +78,10 @@ pub struct CertifyOptions {
 impl Default for CertifyOptions {
     fn default() -> Self {
         Self {
+            method: MethodName::Cohen,
             sigma: defaults::SIGMA,
-            select: defaults::SELECT,
+            select: None,
+            delta: None,
             samples: defaults::SAMPLES,
             alpha: defaults::ALPHA,
             radii: defaults::RADII.to_vec(),
@@ -68,7 +101,25 @@ impl CertifyOptions {
             "⟨sigma⟩ must be a number > 0 (the noise's standard deviation, in pixels of [0, 1] images), not {}",
             self.sigma
         );
-        crate::ensure_input!(self.select >= 1, "⟨select⟩ must be ≥ 1");
+        let select = self.select.unwrap_or(match self.method {
+            MethodName::Cohen => defaults::SELECT,
+            MethodName::Center => defaults::CENTER_SELECT,
+        });
+        crate::ensure_input!(select >= 1, "⟨select⟩ must be ≥ 1");
+        let method = match self.method {
+            MethodName::Cohen => {
+                crate::ensure_input!(
+                    self.delta.is_none(),
+                    "⟨delta⟩ is centre smoothing's; give ⟨method⟩ center, or leave ⟨delta⟩ out"
+                );
+                Method::Cohen
+            }
+            MethodName::Center => {
+                let delta = self.delta.unwrap_or(defaults::DELTA);
+                crate::ensure_input!(delta > 0.0 && delta < 0.5, "⟨delta⟩ must be in (0, 0.5), not {delta}");
+                Method::Center { delta }
+            }
+        };
         crate::ensure_input!(self.samples >= 1, "⟨samples⟩ must be ≥ 1");
         crate::ensure_input!(
             self.alpha > 0.0 && self.alpha < 0.5,
@@ -83,9 +134,10 @@ impl CertifyOptions {
         crate::ensure_input!(self.batch >= 1, "⟨batch⟩ must be ≥ 1");
         Ok(Smoothing {
             sigma: self.sigma,
-            select: self.select,
+            select,
             samples: self.samples,
             alpha: self.alpha,
+            method,
         })
     }
 

@@ -1,7 +1,7 @@
 //! The certification's record: what `rdml certify` keeps in a run folder (`certify.json`, beside
 //! `robustness.json`) and prints with `--json`, and what `rdml.certify` returns.
 
-use super::{Certification, QueryCertificate, Smoothing};
+use super::{Certification, Method, QueryCertificate, Smoothing};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -18,8 +18,16 @@ pub struct CertifyRecord {
     /// The digest of the weights certified ([`crate::run_dir::model_digest`]).
     #[serde(default)]
     pub model_digest: Option<String>,
+    /// The smoothed retrieval certified: `cohen` (the noisy query's top-1 label) or `center`
+    /// (the 1-NN of its centre-smoothed embedding); records before centre smoothing are Cohen's.
+    #[serde(default = "cohen")]
+    pub method: String,
+    /// Centre smoothing's Δ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<f64>,
     pub sigma: f32,
-    /// Noisy copies per query that picked its label, and that bounded its probability.
+    /// Noisy copies per query that picked its label (centre smoothing: its centre, and as many
+    /// again checked it), and that bounded its probability (the distances' quantile).
     pub select: usize,
     pub samples: usize,
     pub alpha: f64,
@@ -34,7 +42,7 @@ pub struct CertifyRecord {
     /// Recall@1 of the smoothed model's answer (the majority label of the noisy copies), without
     /// a certificate.
     pub clean: f64,
-    /// Queries whose bound was at most 1/2: no label certified at any radius.
+    /// Queries that abstained: Cohen's bound at most 1/2, a centre not holding half the mass.
     pub abstained: f64,
     /// The radius of each query certified correct, largest first: the certified Recall@1 at any
     /// radius `r` is the share of the `queries_used` whose radius is at least `r` (the curve the
@@ -45,6 +53,10 @@ pub struct CertifyRecord {
     /// Each query's certificate, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_query: Option<Vec<QueryCertificate>>,
+}
+
+fn cohen() -> String {
+    "cohen".into()
 }
 
 /// What the record says was certified, and how.
@@ -78,6 +90,15 @@ impl CertifyRecord {
         Self {
             model: s.model,
             model_digest: s.model_digest,
+            method: match s.smoothing.method {
+                Method::Cohen => "cohen",
+                Method::Center { .. } => "center",
+            }
+            .into(),
+            delta: match s.smoothing.method {
+                Method::Cohen => None,
+                Method::Center { delta } => Some(delta),
+            },
             sigma: s.smoothing.sigma,
             select: s.smoothing.select,
             samples: s.smoothing.samples,
@@ -88,7 +109,7 @@ impl CertifyRecord {
             lone: c.lone,
             certified,
             clean: share(&|q| q.majority == q.label),
-            abstained: share(&|q| q.radius.is_none()),
+            abstained: share(&|q| q.abstained),
             certified_radii: {
                 let mut r: Vec<f64> = c
                     .rows
@@ -121,6 +142,7 @@ mod tests {
             p_lower: 0.0,
             radius,
             majority: selected,
+            abstained: radius.is_none(),
         };
         let rows = vec![
             q(0, 1, 1, Some(0.3)),
@@ -134,6 +156,7 @@ mod tests {
             select: 10,
             samples: 100,
             alpha: 0.001,
+            method: Method::Cohen,
         };
         let radii = [0.0, 0.1, 0.25, 0.5, 1.0];
         let rec = CertifyRecord::of(

@@ -99,6 +99,7 @@ fn an_attack_on_the_smoothed_model_never_breaks_a_certificate_within_its_radius(
         select: 50,
         samples: 2000,
         alpha: 0.001,
+        method: super::Method::Cohen,
     };
     let c = certify(&ctx, 9, &s, 256, 0, false).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(5);

@@ -2,7 +2,7 @@
 
 use super::{Outcome, open_device};
 use anyhow::Result;
-use rdml::certify::options::{CertifyOptions, defaults};
+use rdml::certify::options::{CertifyOptions, MethodName, defaults};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -13,6 +13,11 @@ pub struct CertifyArgs {
     /// The test data, when not where the run's config says (as for `eval`).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// The smoothed retrieval certified: cohen (the noisy query's top-1 label; Cohen, Rosenfeld
+    /// and Kolter 2019) or center (the nearest item to the query's centre-smoothed embedding;
+    /// Kumar and Goldstein 2021).
+    #[arg(long, default_value = defaults::METHOD)]
+    pub method: MethodName,
     /// σ of the Gaussian noise added to each query, in pixels of [0, 1] images (the literature
     /// uses 0.12, 0.25 and 0.5).
     #[arg(long, default_value_t = defaults::SIGMA)]
@@ -23,9 +28,14 @@ pub struct CertifyArgs {
     /// Noisy copies per query that bound the probability of its label (Cohen's n).
     #[arg(long, default_value_t = defaults::SAMPLES)]
     pub samples: usize,
-    /// Noisy copies per query that pick its label, separate from --samples (Cohen's n₀).
-    #[arg(long, default_value_t = defaults::SELECT)]
-    pub select: usize,
+    /// Noisy copies per query that pick its label, separate from --samples (Cohen's n₀; default
+    /// 100); for center, that pick its centre, and as many again that check it (default 10,000).
+    #[arg(long)]
+    pub select: Option<usize>,
+    /// Centre smoothing's Δ: the centre's ball must hold at least 1/2 − Δ of the copies
+    /// (default 0.05; --method center only).
+    #[arg(long)]
+    pub delta: Option<f64>,
     /// The chance that a query's certificate is wrong, at most.
     #[arg(long, default_value_t = defaults::ALPHA)]
     pub alpha: f64,
@@ -59,8 +69,10 @@ pub fn certify(args: CertifyArgs, flag: Option<&str>, quiet: bool) -> Result<Out
         model: args.model,
         data: args.data,
         options: CertifyOptions {
+            method: args.method,
             sigma: args.sigma,
             select: args.select,
+            delta: args.delta,
             samples: args.samples,
             alpha: args.alpha,
             radii: args.radii,
@@ -80,11 +92,17 @@ pub fn certify(args: CertifyArgs, flag: Option<&str>, quiet: bool) -> Result<Out
         return Ok(Outcome::Done);
     }
     println!(
-        "certified Recall@1 of {} ({} queries, {} lone left out; σ {}, n₀ {}, n {}, α {}; {:.1} s):",
+        "certified Recall@1 of {} by {} smoothing ({} queries, {} lone left out; σ {}, {} {}, n {}, α {}; {:.1} s):",
         job.model.display(),
+        if r.method == "center" { "centre" } else { "Cohen's" },
         r.queries_used - r.lone,
         r.lone,
         r.sigma,
+        if r.method == "center" {
+            "copies to pick and to check the centre"
+        } else {
+            "n₀"
+        },
         r.select,
         r.samples,
         r.alpha,

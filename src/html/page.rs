@@ -230,14 +230,39 @@ impl Page {
     /// radii asked, and the curve over every radius its queries were certified at.
     pub(crate) fn certified(&mut self, c: &crate::certify::record::CertifyRecord) -> Result<()> {
         self.section("Certified Recall@1 (randomized smoothing of the query)");
+        let (answer, theorem, counts) = match c.method.as_str() {
+            "center" => (
+                "the centre's nearest item",
+                "its smoothed embedding's centre moves less than its margin to another label \
+                 (Kumar and Goldstein 2021, Theorem 1)",
+                format!(
+                    "Δ {}, {} copies pick the centre and {} check it, n {}",
+                    c.delta.unwrap_or(f64::NAN),
+                    c.select,
+                    c.select,
+                    c.samples
+                ),
+            ),
+            _ => (
+                "majority label",
+                "(Cohen et al. 2019, Theorem 1)",
+                format!("n₀ {}, n {}", c.select, c.samples),
+            ),
+        };
         let _ = write!(
             self.body,
-            "<p>σ {} (pixels of [0, 1] images), n₀ {}, n {}, α {}, seed {}: {} queries ({} lone, left out). \
-             Smoothed Recall@1 (majority label, no certificate) <b>{:.1}</b>; abstained {:.1} %. \
+            "<p>{} smoothing: σ {} (pixels of [0, 1] images), {counts}, α {}, seed {}: {} queries ({} lone, \
+             left out). Smoothed Recall@1 ({answer}, no certificate) <b>{:.1}</b>; abstained {:.1} %. \
              The top-1 of a certified query keeps its label for any ℓ2 perturbation of the query below its \
-             radius (Cohen et al. 2019, Theorem 1), with probability at least 1 − α; the gallery is not \
-             perturbed.</p>",
-            c.sigma, c.select, c.samples, c.alpha, c.seed, c.queries_used, c.lone, c.clean, c.abstained
+             radius: {theorem}, with probability at least 1 − α; the gallery is not perturbed.</p>",
+            if c.method == "center" { "Centre" } else { "Cohen's" },
+            c.sigma,
+            c.alpha,
+            c.seed,
+            c.queries_used,
+            c.lone,
+            c.clean,
+            c.abstained
         );
         self.body
             .push_str("<table><tr><th>ℓ2 radius</th><th>certified Recall@1</th></tr>");

@@ -162,6 +162,7 @@ fn defaults() -> Value {
 fn certify_defaults() -> Value {
     let c = crate::certify::options::CertifyOptions::default();
     json!({
+        "method": crate::certify::options::defaults::METHOD, "delta": c.delta,
         "sigma": c.sigma, "radii": c.radii, "samples": c.samples, "select": c.select, "alpha": c.alpha,
         "queries": c.queries, "batch": c.batch, "seed": c.seed, "per_query": c.per_query,
     })
