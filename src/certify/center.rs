@@ -26,9 +26,8 @@
 use super::bound::normal_quantile;
 use super::{Noisy, QueryCertificate, Smoothing};
 use crate::attack::context::Context;
-use crate::attack::objective::dist_to_all;
 use anyhow::Result;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 
 /// Noisy embeddings that are candidate centres (their `n_cntr`).
 pub const CANDIDATES: usize = 30;
@@ -54,26 +53,34 @@ impl Copies<'_, '_> {
     }
 
     /// Embeds `k` further copies in batches and hands each one's distance to each row of `to`
-    /// (`[rows, dim]`, host) to `keep(row, distance)`.
-    fn distances(&mut self, k: usize, to: &[f32], mut keep: impl FnMut(usize, f32)) -> Result<()> {
+    /// (`[rows, dim]`, host) to `keep(row, distance)`. The distances are summed on the host in
+    /// double precision: a certificate should not rest on the cancellation of `‖a‖² + ‖b‖² − 2a·b`
+    /// in single precision, which is ~1e-4 at distances near zero.
+    fn distances(&mut self, k: usize, to: &[f32], mut keep: impl FnMut(usize, f64)) -> Result<()> {
         let dim = self.ctx.ranked_clean().dim;
-        let n = to.len() / dim;
-        let to_t = Tensor::<2>::from_data(TensorData::new(to.to_vec(), [n, dim]), &self.ctx.device);
-        let to_sq = to_t.clone().powi_scalar(2).sum_dim(1).transpose();
         let mut left = k;
         while left > 0 {
             let b = left.min(self.batch.max(1));
             left -= b;
-            let d = crate::host::read(&dist_to_all(self.embed(b)?, &to_t, &to_sq))?;
-            for r in 0..b {
-                for (c, &v) in d[r * n..(r + 1) * n].iter().enumerate() {
-                    keep(c, v);
+            let emb = crate::host::read(&self.embed(b)?)?;
+            for e in emb.chunks_exact(dim) {
+                for (c, t) in to.chunks_exact(dim).enumerate() {
+                    keep(c, euclidean(e, t));
                 }
             }
             crate::progress::between_batches()?;
         }
         Ok(())
     }
+}
+
+/// `‖a − b‖₂`, summed in double precision.
+fn euclidean(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        .sqrt()
 }
 
 /// The centre-smoothing certificate of `items[q]`, `batch` copies embedded at once.
@@ -97,7 +104,7 @@ pub(super) fn certificate<'c>(
     let dim = ctx.ranked_clean().dim;
     // The candidates, then each one's distances to `select` copies.
     let candidates = crate::host::read(&copies.embed(CANDIDATES)?)?;
-    let mut dist: Vec<Vec<f32>> = (0..CANDIDATES).map(|_| Vec::with_capacity(s.select)).collect();
+    let mut dist: Vec<Vec<f64>> = (0..CANDIDATES).map(|_| Vec::with_capacity(s.select)).collect();
     copies.distances(s.select, &candidates, |c, d| dist[c].push(d))?;
     let (best, r_hat) = (0..CANDIDATES)
         .map(|c| (c, median(&mut dist[c])))
@@ -105,14 +112,14 @@ pub(super) fn certificate<'c>(
     let center = candidates[best * dim..(best + 1) * dim].to_vec();
     // Whether `r̂` holds about half the mass: another `select` copies.
     let mut inside = 0u64;
-    copies.distances(s.select, &center, |_, d| inside += u64::from(f64::from(d) <= r_hat))?;
+    copies.distances(s.select, &center, |_, d| inside += u64::from(d <= r_hat))?;
     let delta_1 = ((2.0 / (s.alpha / 2.0)).ln() / (2.0 * s.select as f64)).sqrt();
     let p_lower = inside as f64 / s.select as f64 - delta_1;
     let abstained = delta_1.max(0.5 - p_lower) > delta;
     // The certificate's `samples` distances to the centre.
     let mut to_center = Vec::with_capacity(s.samples);
     copies.distances(s.samples, &center, |_, d| to_center.push(d))?;
-    to_center.sort_by(f32::total_cmp);
+    to_center.sort_by(f64::total_cmp);
     let (answer, margin) = answer_and_margin(ctx, &center, ctx.own(item));
     let selected = ctx.ranked_labels()[answer];
     let radius = (!abstained)
@@ -131,16 +138,16 @@ pub(super) fn certificate<'c>(
 }
 
 /// NumPy's median: the mean of the two middle values of an even count.
-fn median(v: &mut [f32]) -> f64 {
-    v.sort_by(f32::total_cmp);
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
         return f64::INFINITY;
     }
     if n % 2 == 1 {
-        f64::from(v[n / 2])
+        v[n / 2]
     } else {
-        (f64::from(v[n / 2 - 1]) + f64::from(v[n / 2])) / 2.0
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
@@ -149,7 +156,7 @@ fn median(v: &mut [f32]) -> f64 {
 fn answer_and_margin(ctx: &Context, z: &[f32], skip: Option<usize>) -> (usize, f64) {
     let g = ctx.ranked_clean();
     let labels = ctx.ranked_labels();
-    let sq = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum::<f64>();
+    let sq = |a: &[f32], b: &[f32]| euclidean(a, b).powi(2);
     let d2: Vec<f64> = (0..g.n).map(|j| sq(z, g.row(j))).collect();
     let answer = (0..g.n)
         .filter(|&j| Some(j) != skip)
@@ -168,7 +175,7 @@ fn answer_and_margin(ctx: &Context, z: &[f32], skip: Option<usize>) -> (usize, f
 
 /// The largest ε₁ whose quantile radius stays below `limit` (`sorted` the certificate's distances
 /// to the centre, ascending); `None` when not even ε₁ = 0 does.
-fn largest_radius(sorted: &[f32], limit: f64, s: &Smoothing, delta: f64) -> Option<f64> {
+fn largest_radius(sorted: &[f64], limit: f64, s: &Smoothing, delta: f64) -> Option<f64> {
     let q_star = quantile_reach(sorted, limit)?;
     let slack = ((2.0 / s.alpha).ln() / (2.0 * s.samples as f64)).sqrt();
     let p = q_star - slack;
@@ -177,14 +184,14 @@ fn largest_radius(sorted: &[f32], limit: f64, s: &Smoothing, delta: f64) -> Opti
 
 /// The supremum of the `q ∈ [0, 1]` whose NumPy quantile (linear between order statistics) of
 /// `sorted` is below `t`; `None` when none is.
-fn quantile_reach(sorted: &[f32], t: f64) -> Option<f64> {
-    let below = sorted.iter().take_while(|&&d| f64::from(d) < t).count();
+fn quantile_reach(sorted: &[f64], t: f64) -> Option<f64> {
+    let below = sorted.iter().take_while(|&&d| d < t).count();
     let n = sorted.len();
     match below {
         0 => None,
         b if b == n => Some(1.0),
         b => {
-            let (lo, hi) = (f64::from(sorted[b - 1]), f64::from(sorted[b]));
+            let (lo, hi) = (sorted[b - 1], sorted[b]);
             let h = (b - 1) as f64 + (t - lo) / (hi - lo);
             Some(h / (n - 1) as f64)
         }
@@ -208,11 +215,11 @@ mod tests {
     }
 
     /// NumPy's linear quantile of `sorted` at `q`.
-    fn np_quantile(sorted: &[f32], q: f64) -> f64 {
+    fn np_quantile(sorted: &[f64], q: f64) -> f64 {
         let h = (sorted.len() - 1) as f64 * q;
         let (i, f) = (h.floor() as usize, h - h.floor());
         let hi = sorted[(i + 1).min(sorted.len() - 1)];
-        f64::from(sorted[i]) + f * f64::from(hi - sorted[i])
+        sorted[i] + f * (hi - sorted[i])
     }
 
     /// The margin is the distance to the nearest bisecting hyperplane between the answer and an
@@ -233,7 +240,7 @@ mod tests {
     #[test]
     fn the_radius_is_where_the_bound_meets_the_margin() {
         let s = smoothing(0.1, 1000);
-        let sorted: Vec<f32> = (1..=1000).map(|i| i as f32 / 1000.0).collect();
+        let sorted: Vec<f64> = (1..=1000).map(|i| f64::from(i) / 1000.0).collect();
         let limit = 0.9;
         let eps = largest_radius(&sorted, limit, &s, 0.05).unwrap();
         // Φ by bisection of Φ⁻¹.
@@ -289,7 +296,7 @@ mod tests {
     /// NumPy: `np.quantile([1, 2, 4, 8], q)` reaches 3 at q = (1 + 0.5)/3 = 0.5.
     #[test]
     fn the_reach_of_the_quantile_is_numpys_inverse() {
-        let d = [1.0f32, 2.0, 4.0, 8.0];
+        let d = [1.0f64, 2.0, 4.0, 8.0];
         assert_eq!(quantile_reach(&d, 3.0), Some(0.5));
         assert_eq!(quantile_reach(&d, 1.0), None);
         assert_eq!(quantile_reach(&d, 9.0), Some(1.0));
