@@ -1,0 +1,81 @@
+"""EST in one PyTorch loop, two step functions (issue 54): robrank's own (`AdvRank.embShift` at
+its override_pgditer_8 budget, then `ptripletN` on the shifted batch) or `rdml.Defense("est")`;
+the same rc2f2 initial weights (torch.manual_seed(SEED)), the same SPC-2 batches (128 pairs, a
+random class and two of its items each, from numpy's SEED stream), Adam 1e-3 with weight decay
+1e-7. The model is then scored by `rdml.robustness` (rob28, robrank_compat) on the first 256 test
+items; one JSON line, also written to OUT (default /tmp/rbest/loop-WHICH-SEED.json).
+
+    PYTHONPATH=python ~/.cache/rdml/robrank/venv/bin/python bench/est_step_loop.py \
+        ROBRANK_CHECKOUT robrank|rdml SEED BATCHES FASHION_MNIST_DIR [THREADS] [OUT]
+
+(robrank's venv, which bench/robrank_env.sh makes, with rdml's package on PYTHONPATH.)"""
+import gzip, json, sys, time
+import numpy as np
+import torch as th
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[1])
+import robrank as rr
+from robrank.attacks import AdvRank
+import rdml
+
+which, seed, batches = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+th.set_num_threads(int(sys.argv[6]) if len(sys.argv) > 6 else 2)
+fm = sys.argv[5]
+
+def idx(p):
+    raw = gzip.decompress(open(p, "rb").read()); dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+xtr = idx(f"{fm}/train-images-idx3-ubyte.gz").astype(np.float32) / 255
+ytr = idx(f"{fm}/train-labels-idx1-ubyte.gz").astype(np.int64)
+xte = idx(f"{fm}/t10k-images-idx3-ubyte.gz").astype(np.float32) / 255
+yte = idx(f"{fm}/t10k-labels-idx1-ubyte.gz").astype(np.int64)
+
+class L2(th.nn.Module):
+    def __init__(self, m):
+        super().__init__(); self.m = m
+    def forward(self, x):
+        return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
+
+th.manual_seed(seed)
+net = th.nn.Sequential(
+    th.nn.Conv2d(1, 32, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
+    th.nn.Conv2d(32, 64, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
+    th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
+model = L2(net)
+opt = th.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-7)
+rng = np.random.default_rng(seed)
+by_class = [np.flatnonzero(ytr == c) for c in range(10)]
+ptriplet = rr.losses.ptripletN()
+defense = rdml.Defense("est", eps=77 / 255, step=3 / 255, steps=8,
+                       loss=dict(kind="triplet", distance="normalized-euclidean", miner="random", margin=0.2),
+                       seed=seed) if which == "rdml" else None
+t0 = time.time(); losses = []
+for b in range(batches):
+    cls = rng.integers(0, 10, 128)
+    pairs = [rng.choice(by_class[c], 2, replace=False) for c in cls]
+    items = np.array(pairs).reshape(-1)
+    x = th.from_numpy(xtr[items]).view(-1, 1, 28, 28); y = th.from_numpy(ytr[items])
+    opt.zero_grad()
+    if which == "robrank":
+        model.eval()
+        adv = AdvRank(model, eps=77 / 255, alpha=3 / 255, pgditer=8, device="cpu", metric="N",
+                      verbose=False).embShift(x)
+        model.train()
+        loss = ptriplet(model(adv), y)
+    else:
+        loss = defense(model, x, y)
+    loss.backward(); opt.step(); losses.append(loss.item())
+    if b % 50 == 0:
+        print(which, b, np.mean(losses[-50:]), f"{time.time() - t0:.0f} s", flush=True)
+train_s = time.time() - t0
+model.eval()
+te_x = th.from_numpy(xte).view(-1, 1, 28, 28)
+r = rdml.robustness(model, te_x, yte, profile="rob28", robrank_compat=True, queries=256, batch=128, seed=0, quiet=True)
+m = rdml.metrics(model(te_x).detach().numpy(), yte) if hasattr(rdml, "metrics") else {}
+out = dict(which=which, seed=seed, batches=batches, train_s=train_s, mean_loss=float(np.mean(losses)),
+           ers=r["table"]["ers"], cols={row["column"]: row["raw"] for row in r["table"]["rows"]},
+           r1=m.get("recall@1") if isinstance(m, dict) else None)
+print(json.dumps(out), flush=True)
+json.dump(out, open(sys.argv[7] if len(sys.argv) > 7 else f"/tmp/rbest/loop-{which}-{seed}.json", "w"))
