@@ -11,14 +11,16 @@
 //!   `Δ₁ = √(ln(2/α₁) / 2·select)`; else the query abstains.
 //! - **Their Theorem 1**: with probability at least `1 − α₁ − α₂`, for every `‖ε‖₂ ≤ ε₁`,
 //!   `‖z(x) − z(x + ε)‖ ≤ (1 + β)·R`, `R` the `q`-quantile of `‖f(x + δ) − z(x)‖` over `samples`
-//!   copies, `q = Φ(Φ⁻¹(1/2 + Δ) + ε₁/σ) + √(ln(1/α₂) / 2·samples)` (the quantile as NumPy's,
-//!   linear between order statistics). Here `α₁ = α₂ = α/2`.
+//!   copies, `q = Φ(Φ⁻¹(1/2 + Δ) + ε₁/σ) + √(ln(1/α₂) / 2·samples)`, the quantile the order
+//!   statistic `X₍⌈n·q⌉₎` (their code's `np.quantile` interpolates below it). Here
+//!   `α₁ = α₂ = α/2`.
 //! - **Retrieval**: the smoothed answer is the ranked item `g_c` nearest `z(x)`. For an item `w` of
 //!   another label, every point within `ρ` of `z` stays nearer `g_c` than `w` while the distance
 //!   from `z` to their bisecting hyperplane, `(‖z − g_w‖² − ‖z − g_c‖²) / 2‖g_w − g_c‖`, exceeds
 //!   `ρ`; its least over every such `w` is the margin `m`. The answer is certified at `ε₁` when
 //!   `(1 + β)·R(ε₁) < m`, so the query's radius is the largest such `ε₁`:
-//!   `σ·(Φ⁻¹(q* − √(ln(1/α₂) / 2·samples)) − Φ⁻¹(1/2 + Δ))`, `q*` where the quantile reaches `m/3`.
+//!   `σ·(Φ⁻¹(b/n − √(ln(1/α₂) / 2·samples)) − Φ⁻¹(1/2 + Δ))`, `b` the copies nearer the centre
+//!   than `m/3`.
 //!
 //! Each copy is reduced to its distances to the candidates or to the centre as it is embedded;
 //! the centre and the gallery are the only embeddings kept.
@@ -113,7 +115,7 @@ pub(super) fn certificate<'c>(
     // Whether `r̂` holds about half the mass: another `select` copies.
     let mut inside = 0u64;
     copies.distances(s.select, &center, |_, d| inside += u64::from(d <= r_hat))?;
-    let delta_1 = ((2.0 / (s.alpha / 2.0)).ln() / (2.0 * s.select as f64)).sqrt();
+    let delta_1 = check_slack(s);
     let p_lower = inside as f64 / s.select as f64 - delta_1;
     let abstained = delta_1.max(0.5 - p_lower) > delta;
     // The certificate's `samples` distances to the centre.
@@ -174,28 +176,26 @@ fn answer_and_margin(ctx: &Context, z: &[f32], skip: Option<usize>) -> (usize, f
 }
 
 /// The largest ε₁ whose quantile radius stays below `limit` (`sorted` the certificate's distances
-/// to the centre, ascending); `None` when not even ε₁ = 0 does.
+/// to the centre, ascending); `None` when not even ε₁ = 0 does. The quantile is the order
+/// statistic `X₍⌈n·q⌉₎`, which the slack's Hoeffding bound makes an upper bound of the true
+/// `q`-quantile with probability `1 − α₂` (their code's `np.quantile` interpolates below it, by up
+/// to one order statistic). With `b` distances below `limit`, `X₍⌈n·q⌉₎ < limit` iff `q ≤ b/n`,
+/// so the bound stays strictly inside the margin at the radius itself.
 fn largest_radius(sorted: &[f64], limit: f64, s: &Smoothing, delta: f64) -> Option<f64> {
-    let q_star = quantile_reach(sorted, limit)?;
-    let slack = ((2.0 / s.alpha).ln() / (2.0 * s.samples as f64)).sqrt();
-    let p = q_star - slack;
+    let below = sorted.iter().take_while(|&&d| d < limit).count();
+    let q_star = below as f64 / sorted.len().max(1) as f64;
+    let p = q_star - quantile_slack(s);
     (p > 0.5 + delta && p < 1.0).then(|| f64::from(s.sigma) * (normal_quantile(p) - normal_quantile(0.5 + delta)))
 }
 
-/// The supremum of the `q ∈ [0, 1]` whose NumPy quantile (linear between order statistics) of
-/// `sorted` is below `t`; `None` when none is.
-fn quantile_reach(sorted: &[f64], t: f64) -> Option<f64> {
-    let below = sorted.iter().take_while(|&&d| d < t).count();
-    let n = sorted.len();
-    match below {
-        0 => None,
-        b if b == n => Some(1.0),
-        b => {
-            let (lo, hi) = (sorted[b - 1], sorted[b]);
-            let h = (b - 1) as f64 + (t - lo) / (hi - lo);
-            Some(h / (n - 1) as f64)
-        }
-    }
+/// `√(ln(1/α₂) / 2n)`, `α₂ = α/2`: the quantile's Hoeffding slack.
+pub(super) fn quantile_slack(s: &Smoothing) -> f64 {
+    ((2.0 / s.alpha).ln() / (2.0 * s.samples as f64)).sqrt()
+}
+
+/// `√(ln(2/α₁) / 2·select)`, `α₁ = α/2`: the centre check's Hoeffding slack.
+pub(super) fn check_slack(s: &Smoothing) -> f64 {
+    ((4.0 / s.alpha).ln() / (2.0 * s.select as f64)).sqrt()
 }
 
 #[cfg(test)]
@@ -214,12 +214,10 @@ mod tests {
         }
     }
 
-    /// NumPy's linear quantile of `sorted` at `q`.
-    fn np_quantile(sorted: &[f64], q: f64) -> f64 {
-        let h = (sorted.len() - 1) as f64 * q;
-        let (i, f) = (h.floor() as usize, h - h.floor());
-        let hi = sorted[(i + 1).min(sorted.len() - 1)];
-        sorted[i] + f * (hi - sorted[i])
+    /// The order statistic `X₍⌈n·q⌉₎` of `sorted`.
+    fn order_statistic(sorted: &[f64], q: f64) -> f64 {
+        let k = (sorted.len() as f64 * q).ceil() as usize;
+        sorted[k.clamp(1, sorted.len()) - 1]
     }
 
     /// The margin is the distance to the nearest bisecting hyperplane between the answer and an
@@ -236,7 +234,8 @@ mod tests {
         assert_eq!(answer, 3);
     }
 
-    /// The radius is where Theorem 1's bound, 3 × the quantile at q(ε), meets the margin.
+    /// The radius is where Theorem 1's bound, 3 × the quantile at q(ε), meets the margin: inside
+    /// it at the radius, past it just beyond.
     #[test]
     fn the_radius_is_where_the_bound_meets_the_margin() {
         let s = smoothing(0.1, 1000);
@@ -253,8 +252,9 @@ mod tests {
             lo
         };
         let q = |e: f64| cdf(normal_quantile(0.55) + e / 0.1) + ((2.0f64 / 0.001).ln() / 2000.0).sqrt();
-        assert!((np_quantile(&sorted, q(eps)) - limit).abs() < 1e-6);
-        assert!(np_quantile(&sorted, q(eps * 0.99)) < limit);
+        assert!(order_statistic(&sorted, q(eps * 0.999)) < limit);
+        assert!(order_statistic(&sorted, q(eps * 1.01)) >= limit);
+        assert!((q(eps) - 0.899).abs() < 1e-7, "{}", q(eps));
         // Not even ε = 0 when the quantile at q(0) is past the limit.
         assert_eq!(largest_radius(&sorted, 0.3, &s, 0.05), None);
     }
@@ -293,14 +293,28 @@ mod tests {
         assert_eq!(other.rows, c.rows);
     }
 
-    /// NumPy: `np.quantile([1, 2, 4, 8], q)` reaches 3 at q = (1 + 0.5)/3 = 0.5.
+    /// Settings under which every query would abstain, or none be certified, are refused.
     #[test]
-    fn the_reach_of_the_quantile_is_numpys_inverse() {
-        let d = [1.0f64, 2.0, 4.0, 8.0];
-        assert_eq!(quantile_reach(&d, 3.0), Some(0.5));
-        assert_eq!(quantile_reach(&d, 1.0), None);
-        assert_eq!(quantile_reach(&d, 9.0), Some(1.0));
-        assert!((quantile_reach(&d, 6.0).unwrap() - (2.5 / 3.0)).abs() < 1e-12);
+    fn settings_that_cannot_certify_are_refused() {
+        use crate::certify::options::{CertifyOptions, MethodName};
+        let center = |select, samples| CertifyOptions {
+            method: MethodName::Center,
+            select,
+            samples,
+            ..CertifyOptions::default()
+        };
+        let e = center(Some(100), 10_000).smoothing().unwrap_err().to_string();
+        assert!(
+            e.contains("⟨select⟩ 100 is too few") && e.contains("give at least 1659"),
+            "{e}"
+        );
+        let e = center(None, 10).smoothing().unwrap_err().to_string();
+        assert!(e.contains("⟨samples⟩ 10 is too few"), "{e}");
+        assert!(center(None, 10_000).smoothing().is_ok());
+    }
+
+    #[test]
+    fn the_median_is_numpys() {
         assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), 2.5);
     }
 }

@@ -120,6 +120,33 @@ impl CertifyOptions {
                 Method::Center { delta }
             }
         };
+        let smoothing = Smoothing {
+            sigma: self.sigma,
+            select,
+            samples: self.samples,
+            alpha: self.alpha,
+            method,
+        };
+        if let Method::Center { delta } = method {
+            // Settings under which every query abstains or none is certified: refused, not run.
+            let d1 = super::center::check_slack(&smoothing);
+            crate::ensure_input!(
+                d1.is_finite() && d1 <= delta,
+                "⟨select⟩ {select} is too few for centre smoothing at ⟨alpha⟩ {} and ⟨delta⟩ {delta}: \
+                 the centre's check would carry a slack of {d1:.3} > Δ, and every query would abstain; \
+                 give at least {}",
+                self.alpha,
+                ((4.0 / self.alpha).ln() / (2.0 * delta * delta)).ceil()
+            );
+            let slack = super::center::quantile_slack(&smoothing);
+            crate::ensure_input!(
+                slack.is_finite() && 1.0 - slack > 0.5 + delta,
+                "⟨samples⟩ {} is too few for centre smoothing at ⟨alpha⟩ {}: its quantile's slack {slack:.3} \
+                 leaves no quantile above 1/2 + Δ, and no query could be certified",
+                self.samples,
+                self.alpha
+            );
+        }
         crate::ensure_input!(self.samples >= 1, "⟨samples⟩ must be ≥ 1");
         crate::ensure_input!(
             self.alpha > 0.0 && self.alpha < 0.5,
@@ -132,13 +159,7 @@ impl CertifyOptions {
         }
         crate::ensure_input!(self.queries >= 1, "⟨queries⟩ must be ≥ 1");
         crate::ensure_input!(self.batch >= 1, "⟨batch⟩ must be ≥ 1");
-        Ok(Smoothing {
-            sigma: self.sigma,
-            select,
-            samples: self.samples,
-            alpha: self.alpha,
-            method,
-        })
+        Ok(smoothing)
     }
 
     /// Certifies `ctx`'s model on its query set and makes the record, naming `model` (a run
