@@ -321,9 +321,10 @@ def test_a_loss_of_ones_own_in_place_of_est_and_mdprops_outer_loss():
     model = L2(c2f2(16))
     x, y = spc2()
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    # (MDProp draws its targets from the defense's stream, which an outer loss of rdml's then goes
-    # on drawing from: a loss that draws nothing, multi-similarity, for it.)
-    for table, loss in ((dict(kind="est", eps=0.1, step=0.02, steps=4), dict(kind="triplet", miner="semihard")),
+    # (EST draws its first step's tie-break and MDProp its targets from the defense's stream, which
+    # an outer loss of rdml's then goes on drawing from: losses that draw nothing for both, the
+    # triplet loss on its hardest negatives and multi-similarity.)
+    for table, loss in ((dict(kind="est", eps=0.1, step=0.02, steps=4), dict(kind="triplet", miner="hardest")),
                         (dict(kind="mdprop", eps=0.03, step=0.03, steps=1, distributions=[dict(kind="stax")]),
                          dict(kind="multi-similarity"))):
         rdml_loss = rdml.Loss(**loss, seed=4)
