@@ -16,13 +16,12 @@ import rdml
 th.set_num_threads(2)
 fm, weights = sys.argv[2], sys.argv[3]
 
-def idx(p):
-    raw = gzip.decompress(open(p, "rb").read()); dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
+from pathlib import Path
 
-xtr = idx(f"{fm}/train-images-idx3-ubyte.gz").astype(np.float32) / 255
-ytr = idx(f"{fm}/train-labels-idx1-ubyte.gz").astype(np.int64)
+from harden_own_model import idx  # noqa: E402  (bench/, the script's own folder)
+
+xtr = idx(Path(fm) / "train-images-idx3-ubyte.gz").astype(np.float32) / 255
+ytr = idx(Path(fm) / "train-labels-idx1-ubyte.gz").astype(np.int64)
 
 class L2(th.nn.Module):
     def __init__(self, m):

@@ -22,15 +22,14 @@ which, seed, batches = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 th.set_num_threads(int(sys.argv[6]) if len(sys.argv) > 6 else 2)
 fm = sys.argv[5]
 
-def idx(p):
-    raw = gzip.decompress(open(p, "rb").read()); dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
+from pathlib import Path
 
-xtr = idx(f"{fm}/train-images-idx3-ubyte.gz").astype(np.float32) / 255
-ytr = idx(f"{fm}/train-labels-idx1-ubyte.gz").astype(np.int64)
-xte = idx(f"{fm}/t10k-images-idx3-ubyte.gz").astype(np.float32) / 255
-yte = idx(f"{fm}/t10k-labels-idx1-ubyte.gz").astype(np.int64)
+from harden_own_model import idx  # noqa: E402  (bench/, the script's own folder)
+
+xtr = idx(Path(fm) / "train-images-idx3-ubyte.gz").astype(np.float32) / 255
+ytr = idx(Path(fm) / "train-labels-idx1-ubyte.gz").astype(np.int64)
+xte = idx(Path(fm) / "t10k-images-idx3-ubyte.gz").astype(np.float32) / 255
+yte = idx(Path(fm) / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
 
 class L2(th.nn.Module):
     def __init__(self, m):

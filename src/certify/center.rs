@@ -78,11 +78,15 @@ impl Copies<'_, '_> {
 
 /// `‖a − b‖₂`, summed in double precision.
 fn euclidean(a: &[f32], b: &[f32]) -> f64 {
+    squared(a, b).sqrt()
+}
+
+/// `‖a − b‖₂²`, summed in double precision.
+fn squared(a: &[f32], b: &[f32]) -> f64 {
     a.iter()
         .zip(b)
         .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum::<f64>()
-        .sqrt()
+        .sum()
 }
 
 /// The centre-smoothing certificate of `items[q]`, `batch` copies embedded at once.
@@ -158,8 +162,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn answer_and_margin(ctx: &Context, z: &[f32], skip: Option<usize>) -> (usize, f64) {
     let g = ctx.ranked_clean();
     let labels = ctx.ranked_labels();
-    let sq = |a: &[f32], b: &[f32]| euclidean(a, b).powi(2);
-    let d2: Vec<f64> = (0..g.n).map(|j| sq(z, g.row(j))).collect();
+    let d2: Vec<f64> = (0..g.n).map(|j| squared(z, g.row(j))).collect();
     let answer = (0..g.n)
         .filter(|&j| Some(j) != skip)
         .fold(None, |b: Option<usize>, j| match b {
@@ -170,7 +173,7 @@ fn answer_and_margin(ctx: &Context, z: &[f32], skip: Option<usize>) -> (usize, f
     let gc = g.row(answer);
     let margin = (0..g.n)
         .filter(|&j| Some(j) != skip && labels[j] != labels[answer])
-        .map(|j| (d2[j] - d2[answer]) / (2.0 * sq(g.row(j), gc).sqrt()).max(f64::MIN_POSITIVE))
+        .map(|j| (d2[j] - d2[answer]) / (2.0 * euclidean(g.row(j), gc)).max(f64::MIN_POSITIVE))
         .fold(f64::INFINITY, f64::min);
     (answer, margin)
 }
