@@ -1,8 +1,11 @@
 """EST in one PyTorch loop, two step functions (issue 54): robrank's own (`AdvRank.embShift` at
 its override_pgditer_8 budget, then `ptripletN` on the shifted batch) or `rdml.Defense("est")`;
-the same rc2f2 initial weights (torch.manual_seed(SEED)), the same SPC-2 batches (128 pairs, a
-random class and two of its items each, from numpy's SEED stream), Adam 1e-3 with weight decay
-1e-7. The model is then scored by `rdml.robustness` (rob28, robrank_compat) on the first 256 test
+the same rc2f2 initial weights (torch.manual_seed(SEED)), the same SPC-2 batches from numpy's SEED
+stream, Adam 1e-3 with weight decay 1e-7. The batches: 128 pairs of a random class and two of its
+items each, or with SAMPLER=robrank as robrank's Lightning run draws them (its MNISTPairDataset
+under a shuffling DataLoader): every training item once per epoch as an anchor, in a random order,
+128 a batch (the last 96), each followed by any item of its class (`random.choice`, itself
+included). The model is then scored by `rdml.robustness` (rob28, robrank_compat) on the first 256 test
 items; one JSON line, also written to OUT (default /tmp/rbest/loop-WHICH-SEED.json).
 
     PYTHONPATH=python ~/.cache/rdml/robrank/venv/bin/python bench/est_step_loop.py \
@@ -50,11 +53,25 @@ ptriplet = rr.losses.ptripletN()
 defense = rdml.Defense("est", eps=77 / 255, step=3 / 255, steps=8,
                        loss=dict(kind="triplet", distance="normalized-euclidean", miner="random", margin=0.2),
                        seed=seed) if which == "rdml" else None
-t0 = time.time(); losses = []
-for b in range(batches):
+import os
+robrank_sampler = os.environ.get("SAMPLER", "classes") == "robrank"
+assert os.environ.get("SAMPLER", "classes") in ("classes", "robrank"), "SAMPLER: classes or robrank"
+
+
+def batch_items(b, order):
+    """The items of batch `b`, anchor then positive; `order` the epoch's anchors (robrank's)."""
+    if robrank_sampler:
+        anchors = order[(b % 469) * 128:(b % 469 + 1) * 128]
+        return np.array([(a, rng.choice(by_class[ytr[a]])) for a in anchors]).reshape(-1)
     cls = rng.integers(0, 10, 128)
-    pairs = [rng.choice(by_class[c], 2, replace=False) for c in cls]
-    items = np.array(pairs).reshape(-1)
+    return np.array([rng.choice(by_class[c], 2, replace=False) for c in cls]).reshape(-1)
+
+
+t0 = time.time(); losses = []; order = None
+for b in range(batches):
+    if robrank_sampler and b % 469 == 0:
+        order = rng.permutation(len(ytr))
+    items = batch_items(b, order)
     x = th.from_numpy(xtr[items]).view(-1, 1, 28, 28); y = th.from_numpy(ytr[items])
     opt.zero_grad()
     if which == "robrank":
@@ -73,7 +90,7 @@ model.eval()
 te_x = th.from_numpy(xte).view(-1, 1, 28, 28)
 r = rdml.robustness(model, te_x, yte, profile="rob28", robrank_compat=True, queries=256, batch=128, seed=0, quiet=True)
 m = rdml.metrics(model(te_x).detach().numpy(), yte) if hasattr(rdml, "metrics") else {}
-out = dict(which=which, seed=seed, batches=batches, train_s=train_s, mean_loss=float(np.mean(losses)),
+out = dict(which=which, seed=seed, batches=batches, sampler="robrank" if robrank_sampler else "classes", train_s=train_s, mean_loss=float(np.mean(losses)),
            ers=r["table"]["ers"], cols={row["column"]: row["raw"] for row in r["table"]["rows"]},
            r1=m.get("recall@1") if isinstance(m, dict) else None)
 print(json.dumps(out), flush=True)
