@@ -448,7 +448,9 @@ def certify(
     Returns ``certified`` (each radius as given → the certified Recall@1, in percent), ``clean``
     (the smoothed model's Recall@1), ``abstained`` (the queries with no certificate), the
     settings, ``lone`` (queries with no other item of their class, left out) and ``seconds``;
-    ``per_query=True`` adds each query's certificate."""
+    ``per_query=True`` adds each query's certificate (``item``, ``label``, ``selected``, ``count``,
+    ``p_lower``, ``radius``, ``majority``, ``abstained``; centre smoothing also ``margin``, the
+    distance to the nearest other label, and ``least_bound``, the bound at ε = 0)."""
     from ._torch import module_digest
 
     arrays, shaped, g = _queries_and_gallery(images, labels, gallery, gallery_labels)

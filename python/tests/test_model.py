@@ -542,5 +542,9 @@ def test_certify_by_centre_smoothing():
     assert abs(c["clean"] - 100 * np.mean([q["majority"] == q["label"] for q in rows])) < 1e-9
     # The centre's share of the copies: at least 1/2 − Δ where the query did not abstain.
     assert all(q["p_lower"] >= 0.45 for q in rows if not q["abstained"])
+    # Each row's margin to the nearest other label and the least bound: a radius only below it.
+    for q in rows:
+        assert q["margin"] > 0 and q["least_bound"] > 0, q
+        assert q["radius"] is None or q["least_bound"] < q["margin"], q
     with pytest.raises(ValueError, match="delta"):
         rdml.certify(model, x, y, method="center", delta=0.7, **kw)

@@ -131,6 +131,8 @@ pub(super) fn certificate<'c>(
     let radius = (!abstained)
         .then(|| largest_radius(&to_center, margin / (1.0 + BETA), s, delta))
         .flatten();
+    let q0 = 0.5 + delta + quantile_slack(s);
+    let least_bound = order_statistic(&to_center, q0).map(|r| (1.0 + BETA) * r);
     Ok(QueryCertificate {
         item,
         label: ctx.set.labels[item],
@@ -140,7 +142,15 @@ pub(super) fn certificate<'c>(
         radius,
         majority: selected,
         abstained,
+        margin: Some(margin),
+        least_bound,
     })
+}
+
+/// The order statistic `X₍⌈n·q⌉₎` of `sorted` (ascending); `None` when `q` is past the last.
+fn order_statistic(sorted: &[f64], q: f64) -> Option<f64> {
+    let k = (sorted.len() as f64 * q).ceil().max(1.0) as usize;
+    sorted.get(k - 1).copied()
 }
 
 /// NumPy's median: the mean of the two middle values of an even count.
@@ -217,12 +227,6 @@ mod tests {
         }
     }
 
-    /// The order statistic `X₍⌈n·q⌉₎` of `sorted`.
-    fn order_statistic(sorted: &[f64], q: f64) -> f64 {
-        let k = (sorted.len() as f64 * q).ceil() as usize;
-        sorted[k.clamp(1, sorted.len()) - 1]
-    }
-
     /// The margin is the distance to the nearest bisecting hyperplane between the answer and an
     /// item of another label: z = (0, 0), the answer (1, 0), another label at (0, 3) (its
     /// hyperplane (9 − 1) / 2√10 away) and at (−4, 0) (farther, (16 − 1) / 10).
@@ -255,8 +259,8 @@ mod tests {
             lo
         };
         let q = |e: f64| cdf(normal_quantile(0.55) + e / 0.1) + ((2.0f64 / 0.001).ln() / 2000.0).sqrt();
-        assert!(order_statistic(&sorted, q(eps * 0.999)) < limit);
-        assert!(order_statistic(&sorted, q(eps * 1.01)) >= limit);
+        assert!(order_statistic(&sorted, q(eps * 0.999)).unwrap() < limit);
+        assert!(order_statistic(&sorted, q(eps * 1.01)).unwrap() >= limit);
         assert!((q(eps) - 0.899).abs() < 1e-7, "{}", q(eps));
         // Not even ε = 0 when the quantile at q(0) is past the limit.
         assert_eq!(largest_radius(&sorted, 0.3, &s, 0.05), None);
@@ -289,6 +293,12 @@ mod tests {
             assert!((r - 0.0463).abs() < 0.0015, "query {}: {r}", q.item);
         }
         assert!(c.rows[0].radius > c.rows[2].radius);
+        // The margin and the least bound the radius came from: the bound below the margin.
+        for q in &c.rows {
+            let (m, b) = (q.margin.unwrap(), q.least_bound.unwrap());
+            assert!(b < m && b > 0.0, "query {}: bound {b}, margin {m}", q.item);
+        }
+        assert!((c.rows[0].margin.unwrap() - 0.26).abs() < 0.02, "{:?}", c.rows[0]);
         let tiny = certify(&ctx, 6, &smoothing(1e-4, 2000), 256, 0, false).unwrap();
         assert!(tiny.rows.iter().all(|q| q.radius.is_some_and(|r| r < 1e-3)));
         // Batch size does not change a certificate.

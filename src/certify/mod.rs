@@ -61,6 +61,7 @@ pub enum Method {
 
 /// One query's certificate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "record::StoredCertificate")]
 pub struct QueryCertificate {
     /// The query's place in the test split (or in the caller's images).
     pub item: usize,
@@ -79,8 +80,16 @@ pub struct QueryCertificate {
     pub majority: u32,
     /// The query abstains: Cohen's bound at most 1/2, or a centre that does not hold half the
     /// mass (centre smoothing; its `count` and `p_lower` are the centre's ball's).
-    #[serde(default)]
     pub abstained: bool,
+    /// Centre smoothing: the distance from the centre to the nearest bisecting hyperplane between
+    /// its answer and an item of another label. A radius needs the bound below it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub margin: Option<f64>,
+    /// Centre smoothing: the bound at ε = 0, `3·X₍⌈n·q₀⌉₎` with `q₀ = 1/2 + Δ` plus the slack, the
+    /// least that Theorem 1 can bound the centre's move by (`None`: `q₀` is past the samples).
+    /// At or above `margin`, no radius is certified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub least_bound: Option<f64>,
 }
 
 impl QueryCertificate {
@@ -193,6 +202,8 @@ fn certificate(item: usize, label: u32, counts: &Counts, s: &Smoothing) -> Query
         p_lower,
         radius: (p_lower > 0.5).then(|| f64::from(s.sigma) * bound::normal_quantile(p_lower)),
         majority: top(&counts[1]),
+        margin: None,
+        least_bound: None,
     }
 }
 

@@ -126,6 +126,41 @@ impl CertifyRecord {
     }
 }
 
+/// A certificate as a record holds it. Records from before centre smoothing (Cohen's alone) have no
+/// `abstained`: there a query abstained exactly when it has no radius.
+#[derive(Deserialize)]
+pub(super) struct StoredCertificate {
+    item: usize,
+    label: u32,
+    selected: u32,
+    count: u64,
+    p_lower: f64,
+    radius: Option<f64>,
+    majority: u32,
+    abstained: Option<bool>,
+    #[serde(default)]
+    margin: Option<f64>,
+    #[serde(default)]
+    least_bound: Option<f64>,
+}
+
+impl From<StoredCertificate> for QueryCertificate {
+    fn from(s: StoredCertificate) -> Self {
+        QueryCertificate {
+            abstained: s.abstained.unwrap_or(s.radius.is_none()),
+            item: s.item,
+            label: s.label,
+            selected: s.selected,
+            count: s.count,
+            p_lower: s.p_lower,
+            radius: s.radius,
+            majority: s.majority,
+            margin: s.margin,
+            least_bound: s.least_bound,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +178,8 @@ mod tests {
             radius,
             majority: selected,
             abstained: radius.is_none(),
+            margin: None,
+            least_bound: None,
         };
         let rows = vec![
             q(0, 1, 1, Some(0.3)),
@@ -186,5 +223,25 @@ mod tests {
             );
         }
         assert_eq!(rec.certified_at(0.25), 40.0);
+    }
+
+    /// A row written before centre smoothing has no `abstained`: it abstained where it has no
+    /// radius. A centre-smoothing row keeps its margin and least bound; a Cohen row writes neither.
+    #[test]
+    fn rows_read_back_as_written_and_older_rows_abstain_by_their_radius() {
+        let old = r#"[{"item":3,"label":1,"selected":1,"count":40,"p_lower":0.3,"radius":null,"majority":1},
+                      {"item":4,"label":1,"selected":1,"count":99,"p_lower":0.9,"radius":0.3,"majority":1}]"#;
+        let rows: Vec<QueryCertificate> = serde_json::from_str(old).unwrap();
+        assert!(rows[0].abstained && !rows[1].abstained);
+        assert!(!serde_json::to_string(&rows[1]).unwrap().contains("margin"));
+        let centre = QueryCertificate {
+            margin: Some(0.2),
+            least_bound: Some(0.5),
+            radius: None,
+            ..rows[1].clone()
+        };
+        let back: QueryCertificate = serde_json::from_str(&serde_json::to_string(&centre).unwrap()).unwrap();
+        assert_eq!(back, centre);
+        assert!(!back.abstained);
     }
 }
