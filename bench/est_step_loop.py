@@ -12,7 +12,7 @@ items; one JSON line, also written to OUT (default /tmp/rbest/loop-WHICH-SEED.js
         ROBRANK_CHECKOUT robrank|rdml SEED BATCHES FASHION_MNIST_DIR [THREADS] [OUT]
 
 (robrank's venv, which bench/robrank_env.sh makes, with rdml's package on PYTHONPATH.)"""
-import gzip, json, sys, time
+import gzip, json, os, sys, time
 import numpy as np
 import torch as th
 import torch.nn.functional as F
@@ -53,15 +53,15 @@ ptriplet = rr.losses.ptripletN()
 defense = rdml.Defense("est", eps=77 / 255, step=3 / 255, steps=8,
                        loss=dict(kind="triplet", distance="normalized-euclidean", miner="random", margin=0.2),
                        seed=seed) if which == "rdml" else None
-import os
 robrank_sampler = os.environ.get("SAMPLER", "classes") == "robrank"
 assert os.environ.get("SAMPLER", "classes") in ("classes", "robrank"), "SAMPLER: classes or robrank"
+per_epoch = -(-len(ytr) // 128)  # robrank's DataLoader keeps the last, short batch
 
 
 def batch_items(b, order):
     """The items of batch `b`, anchor then positive; `order` the epoch's anchors (robrank's)."""
     if robrank_sampler:
-        anchors = order[(b % 469) * 128:(b % 469 + 1) * 128]
+        anchors = order[(b % per_epoch) * 128:(b % per_epoch + 1) * 128]
         return np.array([(a, rng.choice(by_class[ytr[a]])) for a in anchors]).reshape(-1)
     cls = rng.integers(0, 10, 128)
     return np.array([rng.choice(by_class[c], 2, replace=False) for c in cls]).reshape(-1)
@@ -69,7 +69,7 @@ def batch_items(b, order):
 
 t0 = time.time(); losses = []; order = None
 for b in range(batches):
-    if robrank_sampler and b % 469 == 0:
+    if robrank_sampler and b % per_epoch == 0:
         order = rng.permutation(len(ytr))
     items = batch_items(b, order)
     x = th.from_numpy(xtr[items]).view(-1, 1, 28, 28); y = th.from_numpy(ytr[items])

@@ -82,7 +82,8 @@ pub struct QueryCertificate {
     /// mass (centre smoothing; its `count` and `p_lower` are the centre's ball's).
     pub abstained: bool,
     /// Centre smoothing: the distance from the centre to the nearest bisecting hyperplane between
-    /// its answer and an item of another label. A radius needs the bound below it.
+    /// its answer and an item of another label (`None` read back where the gallery has none: JSON
+    /// writes an infinite margin as null). A radius needs the bound below it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub margin: Option<f64>,
     /// Centre smoothing: the bound at ε = 0, `3·X₍⌈n·q₀⌉₎` with `q₀ = 1/2 + Δ` plus the slack, the
