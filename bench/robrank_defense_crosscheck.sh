@@ -8,7 +8,8 @@
 #    for one SPC-2 epoch (maxepoch 2, as bench/robrank_crosscheck.sh) with its own
 #    `override_pgditer_8` (8 PGD steps of 3/255 in 77/255); its checkpoints are imported;
 # 2. rdml trains its presets (fashion-c2f2-act, fashion-c2f2-est, fashion-c2f2-hm-lga-ics) for
-#    one epoch with `--set defense.steps=8`, once per seed (SEEDS, default 1: seeds 0..SEEDS-1);
+#    one epoch with `--set defense.steps=8`, once per seed (SEEDS, default 1: seeds 0..SEEDS-1;
+#    SEEDS=0: robrank's models alone);
 # 3. every model: `rdml eval --json` (R@1, mAP@10, NMI) and `rdml robustness --profile rob28
 #    --robrank-compat` on the first QUERIES test items (default 256); robrank's models also
 #    through robrank's own rob28 (bin/swipe.py, tools/pjswipe.py) on ROBRANK_QUERIES (default 128);

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# robrank's own Lightning EST run, with either code's step function (issue 54; bench/README,
+# "EST, step by step").
+#
+#   bench/est_lightning.sh robrank|rdml [ROBRANK_CHECKOUT]
+#
+# robrank trains `fashion:rc2f2d:ptripletN` for one SPC-2 epoch with its `override_pgditer_8`,
+# exactly as bench/robrank_defense_crosscheck.sh does: its Trainer, its DataLoader, its batches.
+# With `rdml`, robrank's `est_training_step` is replaced by `rdml.Defense("est")` (seed 0) on the
+# same batch and weights (bench/est_step_loop.py's rdml step), and nothing else changes; the two
+# then differ in the step function alone. Torch runs on one thread, so two runs can share this
+# 2-core machine. The checkpoint gets `rdml import`, `rdml eval` and `rdml robustness --profile
+# rob28 --robrank-compat` on 256 queries, as the cross-check scores its models.
+set -euo pipefail
+
+step=${1:-}
+[[ $step == robrank || $step == rdml ]] || { echo "usage: $0 robrank|rdml [ROBRANK_CHECKOUT]" >&2; exit 2; }
+shift
+source "$(dirname "$0")/robrank_env.sh"
+touch override_pgditer_8
+(cd "$repo" && cargo build --release -q)
+rdml=$repo/target/release/rdml
+
+cat > train.py << 'EOF'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+import torch as th
+import torch.nn.functional as F
+th.set_num_threads(1)
+import robrank_torch_compat  # noqa: F401  (robrank under PyTorch 2.x)
+import robrank as rr
+rr.configs.rc2f2.maxepoch = 2  # SPC-2 losses halve it: one epoch
+if os.environ["STEP"] == "rdml":
+    import rdml
+
+    class L2(th.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
+
+    state = {}
+
+    def est_training_step(model, batch, batch_idx, *, pgditer=None):
+        if not state:
+            state["defense"] = rdml.Defense(
+                "est", eps=77 / 255, step=3 / 255, steps=8, seed=0,
+                loss=dict(kind="triplet", distance="normalized-euclidean", miner="random", margin=0.2))
+            state["model"] = L2(model.backbone)
+            print("rdml's EST step in robrank's harness", flush=True)
+        loss = state["defense"](state["model"], batch[0].view(-1, 1, 28, 28), batch[1].view(-1))
+        model.log("Train/loss", loss)
+        return loss
+
+    rr.defenses.est_training_step = est_training_step
+rr.cmdline.Train(['-C', 'fashion:rc2f2d:ptripletN', '-g', '0'])
+EOF
+
+echo "== robrank's Lightning EST, step function: $step"
+HOME=$home STEP=$step PYTHONPATH=$repo/python OMP_NUM_THREADS=1 cpu "train-$step" "$py" train.py "$src" "$repo/bench" \
+  > train.log 2>&1 || { tail -20 train.log >&2; exit 1; }
+ckpt=$(ls logs_fashion-rc2f2d-ptripletN/lightning_logs/version_0/checkpoints/*.ckpt | head -1)
+"$rdml" import --from "$ckpt" --arch c2f2 --out model --quiet > /dev/null
+"$rdml" eval --model model --data "$fm" --json > eval.json
+"$rdml" robustness --model model --data "$fm" --profile rob28 --robrank-compat --queries 256 --batch 128 \
+  --seed 0 --quiet --json > rob28.json
+"$py" - << 'EOF'
+import json
+e, r = json.load(open("eval.json")), json.load(open("rob28.json"))["table"]
+cols = " ".join(f"{row['column']} {row['raw']:.3g}" for row in r["rows"])
+print(f"R@1 {100 * e['recall@1']:.1f}  ERS {r['ers']:.1f}  {cols}")
+EOF
