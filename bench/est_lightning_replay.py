@@ -1,0 +1,51 @@
+"""Replays a run bench/est_lightning_record.py wrote (FOLDER: its working folder) in a plain
+PyTorch loop: its initial weights, its batches, a fresh Adam(1e-3, weight_decay=1e-7) and a fresh
+rdml.Defense("est", seed=0); prints each recorded step's loss against the run's and the weights
+against the run's where it kept them, then the final weights against its Lightning checkpoint. It
+can follow a run still recording. (2026-11-28: max |diff| 0 at every step and at the end.)
+
+    PYTHONPATH=python python bench/est_lightning_replay.py FOLDER
+"""
+import sys, os, time, glob, torch as th, torch.nn.functional as F
+import rdml
+th.set_num_threads(1)
+D = sys.argv[1]
+def get(i):
+    p = f"{D}/b{i:03d}.pt"
+    while not os.path.exists(p):
+        time.sleep(2)
+    return th.load(p, weights_only=False)
+net = th.nn.Sequential(
+    th.nn.Conv2d(1, 32, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
+    th.nn.Conv2d(32, 64, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
+    th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
+b = get(0)
+net.load_state_dict(b["w"])
+class L2(th.nn.Module):
+    def __init__(self, m):
+        super().__init__(); self.m = m
+    def forward(self, x):
+        return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
+model = L2(net)
+opt = th.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-7)
+d = rdml.Defense("est", eps=77 / 255, step=3 / 255, steps=8,
+                 loss=dict(kind="triplet", distance="normalized-euclidean", miner="random", margin=0.2), seed=0)
+worst = 0.0
+for i in range(469):
+    b = get(i)
+    if b["w"] is not None:
+        diff = max((net.state_dict()[k] - b["w"][k]).abs().max().item() for k in b["w"])
+        print(f"before step {i}: weights max|diff| {diff:.3e}", flush=True)
+    model.train(); opt.zero_grad()
+    loss = d(model, (b["u8"] / 255.0).view(-1, 1, 28, 28), b["y"])
+    loss.backward(); opt.step()
+    worst = max(worst, abs(loss.item() - b["loss"]))
+    if i % 50 == 0 or abs(loss.item() - b["loss"]) > 1e-6:
+        print(f"step {i}: loss {loss.item():.7f} lightning {b['loss']:.7f} (worst |diff| so far {worst:.2e})", flush=True)
+while not glob.glob(f"{D}/logs_*/lightning_logs/version_0/checkpoints/*.ckpt"):
+    time.sleep(5)
+time.sleep(5)
+ck = th.load(glob.glob(f"{D}/logs_*/lightning_logs/version_0/checkpoints/*.ckpt")[0], weights_only=False)["state_dict"]
+diff = max((net.state_dict()[k[9:]] - v).abs().max().item() for k, v in ck.items() if k.startswith("backbone."))
+print(f"after 469 steps, against the Lightning checkpoint: weights max|diff| {diff:.3e}; worst loss |diff| {worst:.2e}", flush=True)
+th.save(net.state_dict(), f"{D}/replayed.pt")
