@@ -1,10 +1,13 @@
-"""robrank's Lightning EST run with rdml's step (as bench/est_lightning.sh rdml), writing every
+"""robrank's Lightning EST run with rdml's step (bench/est_lightning.sh rdml's), writing every
 batch it draws (images as k/255 bytes, labels, the step's loss) to bNNN.pt in the working folder,
 and the weights before steps 0, 1, 50, 100, 200, 300, 400 and 468; bench/est_lightning_replay.py
 then replays the run in a plain PyTorch loop (issue 54, bench/README "EST in robrank's own
-harness"). Run in a folder holding `override_pgditer_8`, with robrank's venv:
+harness"). It writes about 100 MB and robrank's logs_* into the working folder; run it in a folder
+of its own, with robrank's venv (bench/robrank_env.sh makes it, and robrank's home):
 
-    HOME=<robrank's home> PYTHONPATH=python python bench/est_lightning_record.py ROBRANK_CHECKOUT bench
+    mkdir FOLDER && cd FOLDER && touch override_pgditer_8
+    HOME=<robrank's home> PYTHONPATH=RDML/python <robrank's venv>/bin/python \
+        RDML/bench/est_lightning_record.py ROBRANK_CHECKOUT RDML/bench
 """
 import os, sys
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
@@ -31,6 +34,7 @@ def step(model, batch, batch_idx, *, pgditer=None):
     u8 = (x * 255).round().to(th.uint8)
     assert th.equal(u8 / 255.0, x), "images are not k/255"
     loss = state["d"](state["m"], x, batch[1].view(-1))
+    model.log("Train/loss", loss)  # as robrank's step and bench/est_lightning.sh log it
     th.save(dict(u8=u8, y=batch[1].view(-1).clone(), loss=loss.item(), w=w), f"b{batch_idx:03d}.tmp")
     os.replace(f"b{batch_idx:03d}.tmp", f"b{batch_idx:03d}.pt")
     return loss

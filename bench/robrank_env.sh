@@ -1,7 +1,8 @@
-# Sourced by bench/robrank_crosscheck.sh and bench/robrank_defense_crosscheck.sh: robrank's
-# source (ROBRANK_CHECKOUT, $1, else cloned at the pinned commit), Fashion-MNIST where robrank
-# reads it, robrank's venv, a new run folder (the working folder after it) and `cpu LABEL CMD…`,
-# which appends the wall and CPU seconds of CMD to $run/times.
+# Sourced by bench/robrank_crosscheck.sh, bench/robrank_defense_crosscheck.sh and
+# bench/est_lightning.sh: robrank's source (ROBRANK_CHECKOUT, $1, else cloned at the pinned
+# commit), Fashion-MNIST where robrank reads it, robrank's venv, a new run folder (the working
+# folder after it) and `cpu LABEL CMD…`, which appends the wall and CPU seconds of CMD to
+# $run/times.
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${RDML_ROBRANK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdml/robrank}
