@@ -12,6 +12,7 @@ import os, sys, json, time, numpy as np, torch as th, torch.nn.functional as F
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 import rdml
 from harden_own_model import idx
+from rc2f2 import L2, rc2f2
 from pathlib import Path
 th.set_num_threads(1)
 init, batches, D, out = sys.argv[1:5]
@@ -22,17 +23,9 @@ ytr = idx(fm / "train-labels-idx1-ubyte.gz").astype(np.int64)
 xte = idx(fm / "t10k-images-idx3-ubyte.gz").astype(np.float32) / 255
 yte = idx(fm / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
 th.manual_seed(0)
-net = th.nn.Sequential(
-    th.nn.Conv2d(1, 32, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Conv2d(32, 64, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
+net = rc2f2()
 if init == "lightning":
     net.load_state_dict(th.load(f"{D}/b000.pt", weights_only=False)["w"])
-class L2(th.nn.Module):
-    def __init__(self, m):
-        super().__init__(); self.m = m
-    def forward(self, x):
-        return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
 model = L2(net)
 opt = th.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-7)
 d = rdml.Defense("est", eps=77 / 255, step=3 / 255, steps=8,

@@ -10,6 +10,8 @@ steps, weights equal at the 8 kept steps and at the end.)
 """
 import sys, os, time, glob, torch as th, torch.nn.functional as F
 import rdml
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rc2f2 import L2, rc2f2  # noqa: E402
 th.set_num_threads(1)
 D = sys.argv[1]
 def get(i):
@@ -19,17 +21,9 @@ def get(i):
             sys.exit(f"{p}: not written after 10 minutes; is the recording still running?")
         time.sleep(2); waited += 2
     return th.load(p, weights_only=False)
-net = th.nn.Sequential(
-    th.nn.Conv2d(1, 32, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Conv2d(32, 64, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
+net = rc2f2()
 b = get(0)
 net.load_state_dict(b["w"])
-class L2(th.nn.Module):
-    def __init__(self, m):
-        super().__init__(); self.m = m
-    def forward(self, x):
-        return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
 model = L2(net)
 opt = th.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-7)
 d = rdml.Defense("est", eps=77 / 255, step=3 / 255, steps=8,
