@@ -19,6 +19,7 @@ fm, weights = sys.argv[2], sys.argv[3]
 from pathlib import Path
 
 from harden_own_model import idx  # noqa: E402  (bench/, the script's own folder)
+from rc2f2 import rc2f2  # noqa: E402
 
 xtr = idx(Path(fm) / "train-images-idx3-ubyte.gz").astype(np.float32) / 255
 ytr = idx(Path(fm) / "train-labels-idx1-ubyte.gz").astype(np.int64)
@@ -31,10 +32,7 @@ class L2(th.nn.Module):
             self.seen = x.detach().clone()
         return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
 
-net = th.nn.Sequential(
-    th.nn.Conv2d(1, 32, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Conv2d(32, 64, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
+net = rc2f2()
 b = open(weights, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
 def t(k):
     v = h[k]; s, e = v["data_offsets"]

@@ -11,17 +11,13 @@ of its own, with robrank's venv (bench/robrank_env.sh makes it, and robrank's ho
 """
 import os, sys
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
-import torch as th, torch.nn.functional as F
+import torch as th
 th.set_num_threads(1)
 import robrank_torch_compat  # noqa
 import robrank as rr
 rr.configs.rc2f2.maxepoch = 2
 import rdml
-class L2(th.nn.Module):
-    def __init__(self, m):
-        super().__init__(); self.m = m
-    def forward(self, x):
-        return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
+from rc2f2 import L2
 state = {}
 KEEP = {0, 1, 50, 100, 200, 300, 400, 468}
 def step(model, batch, batch_idx, *, pgditer=None):

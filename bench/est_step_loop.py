@@ -15,7 +15,6 @@ items; one JSON line, also written to OUT (default /tmp/rbest/loop-WHICH-SEED.js
 import gzip, json, os, sys, time
 import numpy as np
 import torch as th
-import torch.nn.functional as F
 sys.path.insert(0, sys.argv[1])
 import robrank as rr
 from robrank.attacks import AdvRank
@@ -28,23 +27,15 @@ fm = sys.argv[5]
 from pathlib import Path
 
 from harden_own_model import idx  # noqa: E402  (bench/, the script's own folder)
+from rc2f2 import L2, rc2f2  # noqa: E402
 
 xtr = idx(Path(fm) / "train-images-idx3-ubyte.gz").astype(np.float32) / 255
 ytr = idx(Path(fm) / "train-labels-idx1-ubyte.gz").astype(np.int64)
 xte = idx(Path(fm) / "t10k-images-idx3-ubyte.gz").astype(np.float32) / 255
 yte = idx(Path(fm) / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
 
-class L2(th.nn.Module):
-    def __init__(self, m):
-        super().__init__(); self.m = m
-    def forward(self, x):
-        return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
-
 th.manual_seed(seed)
-net = th.nn.Sequential(
-    th.nn.Conv2d(1, 32, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Conv2d(32, 64, 5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(2, 2),
-    th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
+net = rc2f2()
 model = L2(net)
 opt = th.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-7)
 rng = np.random.default_rng(seed)

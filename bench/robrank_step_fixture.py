@@ -4,7 +4,7 @@
 
 Run in robrank's venv (bench/robrank_crosscheck.sh makes it: pytorch-lightning 1.6.3, PyTorch
 borrowed from rdml's Python venv). robrank's `rc2f2` backbone, its weights drawn by
-`torch.manual_seed(0)` as `rc2f2_backbone` below draws them (python/tests/test_loop.py draws the
+`torch.manual_seed(0)` as `rc2f2` (bench/rc2f2.py) draws them (python/tests/test_loop.py draws the
 same and checks the digest written here), takes an SPC-2 batch of 8 pairs of rdml's embedded
 Fashion-MNIST test images. robrank's `pnp_training_step` (ACT, `fashion:rc2f2p:ptripletN`) and
 `hm_training_step` (HM[S, g_LGA]&ICS, `fashion:rc2f2ghmetsmi:ptripletN`, called twice so that the
@@ -26,16 +26,9 @@ sys.path.insert(0, src)
 import robrank_torch_compat  # noqa: E402,F401  (robrank's ICS under PyTorch 2.x)
 import robrank as rr  # noqa: E402
 from robrank.defenses import amd, pnp  # noqa: E402
+from rc2f2 import rc2f2  # noqa: E402  (bench/, the script's own folder)
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def rc2f2_backbone():
-    """robrank's rc2f2 backbone (models/template_rank.py), layer for layer."""
-    return th.nn.Sequential(
-        th.nn.Conv2d(1, 32, kernel_size=5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(kernel_size=2, stride=2),
-        th.nn.Conv2d(32, 64, kernel_size=5, padding=2), th.nn.ReLU(), th.nn.MaxPool2d(kernel_size=2, stride=2),
-        th.nn.Flatten(), th.nn.Linear(64 * 7 * 7, 1024), th.nn.ReLU(), th.nn.Linear(1024, 512))
 
 
 def digest(module):
@@ -55,7 +48,7 @@ images = th.from_numpy(px.reshape(-1, 1, 28, 28)[items].astype(np.float32) / 255
 labels = th.from_numpy(lb[items].astype(np.int64))
 
 th.manual_seed(0)
-weights = rc2f2_backbone().state_dict()
+weights = rc2f2().state_dict()
 
 
 def robrank_model(module):
