@@ -30,11 +30,26 @@ def cells(row):
     return out + [f"{row['ers']:.1f}"]
 
 
+def robrank_rows(folder, d, t):
+    """The robrank-trained model's rows (rdml's suite, robrank's own); returns rdml's suite's row."""
+    theirs = rdml_row(folder, f"robrank-{d}")
+    pj = (folder / f"robrank-{d}.pjswipe.log").read_text()
+    match = re.search(r"Eventual ERS\s+([0-9.]+)", pj)
+    own = dict(cols=robrank_columns(folder / f"robrank-{d}.swipe.json"),
+               ers=float(match.group(1)) if match else math.nan)
+    train = t.get(f"robrank-train-{d}", (math.nan, math.nan))[0]
+    print(f"| {d} | robrank | rdml | " + " | ".join(cells(theirs)) + f" | {train:.0f} s |")
+    print(f"| {d} | robrank | robrank | " + " | ".join(cells(own)) + " | |")
+    return theirs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folder", required=True, type=Path)
     ap.add_argument("--defenses", nargs="+", required=True)
     ap.add_argument("--seeds", type=int, required=True)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--robrank", type=int, choices=(0, 1), default=1, help="0: rdml's runs alone")
     ap.add_argument("--queries", type=int, required=True)
     ap.add_argument("--robrank-queries", type=int, required=True)
     a = ap.parse_args()
@@ -44,19 +59,14 @@ def main():
     print("|---" * (len(COLUMNS) + 8) + "|")
     verdicts = []
     for d in a.defenses:
-        ours = [rdml_row(a.folder, f"rdml-{d}-{s}") for s in range(a.seeds)]
-        theirs = rdml_row(a.folder, f"robrank-{d}")
-        pj = (a.folder / f"robrank-{d}.pjswipe.log").read_text()
-        match = re.search(r"Eventual ERS\s+([0-9.]+)", pj)
-        own = dict(cols=robrank_columns(a.folder / f"robrank-{d}.swipe.json"),
-                   ers=float(match.group(1)) if match else math.nan)
-        train = t.get(f"robrank-train-{d}", (math.nan, math.nan))[0]
-        print(f"| {d} | robrank | rdml | " + " | ".join(cells(theirs)) + f" | {train:.0f} s |")
-        print(f"| {d} | robrank | robrank | " + " | ".join(cells(own)) + " | |")
-        for s, row in enumerate(ours):
+        seeds = range(a.first_seed, a.first_seed + a.seeds)
+        ours = [rdml_row(a.folder, f"rdml-{d}-{s}") for s in seeds]
+        if a.robrank:
+            theirs = robrank_rows(a.folder, d, t)
+        for s, row in zip(seeds, ours):
             train = t.get(f"rdml-train-{d}-{s}", (math.nan, math.nan))[0]
             print(f"| {d} | rdml, seed {s} | rdml | " + " | ".join(cells(row)) + f" | {train:.0f} s |")
-        if not ours:  # SEEDS=0: robrank's runs alone
+        if not ours or not a.robrank:  # one code's runs alone: nothing to compare here
             continue
         r1, r1_sd = mean_std([r["r1"] for r in ours])
         ers, ers_sd = mean_std([r["ers"] for r in ours])
@@ -68,10 +78,10 @@ def main():
     print()
     for v in verdicts:
         print(v)
-    if a.seeds == 0:
+    if a.seeds == 0 or not a.robrank:
         return
     ers = {d: rdml_row(a.folder, f"robrank-{d}")["ers"] for d in a.defenses}
-    ours = {d: mean_std([rdml_row(a.folder, f"rdml-{d}-{s}")["ers"] for s in range(a.seeds)])[0] for d in a.defenses}
+    ours = {d: mean_std([rdml_row(a.folder, f"rdml-{d}-{s}")["ers"] for s in seeds])[0] for d in a.defenses}
     if "act" in ers and "hm" in ers:
         print(f"HM vs ACT, ERS: robrank-trained {ers['hm']:.1f} vs {ers['act']:.1f}; "
               f"rdml-trained {ours['hm']:.1f} vs {ours['act']:.1f}")
