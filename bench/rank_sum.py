@@ -6,6 +6,7 @@ pooled ranks (ties get their mean rank). Used for EST's runs inside and outside 
     python3 bench/rank_sum.py "24.1 27.1 20.3 21.4" "13.4 18.6 18.1 13.2 20.3"
 """
 import itertools
+import math
 import statistics
 import sys
 
@@ -33,6 +34,10 @@ def main():
         sys.exit(f"rank_sum.py: every score must be a number: {e}")
     if len(a) < 2 or len(b) < 2:
         sys.exit("rank_sum.py: each group needs at least two scores")
+    if not all(math.isfinite(v) for v in a + b):
+        sys.exit("rank_sum.py: every score must be finite")
+    if math.comb(len(a) + len(b), len(a)) > 10**7:
+        sys.exit("rank_sum.py: too many splits to enumerate (more than 10^7); use fewer runs")
     r = ranks(a + b)
     observed = sum(r[: len(a)])
     splits = [sum(r[i] for i in pick) for pick in itertools.combinations(range(len(r)), len(a))]

@@ -5,6 +5,8 @@ Per defense: the robrank-trained model and each rdml-trained seed, each scored b
 by robrank's own rob28 (its swipe JSON as tools/pjswipe.py reads it, and the ERS pjswipe prints);
 each code's training time. Then, per defense, rdml's mean (and spread over its seeds) against
 robrank's: clean R@1 within 2 points and ERS within 5 points or rdml's seed spread (issue 54).
+rdml's seeds are --first-seed onwards; with --robrank 0 the folder holds rdml's runs alone (no
+robrank rows, no comparison).
 """
 
 import argparse
@@ -58,8 +60,8 @@ def main():
     print("| defense | trained by | scored by | R@1 | mAP@10 | NMI | " + " | ".join(COLUMNS) + " | ERS | training |")
     print("|---" * (len(COLUMNS) + 8) + "|")
     verdicts = []
+    seeds = range(a.first_seed, a.first_seed + a.seeds)
     for d in a.defenses:
-        seeds = range(a.first_seed, a.first_seed + a.seeds)
         ours = [rdml_row(a.folder, f"rdml-{d}-{s}") for s in seeds]
         if a.robrank:
             theirs = robrank_rows(a.folder, d, t)

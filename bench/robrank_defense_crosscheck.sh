@@ -10,7 +10,8 @@
 # 2. rdml trains its presets (fashion-c2f2-act, fashion-c2f2-est, fashion-c2f2-hm-lga-ics) for
 #    one epoch with `--set defense.steps=8`, once per seed (SEEDS, default 1: seeds
 #    FIRST_SEED..FIRST_SEED+SEEDS-1, FIRST_SEED default 0; SEEDS=0: robrank's models alone;
-#    ROBRANK=0: rdml's alone, for more seeds of a defense robrank already trained);
+#    ROBRANK=0: rdml's alone, for more seeds of a defense robrank already trained: the run
+#    folder is a new one, so its table holds rdml's rows alone, to be read beside the earlier one);
 # 3. every model: `rdml eval --json` (R@1, mAP@10, NMI) and `rdml robustness --profile rob28
 #    --robrank-compat` on the first QUERIES test items (default 256); robrank's models also
 #    through robrank's own rob28 (bin/swipe.py, tools/pjswipe.py) on ROBRANK_QUERIES (default 128);
@@ -23,7 +24,8 @@ set -euo pipefail
 seeds=${SEEDS:-1}
 first=${FIRST_SEED:-0}
 with_robrank=${ROBRANK:-1}
-[[ $seeds =~ ^[0-9]+$ && $first =~ ^[0-9]+$ ]] || { echo "SEEDS=$seeds FIRST_SEED=$first: expected whole numbers" >&2; exit 2; }
+whole='^(0|[1-9][0-9]*)$'  # no leading zero: bash would read 010 as octal, Python as ten
+[[ $seeds =~ $whole && $first =~ $whole ]] || { echo "SEEDS=$seeds FIRST_SEED=$first: expected whole numbers" >&2; exit 2; }
 [[ $with_robrank == 0 || $with_robrank == 1 ]] || { echo "ROBRANK=$with_robrank: expected 0 or 1" >&2; exit 2; }
 (( seeds > 0 || with_robrank == 1 )) || { echo "SEEDS=0 with ROBRANK=0 trains nothing" >&2; exit 2; }
 source "$(dirname "$0")/robrank_env.sh"
