@@ -35,21 +35,13 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[2])
 import torch as th
-import torch.nn.functional as F
 th.set_num_threads(1)
 import robrank_torch_compat  # noqa: F401  (robrank under PyTorch 2.x)
 import robrank as rr
 rr.configs.rc2f2.maxepoch = 2  # SPC-2 losses halve it: one epoch
 if os.environ["STEP"] == "rdml":
     import rdml
-
-    class L2(th.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return F.normalize(self.m(x.view(-1, 1, 28, 28)), dim=-1)
+    from rc2f2 import L2  # bench/ (argv[2]): the unit-norm wrapper the other EST scripts use
 
     state = {}
 
