@@ -4,21 +4,28 @@
 //! The library is what the `rdml` command runs; every command is a thin layer over these modules.
 //!
 //! The layers: a module uses only its own layer's earlier modules and the layers before it (no
-//! import points up, no two modules import each other; `tools/modules.py` checks both in CI):
-//! 1. `host`, `read` (every file read: by type and size, bookkeeping never through a link), `atomic` (files written whole), `run_dir`, `out_folder` (a scored model's `out`
-//!    folder), `output`, `notes` (warnings and notes, to the front end's sink), `progress`, `device`,
-//!    `kernel`, `data`;
+//! import points up, no two modules import each other). `tools/modules.py` reads this list (each
+//! numbered item's module names in backticks) and checks both in CI, and that every module of
+//! this file is in one layer:
+//! 1. `fault` (injected faults for tests), `field` (option names, rendered by each front end),
+//!    `host`, `read` (every file read: by type and size, bookkeeping never through a link),
+//!    `atomic` (files written whole), `output`, `run_dir`, `owned` (ledgers of what rdml wrote),
+//!    `out_folder` (a scored model's `out` folder), `notes` (warnings and notes, to the front
+//!    end's sink), `progress`, `device`, `kernel`, `data`, `kinds`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
 //! 4. `attack` (one engine, objectives, units behind `attack::Attack`, the suite), `tables`
 //!    (its text tables), `certify` (certified Recall@1 by randomized smoothing of the query);
 //! 5. `defense` (one file per defense behind `defense::Defense`);
 //! 6. `config`, `train`;
-//! 7. the pipelines: `import` (a PyTorch model made a run folder), `target` (a run opened as an attack target), `grid` (the report's stored
-//!    retrieval grid), `scoring` (one scoring session — a run folder, or a model held outside
-//!    rdml as an oracle on the caller's images — its options resolved once, its record built
-//!    once), `quickstart`, `compare`, `embed`, `html` (the report, from records alone);
-//! 8. the command line (`src/cli/`, in the binary).
+//! 7. the pipelines: `import` (a PyTorch model made a run folder), `target` (a run opened as an
+//!    attack target), `grid` (the report's stored retrieval grid), `scoring` (one scoring
+//!    session — a run folder, or a model held outside rdml as an oracle on the caller's images —
+//!    its options resolved once, its record built once), `quickstart`, `compare`, `embed`, `html`
+//!    (the report, from records alone), `job` (the library's requests, one per job);
+//! 8. `harden` (the in-loop sessions: a defense or a loss inside a caller's own training loop);
+//! 9. `wire` (the Python front end's half in the library: JSON requests and float32 arrays);
+//! 10. the command line (`src/cli/`, in the binary).
 
 pub mod atomic;
 pub mod attack;
@@ -33,6 +40,7 @@ pub mod eval;
 pub mod fault;
 pub mod field;
 pub mod grid;
+pub mod harden;
 pub mod host;
 pub mod html;
 pub mod import;
@@ -53,6 +61,7 @@ pub mod scoring;
 pub mod tables;
 pub mod target;
 pub mod train;
+pub mod wire;
 
 /// An error in what the caller passed (an image, a label, a keyword, a model's answer), as told
 /// apart from a failure of the machine or the disk: a front end shows it as its own kind of error

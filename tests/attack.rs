@@ -187,6 +187,7 @@ fn ers_and_ars_by_hand() {
         queries: 1,
         seconds: 0.0,
         per_query: None,
+        route: None,
     };
     let rank =
         |a: &str, raise: bool, init: f64, adv: f64| result(a, &[(a, adv), ("ARS", ars_rank_term(raise, init, adv))]);

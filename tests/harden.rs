@@ -1,4 +1,4 @@
-//! A defense and a loss in a caller's own loop (`job::harden`), the caller here an rdml network
+//! A defense and a loss in a caller's own loop (`harden`), the caller here an rdml network
 //! behind the host-array interface a binding implements: the session's inner step, the caller's
 //! training-mode forwards, the session's outer gradient carried on through the caller's network
 //! give rdml's trainer's loss and parameter gradients on the same weights, batch and stream.
@@ -10,8 +10,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor, TensorData};
 use rdml::config::Experiment;
 use rdml::defense::{DefenseConfig, DefenseState};
-use rdml::job::harden::leaves::Given;
-use rdml::job::harden::{DefenseRequest, DefenseSession, Images, LossRequest, LossSession};
+use rdml::harden::leaves::Given;
+use rdml::harden::{DefenseRequest, DefenseSession, Images, LossRequest, LossSession};
 use rdml::loss::{LossConfig, LossParams};
 use rdml::model::EmbeddingNet;
 

@@ -6,12 +6,23 @@ main.rs) is the top layer and not checked. Exit status 1 with the offending impo
 import os, re, sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-# lib.rs's layers, bottom first: a module may use its own layer's and the layers below.
-LAYERS = [
-    "fault field host read atomic output run_dir owned out_folder notes progress device kernel data kinds",
-    "model loss", "eval", "attack tables certify", "defense", "config train",
-    "import target grid scoring quickstart compare embed html job",
-]
+LIB = os.path.join(ROOT, "lib.rs")
+
+
+def layers():
+    """lib.rs's layers, bottom first, as its doc comment lists them (each numbered item's
+    backticked module names that lib.rs declares): a module may use its own layer's and the
+    layers below. Also the modules lib.rs declares that no layer names."""
+    text = open(LIB, encoding="utf-8").read()
+    declared = set(re.findall(r"^(?:pub )?mod (\w+);", text, re.M))
+    doc = "\n".join(l[3:].strip() for l in text.splitlines() if l.startswith("//!"))
+    items = re.split(r"(?:^|\s)\d+\.\s", doc[doc.index("The layers"):])[1:]
+    out = [[n for n in re.findall(r"`(\w+)`", item) if n in declared] for item in items]
+    out = [names for names in out if names]
+    return out, declared - {n for names in out for n in names}
+
+
+LAYERS, UNLAYERED = layers()
 
 
 def modname(path):
@@ -105,8 +116,8 @@ def flag_names(path, text):
 def main():
     mods = {modname(p) for p in sources()}
     resolve = lambda t: next((t[:i] for i in range(len(t), 0, -1) if t[:i] in mods), None)
-    layer = {m: i for i, names in enumerate(LAYERS) for m in names.split()}
-    edges, bad = set(), []
+    layer = {m: i for i, names in enumerate(LAYERS) for m in names}
+    edges, bad = set(), [f"{m}: declared in lib.rs but in none of its layers" for m in sorted(UNLAYERED)]
     for path in sources():
         me = modname(path)
         if not me or me[0] == "cli" or path.endswith("main.rs"):
@@ -135,7 +146,7 @@ def main():
         if a[0] in layer and b[0] in layer and layer[b[0]] > layer[a[0]]:
             bad.append(f"upward import: {'::'.join(a)} (layer {layer[a[0]] + 1}) uses {'::'.join(b)} (layer {layer[b[0]] + 1})")
         if a[0] not in layer:
-            bad.append(f"{a[0]}: not in a layer of tools/modules.py (add it where lib.rs draws it)")
+            bad.append(f"{a[0]}: not in a layer of lib.rs's list (add it where it belongs)")
     for depth in (1, 2, 3):
         g = {}
         for a, b in edges:

@@ -6,6 +6,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import _keywords, _wire
+from ._inputs import queries_and_gallery
+from ._model import frozen, model_args
 from ._torch import _torch
 
 
@@ -36,18 +39,16 @@ class Attack:
 
     def __call__(self, model: Any, images: Any, labels: Any, *, gallery: Any = None, gallery_labels: Any = None,
                  queries: Optional[int] = None, return_scores: bool = False) -> Any:
-        from . import _drop_none, _frozen, _model_args, _options, _queries_and_gallery, _run
-
         torch = _torch()
-        arrays, shaped, g = _queries_and_gallery(images, labels, gallery, gallery_labels)
-        m = _model_args(model, self.device, bool(self.differentiable))
-        s = _model_args(self.surrogate, self.device) if self.surrogate is not None else dict(model=None, run=None)
-        options = _drop_none(_options(queries=queries, **self.options))
+        arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
+        m = model_args(model, self.device, bool(self.differentiable))
+        s = model_args(self.surrogate, self.device) if self.surrogate is not None else dict(model=None, run=None)
+        options = _wire.drop_none(_keywords.options(queries=queries, **self.options))
         request = dict(spec=self.spec, options=options, progress=not self.quiet, model_run=m["run"],
                        surrogate_run=s["run"], images=shaped, gallery=g, adversarial=True,
                        every_item=queries is None)
-        with _frozen(m["model"]), _frozen(s["model"]):
-            answer, (raw,) = _run("score_model", request, arrays, device=m["device"], model=m["model"],
+        with frozen(m["model"]), frozen(s["model"]):
+            answer, (raw,) = _wire.run("score_model", request, arrays, device=m["device"], model=m["model"],
                                   surrogate=s["model"])
         like = gallery if answer["of_gallery"] else images
         shape = shaped["shape"] if not answer["of_gallery"] else g["shape"]

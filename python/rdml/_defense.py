@@ -10,9 +10,11 @@ import numpy as np
 
 from . import _rdml
 from ._bn import _sets_of, batch_norm_set
-from ._loop import _Pulled, embeddings_of, label_list, session_call, tensor_like, to_bytes, torch_scalar_like
+from ._inputs import image_tensor, images_and_labels, labels as label_list, tensor_like, to_bytes, triplet_rows
+from ._loop import _Pulled, embeddings_of, torch_scalar_like
 from ._loss import Loss
 from ._torch import TorchModel, _torch
+from ._wire import run, session_call
 
 
 class _SetModel(TorchModel):
@@ -22,9 +24,9 @@ class _SetModel(TorchModel):
         super().__init__(model)
         self.bn_set = bn_set
 
-    def embed(self, images, shape, keep):
+    def _forward(self, x):
         with batch_norm_set(self.model, self.bn_set):
-            return super().embed(images, shape, keep)
+            return super()._forward(x)
 
 
 @contextlib.contextmanager
@@ -75,7 +77,9 @@ class Defense:
     the training set there (``model=``, ``images=``, ``labels=``; then pass ``indices=`` with each
     batch; ``triplets=(anchors, positives, negatives)``, rows of the batch, replays the triplets
     another code mined in place of the loss's miner: ACT, HM, Madry, the positive-perturbation
-    defenses). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss);
+    defenses). ``last`` holds the step's diagnostics (collapseness, hardness, the adversarial loss)
+    and ``route``, what crossed between rdml and the model in the inner maximisation (bytes and
+    calls at its start and end and per step, passes through the model);
     ``state_dict()``/``load_state_dict()`` keep the defense's state for your checkpoints. The
     loss's β (the margin loss's) is ``defense.loss.beta``; ``parameters()`` yields it for your
     optimizer. Where the defense's outer loss is its loss alone (EST, MDProp, AdvProp-D), ``loss=``
@@ -123,9 +127,7 @@ class Defense:
     @classmethod
     def preset(cls, name: str, **kw: Any) -> "Defense":
         """The defense of an rdml preset (``rdml.Defense.preset("fashion-c2f2-act")``), with its loss."""
-        from . import _run
-
-        t = _run("preset_tables", dict(name=str(name)))[0]
+        t = run("preset_tables", dict(name=str(name)))[0]
         if t["defense"] is None:
             raise ValueError(f"{name!r}: the preset trains without a defense; rdml.Loss(**its loss table) is its loss")
         table = {**t["defense"], **kw}  # a keyword given here takes the preset's place (steps=8, …)
@@ -150,18 +152,13 @@ class Defense:
         torch = _torch()
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-        if not isinstance(images, torch.Tensor):
-            images = torch.as_tensor(np.asarray(images))
-        if images.ndim != 4:
-            raise ValueError(f"images: expected N × C × H × W, got shape {tuple(images.shape)}")
-        if not images.is_floating_point():
-            raise ValueError(f"images: {images.dtype} values; expected floats in [0, 1] (divide 8-bit images by 255)")
+        images = image_tensor(images)
         n = images.shape[0]
         request = dict(shape=[int(s) for s in images.shape], labels=label_list(labels, n))
         if indices is not None:
             request["indices"] = label_list(indices, n, "indices")
         if triplets is not None:
-            request["triplets"] = _triplet_rows(triplets)
+            request["triplets"] = triplet_rows(triplets)
         inner = _unwrapped(model)
         models = self._models(inner)
         with _attacking(inner, self.inner):
@@ -174,13 +171,13 @@ class Defense:
                 e = model(x)
             embeddings.append(embeddings_of(e, "model"))
         if self._own is not None:
-            return self._own_loss(embeddings, labels, n)
+            return self._own_loss(embeddings, labels, n, answer["route"])
         request = dict(rows=[int(e.shape[0]) for e in embeddings])
         beta = self.loss.beta if self.loss is not None else None
         if beta is not None:
             request["beta"] = float(beta.detach())
         stepped, grads = session_call(self._session, "outer", request, [to_bytes(e) for e in embeddings])
-        self.last = stepped
+        self.last = dict(stepped, route=answer["route"])
         inputs = list(embeddings)
         tensors = [tensor_like(g, e) for g, e in zip(grads, embeddings)]
         if beta is not None:
@@ -193,7 +190,7 @@ class Defense:
         if self.loss is not None:
             yield from self.loss.parameters()
 
-    def _own_loss(self, embeddings: List[Any], labels: Any, n: int) -> Any:
+    def _own_loss(self, embeddings: List[Any], labels: Any, n: int, route: Dict[str, int]) -> Any:
         """The caller's loss summed over the batches the forwards hold (each whole batches of the
         labels: EST's shifted batch, MDProp's clean and generated distributions), mined by its
         miner when given."""
@@ -208,7 +205,8 @@ class Defense:
         adversarial = losses[1:] if len(losses) > 1 else losses
         value = float(sum(float(v.detach()) for v in adversarial) / len(adversarial))
         done = session_call(self._session, "done", dict(adversarial_loss=value))[0]
-        self.last = dict(steps_done=done["steps_done"], adversarial_loss=value, loss=sum(float(v.detach()) for v in losses))
+        self.last = dict(steps_done=done["steps_done"], adversarial_loss=value,
+                         loss=sum(float(v.detach()) for v in losses), route=route)
         return sum(losses)
 
     def start_epoch(self, epoch: int, epochs: int, *, model: Any = None, images: Any = None, labels: Any = None,
@@ -218,8 +216,6 @@ class Defense:
         request: Dict[str, Any] = dict(epoch=int(epoch), epochs=int(epochs), batch=int(batch))
         arrays, models = [], []
         if images is not None:
-            from ._torch import images_and_labels
-
             x, y = images_and_labels(images, labels)
             request["training_set"] = dict(shape=[int(s) for s in x.shape], labels=y.tolist())
             arrays.append(x.tobytes())
@@ -238,10 +234,3 @@ class Defense:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         session_call(self._session, "load_state", dict(state))
-
-
-def _triplet_rows(triplets: Any) -> List[Any]:
-    """``(anchors, positives, negatives)`` as the request's lists; rdml checks them."""
-    torch = _torch()
-    parts = [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in triplets]
-    return [p.reshape(-1).tolist() for p in parts]

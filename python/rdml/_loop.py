@@ -4,16 +4,13 @@ training loop ``loss = loss_fn(embeddings, labels)`` and ``loss = defense(model,
 return a torch scalar on the embeddings' device whose ``backward()`` carries rdml's gradient on
 the embeddings on through your model, with your optimizer, scheduler, AMP and DDP. rdml computes
 the loss's value and its gradient with respect to the embeddings (the library's
-``job::harden``); these modules move tensors to bytes and back, and keep your model's state as
+``harden``); these modules move tensors to bytes and back, and keep your model's state as
 they found it. Every check of what you pass beyond its Python type is the library's.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, Dict, List, Sequence, Tuple
-
-import numpy as np
+from typing import Any, Sequence
 
 from ._torch import _torch
 
@@ -49,12 +46,6 @@ class _Pulled:
         return cls._fn.apply(v, list(grads), *inputs)
 
 
-def session_call(session: Any, method: str, request: Dict[str, Any], arrays: Sequence[bytes] = (),
-                  models: Sequence[Any] = ()) -> Tuple[Any, List[bytes]]:
-    out, raw = session.call(method, json.dumps(request), list(arrays), list(models))
-    return json.loads(out), raw
-
-
 def embeddings_of(e: Any, what: str) -> Any:
     """``e`` as a 2-D floating torch tensor (its graph kept)."""
     torch = _torch()
@@ -69,29 +60,6 @@ def embeddings_of(e: Any, what: str) -> Any:
             f"{what}: they carry no graph (computed under torch.no_grad(), or detached), so the loss could not "
             "train the model; compute them with gradients, or call the loss under torch.no_grad() for its value alone")
     return e
-
-
-def to_bytes(t: Any) -> bytes:
-    """A tensor's values as little-endian float32 bytes (from any device and floating type)."""
-    torch = _torch()
-    return t.detach().to(torch.float32).cpu().contiguous().numpy().astype("<f4", copy=False).tobytes()
-
-
-def tensor_like(raw: bytes, like: Any) -> Any:
-    """Float32 bytes as a tensor of ``like``'s shape, device and dtype."""
-    torch = _torch()
-    a = np.frombuffer(raw, dtype="<f4").reshape(tuple(like.shape)).copy()
-    return torch.from_numpy(a).to(device=like.device, dtype=like.dtype)
-
-
-def label_list(labels: Any, n: int, what: str = "labels") -> List[int]:
-    torch = _torch()
-    v = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
-    if v.ndim != 1 or v.shape[0] != n:
-        raise ValueError(f"{what}: expected {n} labels (one per row), got shape {v.shape}")
-    if not (np.issubdtype(v.dtype, np.integer) or v.dtype == np.bool_):
-        raise ValueError(f"{what}: expected integer labels, got dtype {v.dtype}")
-    return v.astype(np.int64).tolist()
 
 
 def torch_scalar_like(v: float, like: Any) -> Any:

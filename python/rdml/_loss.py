@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-import numpy as np
-
 from . import _rdml
-from ._loop import _Pulled, embeddings_of, label_list, session_call, tensor_like, to_bytes, torch_scalar_like
+from ._inputs import labels as label_list, tensor_like, to_bytes, triplet_rows
+from ._loop import _Pulled, embeddings_of, torch_scalar_like
 from ._torch import _torch
+from ._wire import session_call
 
 
 def _gathered(e: Any, labels: List[int]) -> Tuple[Any, List[int], int]:
@@ -125,5 +125,5 @@ def _tuples(t: Any) -> Dict[str, List[int]]:
     """PML's ``indices_tuple`` of triplets: (anchors, positives, negatives)."""
     if not isinstance(t, (tuple, list)) or len(t) != 3:
         raise ValueError("indices_tuple: expected (anchors, positives, negatives), three index tensors of one length")
-    a, p, n = (np.asarray(x.detach().cpu() if hasattr(x, "detach") else x).astype(np.int64).ravel().tolist() for x in t)
+    a, p, n = triplet_rows(t, "indices_tuple")
     return dict(anchor=a, positive=p, negative=n)

@@ -20,14 +20,6 @@ def _torch():
     return torch
 
 
-def _loaded_torch() -> Any:
-    """torch if the caller has imported it, else None: a torch tensor or dataset cannot exist
-    without it, and NumPy input never needs it (the package depends on NumPy alone)."""
-    import sys
-
-    return sys.modules.get("torch")
-
-
 def _placement(model: Any, device: Optional[Any]) -> Tuple[Any, Any]:
     """Where the images go and in which floating dtype: ``device`` when given, else the model's
     first parameter's (or buffer's) device and dtype, else the CPU in float32."""
@@ -59,6 +51,8 @@ class TorchModel:
         self.differentiable = bool(differentiable)
         self.device, self.dtype = _placement(model, device)
         self._kept = None
+        self._held = None
+        self._xa = None
         self._torch = torch
 
     @contextlib.contextmanager
@@ -81,7 +75,7 @@ class TorchModel:
                 p.requires_grad_(r)
             for m, t in modes:
                 m.training = t
-            self._kept = None
+            self._kept = self._held = self._xa = None
 
     def _images(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool):
         torch = self._torch
@@ -90,13 +84,15 @@ class TorchModel:
             x.requires_grad_(True)
         return x
 
-    def embed(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool) -> Tuple[bytes, Tuple[int, ...], bool]:
-        """The embeddings' float32 bytes, their shape and whether they carry a gradient to the
-        images; the library checks the rest."""
+    def _forward(self, x):
+        """The model on float32 images ``x`` on its device, in its parameters' dtype."""
         torch = self._torch
-        x = self._images(images, shape, keep)
-        with torch.enable_grad() if keep else torch.no_grad():
-            e = self.model(x if self.dtype == torch.float32 else x.to(self.dtype))
+        return self.model(x if self.dtype == torch.float32 else x.to(self.dtype))
+
+    def _answer(self, x, e, keep: bool) -> Tuple[bytes, Tuple[int, ...], bool]:
+        """The embeddings ``e`` of ``x`` as rdml reads them: float32 bytes, their shape and
+        whether they carry a gradient back to the images (then kept for the pull-back)."""
+        torch = self._torch
         if not isinstance(e, torch.Tensor):
             raise TypeError(f"model: returned a {type(e).__name__}; expected a torch.Tensor of N × D embeddings")
         if not e.is_floating_point():
@@ -104,7 +100,17 @@ class TorchModel:
         self._kept = (x, e) if keep and e.requires_grad else None
         return e.detach().to(torch.float32).cpu().numpy().tobytes(), tuple(e.shape), bool(e.requires_grad)
 
-    def pull_back(self, grad: bytes) -> bytes:
+    def embed(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool) -> Tuple[bytes, Tuple[int, ...], bool]:
+        """The embeddings' float32 bytes, their shape and whether they carry a gradient to the
+        images; the library checks the rest."""
+        torch = self._torch
+        x = self._images(images, shape, keep)
+        with torch.enable_grad() if keep else torch.no_grad():
+            e = self._forward(x)
+        return self._answer(x, e, keep)
+
+    def _pulled(self, grad: bytes):
+        """The gradient on the images of the last embeddings kept, of their product with ``grad``."""
         torch = self._torch
         if self._kept is None:
             raise RuntimeError("rdml asked for a gradient before embedding the images with their graph")
@@ -114,55 +120,72 @@ class TorchModel:
         (gx,) = torch.autograd.grad(e, x, grad_outputs=g, allow_unused=True)
         if gx is None:
             raise ValueError("model: its embeddings do not depend on the images, so no attack can move them")
-        return gx.detach().to(torch.float32).cpu().numpy().tobytes()
+        return gx.detach().to(torch.float32)
+
+    def pull_back(self, grad: bytes) -> bytes:
+        return self._pulled(grad).cpu().numpy().tobytes()
+
+    # A projected-gradient run held on the model's device: the clean rows, the start and the
+    # budget cross once (``hold``), then per step only the embeddings and their gradient
+    # (``step``); the images come back at the end (``release``).
+
+    def hold(self, images: bytes, start: Optional[bytes], shape: Tuple[int, int, int, int], norm: str, eps: float,
+             step: float) -> Tuple[bytes, Tuple[int, ...], bool]:
+        """Keeps the clean rows and the start (the clean rows when ``None``) on the model's
+        device and embeds the start with its graph."""
+        x0 = self._images(images, shape, False)
+        xa = x0 if start is None else self._images(start, shape, False)
+        self._held = (x0, norm, float(eps), float(step))
+        self._xa = xa
+        return self._embed_held(xa)
+
+    def _embed_held(self, xa):
+        torch = self._torch
+        x = xa.detach().requires_grad_(True)
+        with torch.enable_grad():
+            e = self._forward(x)
+        return self._answer(x, e, True)
+
+    def step(self, grad: bytes, more: bool) -> Optional[Tuple[bytes, Tuple[int, ...], bool]]:
+        """Pulls ``grad`` back to the held images, takes the projected step there (rdml's
+        ``engine::descend``, the same float32 operations), and with ``more`` embeds the result."""
+        torch = self._torch
+        if self._held is None:
+            raise RuntimeError("rdml stepped a run the model does not hold")
+        x0, norm, eps, size = self._held
+        gx = self._pulled(grad)
+        finite = torch.isfinite(gx).all()
+        with torch.no_grad():
+            self._xa = descend(self._xa, x0, gx, norm, eps, size)
+        out = self._embed_held(self._xa) if more else None
+        if not bool(finite):
+            raise ValueError("model: the gradient with respect to the images holds NaN or infinite values")
+        return out
+
+    def release(self) -> bytes:
+        """The held images as float32 bytes, ending the run."""
+        xa, self._xa, self._held, self._kept = self._xa, None, None, None
+        if xa is None:
+            raise RuntimeError("rdml released a run the model does not hold")
+        return xa.detach().to(self._torch.float32).cpu().numpy().tobytes()
 
 
-def images_and_labels(images: Any, labels: Any, names: Tuple[str, str] = ("images", "labels")) -> Tuple[np.ndarray, np.ndarray]:
-    """``images`` (a NumPy array or torch tensor N × C × H × W, or a torch ``Dataset`` of (image,
-    label) pairs) and ``labels`` as float32 images and int64 labels; dtypes checked here, values
-    by the library. ``names``: the keywords they were passed as."""
-    im, lb = names
-    if labels is None:
-        if not hasattr(images, "__getitem__") or not hasattr(images, "__len__") or isinstance(images, np.ndarray):
-            raise ValueError(f"{lb}: missing; pass one label per image (or a Dataset of (image, label) pairs as {im})")
-        pairs = [images[i] for i in range(len(images))]
-        if not pairs or not all(isinstance(p, (tuple, list)) and len(p) >= 2 for p in pairs):
-            raise ValueError(f"{im}: a dataset must hold (image, label) pairs")
-        images = np.stack([_array(p[0], im) for p in pairs])
-        labels = [int(_array(p[1], lb)) for p in pairs]
-    x = _array(images, im)
-    if x.ndim != 4:
-        raise ValueError(f"{im}: expected N × C × H × W, got shape {x.shape}")
-    if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
-        raise ValueError(
-            f"{im}: {x.dtype} values; expected floats in [0, 1] (divide 8-bit images by 255; the model normalises them itself)"
-        )
-    if not np.issubdtype(x.dtype, np.floating):
-        raise ValueError(f"{im}: expected floating-point values, got dtype {x.dtype}")
-    y = _array(labels, lb)
-    if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or y.dtype == np.bool_):
-        raise ValueError(f"{lb}: expected a 1-D sequence of integer labels, got shape {y.shape} of {y.dtype}")
-    return np.ascontiguousarray(x, dtype="<f4"), y.astype(np.int64)
-
-
-def is_pairs(images: Any) -> bool:
-    """Whether ``images`` is a dataset of (image, label) pairs rather than an array."""
-    torch = _loaded_torch()
-    arrays = (np.ndarray,) if torch is None else (np.ndarray, torch.Tensor)
-    if isinstance(images, arrays) or not hasattr(images, "__getitem__") or not hasattr(images, "__len__"):
-        return False
-    return len(images) > 0 and isinstance(images[0], (tuple, list))
-
-
-def _array(a: Any, what: str) -> np.ndarray:
-    """A NumPy view or copy of ``a`` (a torch tensor on any device, bfloat16 included)."""
-    torch = _loaded_torch()
-    if torch is not None and isinstance(a, torch.Tensor):
-        t = a.detach().cpu()
-        if t.dtype in (torch.bfloat16, torch.float16):
-            t = t.float()
-        return t.numpy()
-    return np.asarray(a)
+def descend(xa: Any, x0: Any, g: Any, norm: str, eps: float, step: float) -> Any:
+    """One projected step down ``g`` from ``xa`` (float32, ``b × c × h × w``): the sign step for
+    L∞, the normalised step for L2, then back into the ε-ball around ``x0`` and [0, 1]; rdml's
+    ``attack::engine::descend`` in the same elementwise float32 operations (bit for bit for L∞)."""
+    if norm == "linf":
+        delta = g.sign() * step
+    else:
+        n = g.pow(2).sum(dim=(1, 2, 3), keepdim=True).sqrt().clamp_min(1e-12)
+        delta = (g / n) * step
+    d = (xa - delta) - x0
+    if norm == "linf":
+        d = d.clamp(-eps, eps)
+    else:
+        n = d.pow(2).sum(dim=(1, 2, 3), keepdim=True).sqrt()
+        d = d * (n.clamp_min(eps).reciprocal() * eps)
+    return (x0 + d).clamp(0.0, 1.0)
 
 
 def module_digest(model: Any) -> Optional[str]:

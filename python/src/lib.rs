@@ -1,6 +1,6 @@
 //! `rdml._rdml`: the library's jobs for the Python package (whose `rdml/__init__.py` turns NumPy
 //! arrays into bytes and JSON into dicts, and nothing else). One function passes a job's request
-//! to [`rdml::job::wire::call`], which reads it, fills the library's request and runs it, without
+//! to [`rdml::wire::call`], which reads it, fills the library's request and runs it, without
 //! the GIL. Errors become the exceptions of [`words::invalid_or_raise`], with the library's
 //! messages in keywords; an exception the caller's model raised is raised again as itself.
 
@@ -10,7 +10,7 @@ mod words;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rdml::field::Words;
-use rdml::job::wire::{Call, call};
+use rdml::wire::{Call, call};
 use std::sync::{Arc, Mutex};
 use words::{floats, to_bytes};
 
@@ -76,10 +76,10 @@ fn run<'py>(
 }
 
 /// A job that lives across the calls of the caller's own loop (`rdml.Defense`, `rdml.Loss`):
-/// [`rdml::job::wire::Session`], one call at a time.
+/// [`rdml::wire::Session`], one call at a time.
 #[pyclass(module = "rdml._rdml")]
 struct Session {
-    inner: Mutex<rdml::job::wire::Session>,
+    inner: Mutex<rdml::wire::Session>,
 }
 
 #[pymethods]
@@ -88,7 +88,7 @@ impl Session {
     #[new]
     #[pyo3(signature = (kind, request, device=None))]
     fn new(py: Python<'_>, kind: &str, request: &str, device: Option<String>) -> PyResult<Self> {
-        let opened = rdml::job::wire::Session::open(kind, request, device.as_deref()).map_err(words::invalid_or_raise);
+        let opened = rdml::wire::Session::open(kind, request, device.as_deref()).map_err(words::invalid_or_raise);
         let s = told(py, opened)?;
         Ok(Self { inner: Mutex::new(s) })
     }
@@ -114,7 +114,7 @@ impl Session {
             .into_iter()
             .map(|m| model::PyModel::boxed(py, m, &raised))
             .collect::<PyResult<Vec<_>>>()?;
-        let c = rdml::job::wire::SessionCall {
+        let c = rdml::wire::SessionCall {
             method,
             request,
             arrays,

@@ -5,7 +5,8 @@ use crate::words::{floats, invalid_or_raise, to_bytes};
 use anyhow::Result;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use rdml::attack::oracle::HostModel;
+use rdml::attack::budget::Norm;
+use rdml::attack::oracle::{Embedded, HeldBudget, HostModel};
 use std::sync::{Arc, Mutex};
 
 /// A Python object standing for the caller's model (`rdml/_torch.py`'s `TorchModel`): `embed(images:
@@ -15,6 +16,8 @@ use std::sync::{Arc, Mutex};
 pub struct PyModel {
     obj: Py<PyAny>,
     differentiable: bool,
+    /// Whether the object holds a run's batch on the model's device (`hold`, `step`, `release`).
+    holds: bool,
     raised: Arc<Mutex<Option<PyErr>>>,
 }
 
@@ -25,9 +28,11 @@ impl PyModel {
     /// The caller's model object, its `differentiable` read once; its exceptions kept in `raised`.
     pub fn boxed(py: Python<'_>, obj: Py<PyAny>, raised: &Arc<Mutex<Option<PyErr>>>) -> PyResult<Box<dyn HostModel>> {
         let differentiable = obj.bind(py).getattr("differentiable")?.extract()?;
+        let holds = obj.bind(py).hasattr("hold")?;
         Ok(Box::new(PyModel {
             obj,
             differentiable,
+            holds,
             raised: raised.clone(),
         }))
     }
@@ -51,25 +56,80 @@ impl PyModel {
     }
 }
 
+/// The `(bytes, shape, has_gradient)` a model's `embed`, `hold` or `step` answers, read.
+fn embedded(r: Bound<'_, PyAny>) -> PyResult<Result<Embedded>> {
+    let (b, shape, has_gradient) = r.extract::<(Bound<'_, PyBytes>, Vec<usize>, bool)>()?;
+    Ok(floats(b.as_bytes(), "model")
+        .map_err(|e| rdml::input_error(e.to_string()))
+        .map(|values| Embedded {
+            values,
+            shape,
+            has_gradient,
+        }))
+}
+
 impl HostModel for PyModel {
-    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<rdml::attack::oracle::Embedded> {
-        let (bytes, shape, has_gradient) = self.call(
+    fn embed(&self, images: &[f32], shape: [usize; 4], keep: bool) -> Result<Embedded> {
+        self.call(
             "embed",
             |py| {
                 let s = PyTuple::new(py, shape)?;
                 let k = keep.into_pyobject(py)?.to_owned();
                 PyTuple::new(py, [to_bytes(py, images)?.into_any(), s.into_any(), k.into_any()])
             },
-            |r| {
-                let (b, shape, grad) = r.extract::<(Bound<'_, PyBytes>, Vec<usize>, bool)>()?;
-                Ok((floats(b.as_bytes(), "model"), shape, grad))
+            embedded,
+        )?
+    }
+
+    fn holds(&self) -> bool {
+        self.holds
+    }
+
+    fn hold(&self, images: &[f32], start: Option<&[f32]>, shape: [usize; 4], budget: HeldBudget) -> Result<Embedded> {
+        self.call(
+            "hold",
+            |py| {
+                let start = match start {
+                    Some(s) => to_bytes(py, s)?.into_any(),
+                    None => py.None().into_bound(py),
+                };
+                let norm = match budget.norm {
+                    Norm::Linf => "linf",
+                    Norm::L2 => "l2",
+                };
+                let parts = [
+                    to_bytes(py, images)?.into_any(),
+                    start,
+                    PyTuple::new(py, shape)?.into_any(),
+                    norm.into_pyobject(py)?.into_any(),
+                    budget.eps.into_pyobject(py)?.into_any(),
+                    budget.step.into_pyobject(py)?.into_any(),
+                ];
+                PyTuple::new(py, parts)
             },
+            embedded,
+        )?
+    }
+
+    fn step(&self, grad: &[f32], more: bool) -> Result<Option<Embedded>> {
+        self.call(
+            "step",
+            |py| {
+                let m = more.into_pyobject(py)?.to_owned();
+                PyTuple::new(py, [to_bytes(py, grad)?.into_any(), m.into_any()])
+            },
+            |r| if r.is_none() { Ok(None) } else { embedded(r).map(Some) },
+        )?
+        .transpose()
+    }
+
+    fn release(&self) -> Result<Vec<f32>> {
+        let values = self.call(
+            "release",
+            |py| Ok(PyTuple::empty(py)),
+            |r| Ok(floats(r.downcast::<PyBytes>()?.as_bytes(), "model")),
         )?;
-        Ok(rdml::attack::oracle::Embedded {
-            values: bytes.map_err(|e| rdml::input_error(e.to_string()))?,
-            shape,
-            has_gradient,
-        })
+        values.map_err(|e| rdml::input_error(e.to_string()))
     }
 
     fn pull_back(&self, grad: &[f32]) -> Result<Vec<f32>> {

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 import rdml  # noqa: E402
-from rdml import _run  # noqa: E402
+from rdml._wire import run as _run  # noqa: E402
 
 from test_model import L2, c2f2, fashion  # noqa: E402
 

@@ -197,13 +197,18 @@ def test_a_dataset_of_pairs_and_torch_tensors_give_the_arrays_result():
 
 
 def test_the_keywords_defaults_are_the_librarys():
-    d = rdml._run("defaults", {})[0]
+    d = rdml._wire.run("defaults", {})[0]
     profile, method, batch, seed, repeats, queries, grid = (d[k] for k in ("profile", "method", "batch", "seed",
                                                                           "repeats", "queries", "grid"))
     for f in (rdml.robustness, rdml.attack):
         p = inspect.signature(f).parameters
         assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default,
                 p["repeats"].default, p["queries"].default) == (profile, method, batch, seed, repeats, queries)
+    # rdml.Attack's constructor takes the scoring keywords but queries (its call's: None, every item).
+    p = inspect.signature(rdml.Attack).parameters
+    assert (p["profile"].default, p["method"].default, p["batch"].default, p["seed"].default) == (
+        profile, method, batch, seed)
+    assert inspect.signature(rdml.Attack.__call__).parameters["queries"].default is None
     # A run folder's methods: the same defaults (embed_split's attack included).
     for f in (rdml.Run.robustness, rdml.Run.attack, rdml.Run.embed_split):
         p = inspect.signature(f).parameters

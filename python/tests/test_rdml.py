@@ -274,3 +274,23 @@ print("ok")
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_the_packages_rooms_import_no_name_from_its_face():
+    """`rdml/__init__.py` is the face (imports, `__all__`, `RdmlWarning`): no module of the
+    package imports a name from it (only its sibling modules, `from . import _wire`), and the
+    face stays short."""
+    import ast
+
+    here = Path(rdml.__file__).parent
+    modules = {p.stem for p in here.glob("*.py")} | {"_rdml"}
+    for path in sorted(here.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None:
+                names = {a.name for a in node.names}
+                assert names <= modules, (path.name, names - modules)
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "rdml":
+                raise AssertionError(f"{path.name} imports {node.module}")
+    assert len((here / "__init__.py").read_text().splitlines()) <= 150

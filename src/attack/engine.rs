@@ -142,6 +142,55 @@ impl<'a> Request<'a> {
         };
         let mut xa = random_start(&x_move0, pgd, self.seed);
         let rule = objective.stop_rule();
+        let loss = |moved: Tensor<2>, k: usize| {
+            let fixed_rows = match (&fixed_emb, restore) {
+                (Some(f), _) => Some(f.clone().autodiff()),
+                (None, true) => Some(Tensor::zeros([fixed.len(), moved.dims()[1]], &moved.device())),
+                (None, false) => None,
+            };
+            let emb = match fixed_rows {
+                Some(f) => Tensor::cat(vec![moved, f], 0).select(0, inverse.clone().autodiff()),
+                None => moved,
+            };
+            objective.loss(emb, k)
+        };
+        let stops = |last: Option<&Tensor<1>>, before: Option<&Tensor<1>>| -> Result<bool> {
+            match rule.and_then(|r| r.holds(last, before)) {
+                Some(now) => Ok(crate::host::scalar(&now.float())? > 0.0),
+                None => Ok(false),
+            }
+        };
+        let random = (pgd.random_start && pgd.eps > 0.0).then_some(&xa);
+        let held = match pgd.steps {
+            0 => None,
+            _ => held_steps(target, &x_move0, random, pgd, &loss, &stops)?,
+        };
+        if let Some(h) = held {
+            xa = h;
+        } else {
+            xa = self.steps_here(target, xa, &x_move0, &loss, check_every)?;
+        }
+        Ok(if restore {
+            Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)
+        } else {
+            xa
+        })
+    }
+}
+
+impl Request<'_> {
+    /// The projected steps on rdml's side (rdml's own networks, or an oracle that holds no
+    /// batch): from `xa`, each step asks `target` for the gradient of `loss` at the images.
+    fn steps_here(
+        &self,
+        target: &dyn Oracle,
+        mut xa: Tensor<4>,
+        x_move0: &Tensor<4>,
+        loss: &dyn Fn(Tensor<2>, usize) -> Tensor<1>,
+        check_every: usize,
+    ) -> Result<Tensor<4>> {
+        let pgd = self.pgd;
+        let rule = self.objective.stop_rule();
         let (mut last, mut before): (Option<Tensor<1>>, Option<Tensor<1>>) = (None, None);
         let mut stopped: Option<Tensor<1, Bool>> = None;
         for k in 0..pgd.steps {
@@ -155,34 +204,48 @@ impl<'a> Request<'a> {
                 }
                 stopped = Some(s);
             }
-            let loss = |moved: Tensor<2>| {
-                let fixed_rows = match (&fixed_emb, restore) {
-                    (Some(f), _) => Some(f.clone().autodiff()),
-                    (None, true) => Some(Tensor::zeros([fixed.len(), moved.dims()[1]], &moved.device())),
-                    (None, false) => None,
-                };
-                let emb = match fixed_rows {
-                    Some(f) => Tensor::cat(vec![moved, f], 0).select(0, inverse.clone().autodiff()),
-                    None => moved,
-                };
-                objective.loss(emb, k)
-            };
-            let grad = target.gradient(xa.clone(), &loss)?;
+            let grad = target.gradient(xa.clone(), &|moved| loss(moved, k))?;
             before = last.take();
             last = rule.map(|_| grad.loss);
             let Some(g) = grad.input else { break };
-            let next = descend(xa.clone(), &x_move0, g, pgd);
+            let next = descend(xa.clone(), x_move0, g, pgd);
             xa = match &stopped {
                 Some(s) => next.mask_where(s.clone().reshape([1, 1, 1, 1]).expand(xa.shape()), xa),
                 None => next,
             };
         }
-        Ok(if restore {
-            Tensor::cat(vec![xa, x0.select(0, index(&fixed))], 0).select(0, inverse)
-        } else {
-            xa
-        })
+        Ok(xa)
     }
+}
+
+/// Whether the stop rule holds, given the last two steps' losses.
+type StopCheck<'a> = dyn Fn(Option<&Tensor<1>>, Option<&Tensor<1>>) -> Result<bool> + 'a;
+
+/// The steps on the model's side where `target` holds the batch ([`Oracle::held_steps`]): per
+/// step rdml turns the moving rows' embeddings into `loss`'s gradient on them and says whether
+/// another step follows, as [`Request::steps_here`] would stop (the stop rule read every step:
+/// the images are the same for every `check_every`). `None` where `target` holds no batch.
+fn held_steps(
+    target: &dyn Oracle,
+    x_move0: &Tensor<4>,
+    start: Option<&Tensor<4>>,
+    pgd: &Pgd,
+    loss: &dyn Fn(Tensor<2>, usize) -> Tensor<1>,
+    stops: &StopCheck,
+) -> Result<Option<Tensor<4>>> {
+    let (mut last, mut before): (Option<Tensor<1>>, Option<Tensor<1>>) = (None, None);
+    let mut next = |e: Tensor<2>, k: usize| -> Result<Option<(Tensor<2>, bool)>> {
+        let e = e.autodiff().require_grad();
+        let l = loss(e.clone(), k);
+        let value = l.clone().detach().without_autodiff();
+        let grads = l.backward();
+        before = last.take();
+        last = Some(value);
+        let Some(g) = e.grad(&grads) else { return Ok(None) };
+        let more = k + 1 < pgd.steps && !stops(last.as_ref(), before.as_ref())?;
+        Ok(Some((g.without_autodiff(), more)))
+    };
+    target.held_steps(x_move0, start, pgd, &mut next)
 }
 
 /// The rows of a batch of `b` that move, those that stay, and the order that puts

@@ -5,7 +5,13 @@
 //! so their numbers are those of the fused graph bit for bit); a model held outside rdml (a
 //! PyTorch module on its own device, called from the Python package) is another ([`External`]).
 //! Black-box methods (NES) use (a) alone.
+//!
+//! A model outside rdml also holds the batch of a projected-gradient run where it can
+//! ([`Oracle::held_steps`]): rdml hands it the clean rows, the start and the budget once; per step
+//! only the embeddings of the rows that move and the objective's gradient on them cross; the
+//! vector–Jacobian product, the step, the projection and the clamp run on the model's device.
 
+use super::budget::{Norm, Pgd};
 use crate::model::EmbeddingNet;
 use anyhow::Result;
 use burn::module::Module;
@@ -27,7 +33,36 @@ pub trait Oracle: Send + Sync {
     fn differentiable(&self) -> bool {
         true
     }
+
+    /// The model side's own projected steps, where it holds the batch: from the clean rows `x0`
+    /// (`[b, c, h, w]`) and the start `start` (`None`: `x0`; a random start as rdml drew it), under `pgd`, it embeds the rows at each step
+    /// (keeping their graph) and asks `next(embeddings, k)` for the objective's gradient on them
+    /// and whether another step follows (`None`: stop before stepping); it then pulls that
+    /// gradient back to the images and takes the step (L∞ sign step or L2 normalised step,
+    /// projection onto the ε-ball around `x0`, clamp to [0, 1]) itself. Returns the final images,
+    /// or `None` where this oracle holds no batch and the engine steps the images (rdml's own
+    /// networks: one device, nothing crosses).
+    /// What has crossed between rdml and the model so far (`None`: nothing crosses, the model
+    /// is rdml's own network on rdml's device).
+    fn crossed(&self) -> Option<Crossed> {
+        None
+    }
+
+    fn held_steps(
+        &self,
+        x0: &Tensor<4>,
+        start: Option<&Tensor<4>>,
+        pgd: &Pgd,
+        next: &mut HeldStep,
+    ) -> Result<Option<Tensor<4>>> {
+        let _ = (x0, start, pgd, next);
+        Ok(None)
+    }
 }
+
+/// A held run's step on rdml's side: the moving rows' embeddings at step `k` in, the objective's
+/// gradient on them and whether another step follows out (`None`: stop before stepping).
+pub type HeldStep<'a> = dyn FnMut(Tensor<2>, usize) -> Result<Option<(Tensor<2>, bool)>> + 'a;
 
 /// A loss and its gradient with respect to the images.
 pub struct Gradient {
@@ -87,6 +122,14 @@ pub struct Embedded {
     pub has_gradient: bool,
 }
 
+/// The budget of a run a [`HostModel`] holds: its norm, ε and step (the pixels' bounds are [0, 1]).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldBudget {
+    pub norm: Norm,
+    pub eps: f32,
+    pub step: f32,
+}
+
 /// A model outside rdml, asked with host arrays (row-major float32): what a binding implements
 /// (the Python package's PyTorch modules). [`External`] asks it from one thread at a time and
 /// pulls back right after the embedding that kept its graph.
@@ -101,6 +144,62 @@ pub trait HostModel: Send + Sync {
 
     /// Whether [`HostModel::pull_back`] can be asked.
     fn differentiable(&self) -> bool;
+
+    /// Whether the model side can hold a run's batch ([`HostModel::hold`], `step`, `release`).
+    fn holds(&self) -> bool {
+        false
+    }
+
+    /// Starts a held run: keeps the clean rows `images` (`shape`) and the start (`start`, `None`:
+    /// the clean rows) where the model lives, and embeds the start keeping its graph.
+    fn hold(&self, images: &[f32], start: Option<&[f32]>, shape: [usize; 4], budget: HeldBudget) -> Result<Embedded> {
+        let _ = (images, start, shape, budget);
+        anyhow::bail!("model: holds no batch of its own")
+    }
+
+    /// Pulls `grad` (`b × d`, on the last embeddings) back to the held images, takes the step
+    /// there, and with `more` embeds the stepped images keeping their graph.
+    fn step(&self, grad: &[f32], more: bool) -> Result<Option<Embedded>> {
+        let _ = (grad, more);
+        anyhow::bail!("model: holds no batch of its own")
+    }
+
+    /// The held images as they stand (`b × c × h × w` values), ending the run.
+    fn release(&self) -> Result<Vec<f32>> {
+        anyhow::bail!("model: holds no batch of its own")
+    }
+}
+
+/// What crossed between rdml and a [`HostModel`]: bytes each way and the calls (each a wait for
+/// the model side), split into a held run's start and end and its steps.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Crossed {
+    /// Bytes and calls outside held steps: embeddings asked, held runs' starts and ends.
+    pub bytes: u64,
+    pub calls: u64,
+    /// Bytes and calls of held runs' steps (embeddings back, their gradient out).
+    pub step_bytes: u64,
+    pub steps: u64,
+    /// The most bytes one held step moved.
+    pub most_step_bytes: u64,
+    /// Passes through the model: forwards, and backwards to the images.
+    pub forwards: u64,
+    pub backwards: u64,
+}
+
+impl Crossed {
+    /// Both models' crossings (a transfer attack's surrogate and target).
+    pub fn plus(self, o: Crossed) -> Crossed {
+        Crossed {
+            bytes: self.bytes + o.bytes,
+            calls: self.calls + o.calls,
+            step_bytes: self.step_bytes + o.step_bytes,
+            steps: self.steps + o.steps,
+            most_step_bytes: self.most_step_bytes.max(o.most_step_bytes),
+            forwards: self.forwards + o.forwards,
+            backwards: self.backwards + o.backwards,
+        }
+    }
 }
 
 /// A [`HostModel`] as an oracle on rdml's `device`: every answer checked (its shape, the same
@@ -111,6 +210,7 @@ pub struct External {
     dim: Mutex<Option<usize>>,
     /// Held from an embedding that keeps its graph to its pull-back: one batch in flight.
     in_flight: Mutex<()>,
+    crossed: Mutex<Crossed>,
 }
 
 impl External {
@@ -120,7 +220,17 @@ impl External {
             device: device.clone().without_autodiff(),
             dim: Mutex::new(None),
             in_flight: Mutex::new(()),
+            crossed: Mutex::new(Crossed::default()),
         }
+    }
+
+    /// What has crossed to and from the model so far.
+    pub fn crossed(&self) -> Crossed {
+        *self.crossed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Crossed)) {
+        f(&mut self.crossed.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// `x`'s values and shape on the host.
@@ -134,8 +244,17 @@ impl External {
     /// The model's embeddings of `x`, checked, as a `[b, d]` tensor.
     fn forward(&self, x: Tensor<4>, keep: bool) -> Result<(Tensor<2>, [usize; 4])> {
         let (v, shape) = Self::host(x)?;
-        let b = shape[0];
         let e = self.model.embed(&v, shape, keep)?;
+        let out = (v.len() as u64 + e.values.len() as u64) * 4;
+        self.count(|c| {
+            (c.bytes, c.calls, c.forwards) = (c.bytes + out, c.calls + 1, c.forwards + 1);
+        });
+        Ok((self.checked(e, shape[0], keep)?, shape))
+    }
+
+    /// `e`, the model's answer for `b` images, checked (its shape, one width every time, finite
+    /// values, a graph where `keep` asked for one) and made a `[b, d]` tensor.
+    fn checked(&self, e: Embedded, b: usize, keep: bool) -> Result<Tensor<2>> {
         crate::ensure_input!(
             e.shape.len() == 2 && e.shape[0] == b && e.shape[1] >= 1,
             "model: returned a tensor of shape {:?} for {b} images; expected {b} × D embeddings",
@@ -169,10 +288,21 @@ impl External {
                 i % d
             )));
         }
-        Ok((
-            Tensor::<2>::from_data(TensorData::new(e.values, [b, d]), &self.device),
-            shape,
-        ))
+        Ok(Tensor::<2>::from_data(TensorData::new(e.values, [b, d]), &self.device))
+    }
+
+    /// The images a held run ended with, checked.
+    fn released(&self, shape: [usize; 4]) -> Result<Tensor<4>> {
+        let back = self.model.release()?;
+        let n = crate::read::declared_len(&shape).unwrap_or(usize::MAX);
+        self.count(|c| (c.bytes, c.calls) = (c.bytes + back.len() as u64 * 4, c.calls + 1));
+        crate::ensure_input!(
+            back.len() == n,
+            "model: a held run ended with {} image values; expected {n} ({:?})",
+            back.len(),
+            shape
+        );
+        Ok(Tensor::<4>::from_data(TensorData::new(back, shape), &self.device))
     }
 }
 
@@ -198,6 +328,8 @@ impl Oracle for External {
         };
         let g = crate::host::read(&g.without_autodiff())?;
         let back = self.model.pull_back(&g)?;
+        let moved = (g.len() + back.len()) as u64 * 4;
+        self.count(|c| (c.bytes, c.calls, c.backwards) = (c.bytes + moved, c.calls + 1, c.backwards + 1));
         let n = crate::read::declared_len(&shape).unwrap_or(usize::MAX);
         crate::ensure_input!(
             back.len() == n,
@@ -217,5 +349,53 @@ impl Oracle for External {
 
     fn differentiable(&self) -> bool {
         self.model.differentiable()
+    }
+
+    fn crossed(&self) -> Option<Crossed> {
+        Some(External::crossed(self))
+    }
+
+    fn held_steps(
+        &self,
+        x0: &Tensor<4>,
+        start: Option<&Tensor<4>>,
+        pgd: &Pgd,
+        next: &mut HeldStep,
+    ) -> Result<Option<Tensor<4>>> {
+        if !self.model.holds() {
+            return Ok(None);
+        }
+        require_gradient(self)?;
+        let _one_batch = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let (clean, shape) = Self::host(x0.clone())?;
+        let b = shape[0];
+        // The start crosses only where it is not the clean rows (a random start, drawn by rdml
+        // so that a seed gives the same images on every route).
+        let start_values = start.map(|s| Self::host(s.clone())).transpose()?.map(|s| s.0);
+        let budget = HeldBudget {
+            norm: pgd.norm,
+            eps: pgd.eps,
+            step: pgd.step,
+        };
+        let first = self.model.hold(&clean, start_values.as_deref(), shape, budget)?;
+        let sent = (clean.len() + start_values.as_ref().map_or(0, Vec::len) + first.values.len()) as u64 * 4;
+        self.count(|c| (c.bytes, c.calls, c.forwards) = (c.bytes + sent, c.calls + 1, c.forwards + 1));
+        let mut emb = self.checked(first, b, true);
+        for k in 0.. {
+            let Some((g, more)) = next(emb?, k)? else { break };
+            let g = crate::host::read(&g.without_autodiff())?;
+            let answer = self.model.step(&g, more)?;
+            let bytes = (g.len() + answer.as_ref().map_or(0, |e| e.values.len())) as u64 * 4;
+            self.count(|c| {
+                (c.step_bytes, c.steps, c.backwards) = (c.step_bytes + bytes, c.steps + 1, c.backwards + 1);
+                c.most_step_bytes = c.most_step_bytes.max(bytes);
+                c.forwards += u64::from(answer.is_some());
+            });
+            match answer {
+                Some(e) if more => emb = self.checked(e, b, true),
+                _ => break,
+            }
+        }
+        self.released(shape).map(Some)
     }
 }

@@ -42,6 +42,10 @@ pub struct RobustnessRecord {
     /// among itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gallery: Option<usize>,
+    /// What crossed between rdml and a model held outside it, over the suite (none for rdml's
+    /// own networks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<crate::attack::oracle::Crossed>,
     pub table: Robustness,
     /// With `--repeats R`: every run and each column's mean and sample std.
     #[serde(default, skip_serializing_if = "Option::is_none")]

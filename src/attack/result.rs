@@ -19,6 +19,10 @@ pub struct AttackResult {
     /// Each attacked item's own values, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_query: Option<super::per_query::PerQuery>,
+    /// What crossed between rdml and a model held outside it, over the call (none for rdml's
+    /// own networks, where nothing crosses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<super::oracle::Crossed>,
 }
 
 fn white_box() -> String {

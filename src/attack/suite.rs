@@ -178,6 +178,7 @@ pub fn run_saving(
         queries: q,
         seconds: t0.elapsed().as_secs_f64(),
         per_query,
+        route: None,
     })
 }
 

@@ -6,11 +6,9 @@
 pub mod attack;
 pub mod certify;
 pub mod embed;
-pub mod harden;
 pub mod metrics;
 pub mod robustness;
 pub mod train;
-pub mod wire;
 
 pub use attack::{AttackJob, Attacked};
 pub use certify::{Certified, CertifyJob};

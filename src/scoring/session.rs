@@ -62,8 +62,24 @@ impl<'o> Session<'o> {
     }
 
     /// `attack` run `options.repeats` times, the first run's adversarial images given to `sink`.
+    /// A single run's result says what crossed to a model held outside rdml ([`Session::route`]).
     pub fn attack(&self, attack: &dyn Attack, sink: Option<&mut dyn AdversarialSink>) -> Result<Vec<AttackResult>> {
-        run_repeated(&self.setup(self.options.queries), attack, self.options.repeats, sink)
+        let mut runs = run_repeated(&self.setup(self.options.queries), attack, self.options.repeats, sink)?;
+        if let [one] = runs.as_mut_slice() {
+            one.route = self.route();
+        }
+        Ok(runs)
+    }
+
+    /// What crossed between rdml and the models held outside it (the target and a surrogate)
+    /// so far; `None` where both are rdml's own networks.
+    pub fn route(&self) -> Option<crate::attack::oracle::Crossed> {
+        let of = |c: &Context| c.model.crossed();
+        let s = self.surrogate.as_ref().and_then(of);
+        match (of(&self.target), s) {
+            (Some(a), Some(b)) => Some(a.plus(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// `attack` run once, its adversarial images given to `sink`; `every`: every item the
@@ -75,7 +91,9 @@ impl<'o> Session<'o> {
         sink: Option<&mut dyn AdversarialSink>,
     ) -> Result<AttackResult> {
         let queries = if every { usize::MAX } else { self.options.queries };
-        run_saving(&self.setup(queries), attack, sink)
+        let mut result = run_saving(&self.setup(queries), attack, sink)?;
+        result.route = self.route();
+        Ok(result)
     }
 
     /// robrank's ERS suite run `options.repeats` times, and its record: the one place a
@@ -96,6 +114,7 @@ impl<'o> Session<'o> {
             seed: Some(o.seed),
             robrank_compat: o.robrank_compat,
             gallery: self.target.gallery.as_ref().map(|g| g.set.len()),
+            route: self.route(),
             table: runs[0].clone(),
             repeats: (o.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
         };

@@ -1,5 +1,5 @@
 //! A defended step on rdml's own network, one of the two callers of a defense (a PyTorch loop,
-//! through `job::harden`, is the other): the inner maximisation over the network as the attacks
+//! through `harden`, is the other): the inner maximisation over the network as the attacks
 //! see it (evaluation mode, one oracle per batch-norm set), the plan's forwards through the
 //! network in training mode, and the defense's outer loss of those embeddings, whose gradient
 //! burn's autodiff carries on through the network.

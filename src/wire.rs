@@ -4,9 +4,9 @@
 //! request, its defaults, opening the device and wording warnings happen here, so the front end
 //! only moves bytes and raises errors as its exceptions.
 
-use super::{AttackJob, EmbedJob, Labelled, MetricsJob, RobustnessJob, TrainJob};
 use crate::attack::oracle::HostModel;
 use crate::field::Words;
+use crate::job::{AttackJob, EmbedJob, Labelled, MetricsJob, RobustnessJob, TrainJob};
 use crate::scoring::model::ModelScoring;
 use crate::scoring::options::ScoringOptions;
 use anyhow::{Result, bail};

@@ -9,13 +9,13 @@ use burn::tensor::Device;
 use serde::Deserialize;
 use serde_json::json;
 
-/// `trainer_step`: rdml's own trainer on one batch ([`crate::job::harden::reference`]); the
+/// `trainer_step`: rdml's own trainer on one batch ([`crate::harden::reference`]); the
 /// one array holds the images.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TrainerStep {
     #[serde(flatten)]
-    step: crate::job::harden::reference::ReferenceRequest,
+    step: crate::harden::reference::ReferenceRequest,
     images: Shaped,
 }
 
@@ -25,7 +25,7 @@ pub(super) fn trainer_step(
     open: impl FnOnce() -> Result<Device>,
 ) -> Result<Answer> {
     let images = r.images.with(arrays.into_iter().next());
-    let mut out = crate::job::harden::reference::run(r.step, images, &open()?)?;
+    let mut out = crate::harden::reference::run(r.step, images, &open()?)?;
     Ok(Answer {
         arrays: std::mem::take(&mut out.grads),
         ..Answer::of(&out)?

@@ -50,6 +50,8 @@ pub struct Forwards {
     pub bn_sets: Vec<usize>,
     /// Rows of the perturbed tensor (the stacked triplets, or the batch), for the caller's records.
     pub perturbed_rows: usize,
+    /// What crossed between rdml and the caller's model during the inner maximisation.
+    pub route: crate::attack::oracle::Crossed,
 }
 
 /// The outer step's answer.
@@ -205,10 +207,16 @@ impl DefenseSession {
         if let Some(t) = &plan.perturbed.triplets {
             some_triplets(t.len())?;
         }
+        let route = oracles
+            .iter()
+            .fold(Default::default(), |r: crate::attack::oracle::Crossed, o| {
+                r.plus(o.crossed())
+            });
         let mut out = Forwards {
             images: vec![],
             bn_sets: vec![],
             perturbed_rows: plan.perturbed.adversarial.dims()[0],
+            route,
         };
         for f in &plan.forwards {
             let shape = f.images.dims();

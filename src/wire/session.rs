@@ -5,8 +5,8 @@
 
 use super::{Answer, open_device, read};
 use crate::attack::oracle::HostModel;
-use crate::job::harden::leaves::Given;
-use crate::job::harden::{DefenseRequest, DefenseSession, Images, LossRequest, LossSession, Saved, Stream, Tuples};
+use crate::harden::leaves::Given;
+use crate::harden::{DefenseRequest, DefenseSession, Images, LossRequest, LossSession, Saved, Stream, Tuples};
 use anyhow::Result;
 use serde::Deserialize;
 use serde_json::json;
@@ -60,7 +60,7 @@ struct Batch {
     #[serde(default)]
     indices: Option<Vec<usize>>,
     #[serde(default)]
-    triplets: Option<crate::job::harden::GivenTriplets>,
+    triplets: Option<crate::harden::GivenTriplets>,
 }
 
 /// Embeddings as a method's request describes them: the rows of each array, in order.
@@ -131,7 +131,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
                 .collect();
             Ok(Answer {
                 arrays: f.images.into_iter().map(|(v, _)| v).collect(),
-                ..Answer::of(&json!({"forwards": forwards, "perturbed_rows": f.perturbed_rows}))?
+                ..Answer::of(&json!({"forwards": forwards, "perturbed_rows": f.perturbed_rows, "route": f.route}))?
             })
         }
         "outer" => {

@@ -1,0 +1,112 @@
+"""The PyTorch route's own cost: one PGD step of `rdml.Attack("ES")` on a model of almost no
+compute (a 1×1 convolution, a pooling and a linear head, so that only the route is left),
+against the same step written in plain PyTorch (forward, `torch.autograd.grad`, sign step,
+projection, clamp, and ES's objective: the squared distance to the clean embeddings), in the
+same run, on the same device.
+
+Each side runs an attack of STEPS and one of 1 step; a step's time is their difference over
+STEPS − 1 (what set-up and the clean embeddings cost cancels). Medians of REPEATS (≥ 5), the
+sides interleaved.
+
+    python bench/route.py                      # 3×224×224 batch 64 and 28×28 batch 256, CPU
+    python bench/route.py --device cuda        # on a GPU (bench/gpu.sh runs it)
+
+Needs torch and rdml's package (pip install ./python).
+"""
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import rdml
+
+
+class Tiny(nn.Module):
+    def __init__(self, channels, dim=64):
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(channels, 4, 1), nn.Linear(64, dim)
+
+    def forward(self, x):
+        return F.normalize(self.head(F.adaptive_avg_pool2d(self.conv(x), 4).flatten(1)), dim=1)
+
+
+def plain(model, x, eps, step, steps):
+    """ES in plain PyTorch: maximise the squared distance to the clean embeddings."""
+    with torch.no_grad():
+        clean = model(x)
+    xa = x.clone()
+    for _ in range(steps):
+        xa.requires_grad_(True)
+        loss = -(model(xa) - clean).pow(2).sum()
+        (g,) = torch.autograd.grad(loss, xa)
+        with torch.no_grad():
+            xa = torch.min(torch.max(xa - step * g.sign(), x - eps), x + eps).clamp(0, 1)
+    return xa.detach()
+
+
+def timed(f, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    f()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def case(channels, side, batch, steps, repeats, device):
+    torch.manual_seed(0)
+    model = Tiny(channels).to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.rand(batch, channels, side, side, device=device)
+    y = torch.arange(batch, device=device) // 2
+    eps, step = 8 / 255, 1 / 255
+    rd = {k: rdml.Attack("ES", eps=eps, step=step, steps=k) for k in (1, steps)}
+    sides = {
+        "rdml": lambda k: rd[k](model, x, y),
+        "torch": lambda k: plain(model, x, eps, step, k),
+    }
+    per_step = {name: [] for name in sides}
+    for f in sides.values():  # warm-up
+        f(1)
+    route = rd[steps](model, x, y, return_scores=True)[1]["route"]
+    for _ in range(repeats):
+        for name, f in sides.items():
+            long, short = timed(lambda: f(steps), device), timed(lambda: f(1), device)
+            per_step[name].append((long - short) / (steps - 1))
+    med = {k: statistics.median(v) for k, v in per_step.items()}
+    return dict(shape=[batch, channels, side, side], steps=steps, repeats=repeats,
+                rdml_ms=1e3 * med["rdml"], torch_ms=1e3 * med["torch"], ratio=med["rdml"] / med["torch"],
+                rdml_all_ms=[1e3 * v for v in per_step["rdml"]], torch_all_ms=[1e3 * v for v in per_step["torch"]],
+                route_bytes_per_step=route["most_step_bytes"], route=route)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=9)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", default=None, help="a JSON file for the table")
+    a = ap.parse_args()
+    device = torch.device(a.device)
+    rows = [case(3, 224, 64, a.steps, a.repeats, device), case(1, 28, 256, a.steps, a.repeats, device)]
+    print(f"threads: torch {torch.get_num_threads()}; device {device}")
+    print("| images | rdml.Attack ms/step | plain PyTorch ms/step | ratio | crossed per step |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        b, c, h, w = r["shape"]
+        print(f"| {b}×{c}×{h}×{w} | {r['rdml_ms']:.2f} | {r['torch_ms']:.2f} | {r['ratio']:.2f} | "
+              f"{r['route_bytes_per_step']} B |")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The jobs on a caller's model (a ``torch.nn.Module``, a function of a tensor, or an
+``rdml.Run``) and its images: ``rdml.robustness``, ``rdml.attack``, ``rdml.certify`` and
+``rdml.embed``. The model runs where it lives, frozen for the call (``_torch.TorchModel``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from . import _keywords, _wire
+from ._inputs import images_alone, queries_and_gallery
+from ._run import PathLike, Run
+from ._torch import TorchModel, module_digest
+
+
+def model_args(model, device, differentiable=True) -> Dict[str, Any]:
+    """An rdml ``Run`` by its folder, anything else as a PyTorch model."""
+    if isinstance(model, Run):
+        return dict(model=None, run=model.path, device=model.device)
+    return dict(model=TorchModel(model, device, differentiable), run=None, device=None)
+
+
+def frozen(m):
+    """The PyTorch model's eval mode and frozen parameters for the call (nothing for a Run)."""
+    return m.frozen() if m is not None else contextlib.nullcontext()
+
+
+def score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
+    """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
+    would run another attack silently); the models frozen for the call."""
+    kw = dict(kw)
+    gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
+    arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
+    m = model_args(model, device, bool(differentiable))
+    s = model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
+    options = _wire.drop_none(_keywords.options(**{k: kw.pop(k) for k in _keywords.OPTIONS}))
+    request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
+                   out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
+                   model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
+                   model_digest=None if m["run"] else module_digest(model))
+    with frozen(m["model"]), frozen(s["model"]):
+        return _wire.run("score_model", request, arrays, device=m["device"], model=m["model"], surrogate=s["model"])[0]
+
+
+def robustness(
+    model: Any,
+    images: Any,
+    labels: Any = None,
+    *,
+    profile: str = "rob28",
+    queries: int = 1024,
+    eps: Optional[float] = None,
+    step: Optional[float] = None,
+    steps: Optional[int] = None,
+    norm: Optional[str] = None,
+    random_start: bool = False,
+    seed: int = 0,
+    batch: int = 128,
+    gallery: Any = None,
+    gallery_labels: Any = None,
+    robrank_compat: bool = False,
+    method: str = "white-box",
+    repeats: int = 1,
+    per_query: bool = False,
+    out: Optional[PathLike] = None,
+    surrogate: Any = None,
+    device: Any = None,
+    differentiable: bool = True,
+    quiet: bool = False,
+) -> Dict[str, Any]:
+    """robrank's ERS suite on your own model and images: the dict ``Run.robustness`` returns.
+
+    ``model`` is a ``torch.nn.Module`` or a function of a torch tensor returning N × D
+    embeddings; it runs on the device of its parameters (or ``device``), in eval mode, with no
+    gradient to its parameters. An ``rdml.Run`` is scored too (its own network, on these images). ``images`` are N × C × H × W in [0, 1] (NumPy or torch; the
+    model normalises them itself, since budgets are in pixels) with one integer label each, or a
+    torch ``Dataset`` of (image, label) pairs with ``labels`` left out. ``differentiable=False`` declares a model that can only be queried (``method="nes"``, or
+    a ``surrogate``). ``surrogate`` (a PyTorch model or an ``rdml.Run``) makes the adversarial
+    examples, which are scored on ``model``: a transfer attack. ``gallery`` (with
+    ``gallery_labels``, as ``images`` and ``labels``) holds the images the queries are ranked
+    among, re-identification's query/gallery split: CA± then moves gallery images; without it each
+    image is ranked among the others, its own copy left out.
+    ``per_query=True`` keeps each attacked item's own values in every attack's result
+    (``table["results"][i]["per_query"]``: ``item``, and ``values`` per column, ``None`` where an
+    item has none). ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is
+    written otherwise. An exception inside the model is raised as itself.
+    """
+    return score(model, images, labels, None, differentiable, device, surrogate, dict(
+        profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
+        out=out, quiet=quiet,
+        gallery=gallery, gallery_labels=gallery_labels,
+    ))
+
+
+def attack(
+    model: Any,
+    images: Any,
+    labels: Any,
+    spec: str,
+    *,
+    profile: str = "rob28",
+    queries: int = 1024,
+    eps: Optional[float] = None,
+    step: Optional[float] = None,
+    steps: Optional[int] = None,
+    norm: Optional[str] = None,
+    random_start: bool = False,
+    seed: int = 0,
+    batch: int = 128,
+    gallery: Any = None,
+    gallery_labels: Any = None,
+    robrank_compat: bool = False,
+    method: str = "white-box",
+    repeats: int = 1,
+    per_query: bool = False,
+    surrogate: Any = None,
+    device: Any = None,
+    differentiable: bool = True,
+    quiet: bool = False,
+) -> Dict[str, Any]:
+    """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
+    the dict ``Run.attack`` returns; the keywords are ``rdml.robustness``'s."""
+    return score(model, images, labels, spec, differentiable, device, surrogate, dict(
+        profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+        queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
+        out=None, quiet=quiet,
+        gallery=gallery, gallery_labels=gallery_labels,
+    ))
+
+
+def certify(
+    model: Any,
+    images: Any,
+    labels: Any = None,
+    *,
+    method: str = "cohen",
+    sigma: float = 0.25,
+    radii: Sequence[float] = (0.1, 0.25, 0.5),
+    samples: int = 10000,
+    select: Optional[int] = None,
+    delta: Optional[float] = None,
+    alpha: float = 0.001,
+    queries: int = 500,
+    seed: int = 0,
+    batch: int = 256,
+    gallery: Any = None,
+    gallery_labels: Any = None,
+    per_query: bool = False,
+    device: Any = None,
+    quiet: bool = False,
+) -> Dict[str, Any]:
+    """Certified Recall@1 of your own model by randomized smoothing of the query (Cohen,
+    Rosenfeld and Kolter, ICML 2019): for each of the first ``queries`` images, the label of its
+    top-1 under Gaussian noise of ``sigma`` (pixels of [0, 1] images) is picked from ``select``
+    noisy copies and its probability bounded below from ``samples`` others (Clopper–Pearson,
+    level ``alpha``); the top-1 is certified within ℓ2 radius ``sigma·Φ⁻¹(bound)`` (``select``
+    defaults to 100). ``method="center"`` certifies instead the nearest item to the query's
+    centre-smoothed embedding (Kumar and Goldstein, NeurIPS 2021): ``select`` (default 10,000)
+    copies pick the centre and as many check it (``delta``, default 0.05, its Δ), ``samples``
+    bound how far it moves. The model
+    (a ``torch.nn.Module``, a function, or an ``rdml.Run``) is only asked for embeddings: it
+    need not be differentiable. ``gallery``/``gallery_labels`` as for ``rdml.robustness``.
+
+    Returns ``certified`` (each radius as given → the certified Recall@1, in percent), ``clean``
+    (the smoothed model's Recall@1), ``abstained`` (the queries with no certificate), the
+    settings, ``lone`` (queries with no other item of their class, left out) and ``seconds``;
+    ``per_query=True`` adds each query's certificate (``item``, ``label``, ``selected``, ``count``,
+    ``p_lower``, ``radius``, ``majority``, ``abstained``; centre smoothing also ``margin``, the
+    distance to the nearest other label, and ``least_bound``, the bound at ε = 0)."""
+    arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
+    m = model_args(model, device, False)
+    options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select, delta=delta,
+                               alpha=alpha, queries=queries, batch=batch, seed=seed, per_query=per_query)
+    request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
+                   model_digest=None if m["run"] else module_digest(model))
+    with frozen(m["model"]):
+        return _keywords.by_radius(_wire.run("certify_model", request, arrays, device=m["device"], model=m["model"])[0], radii)
+
+
+def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:
+    """The embeddings (N × D float32) of images N × C × H × W in [0, 1] (or a ``Dataset`` of
+    (image, label) pairs) by your own model or an ``rdml.Run``, in batches, as ``rdml.robustness``
+    sees them."""
+    x = images_alone(images)
+    m = model_args(model, device)
+    request = dict(model_run=m["run"], shape=[int(v) for v in x.shape], batch=int(batch))
+    with frozen(m["model"]):
+        answer, (raw,) = _wire.run("embed_model", request, [x.tobytes()], device=m["device"], model=m["model"])
+    return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], answer["dim"]).copy()

@@ -1,0 +1,40 @@
+"""The transport to rdml's library: a job's request as JSON under the library's field names, its
+float32 arrays as bytes, and the answer back as a dict and bytes (``rdml::wire::call``); a loop
+piece's calls on its session the same way. Nothing is computed or defaulted here: a field left
+as ``None`` is dropped, and the library takes its default.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from . import _rdml
+
+
+def run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
+        surrogate: Any = None) -> Tuple[Any, List[bytes]]:
+    """The library's job ``job`` on ``request`` with float32 ``arrays``: the answer, and its arrays."""
+    req = json.dumps(drop_none(request), default=plain)
+    out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate)
+    return json.loads(out), arrays
+
+
+def session_call(session: Any, method: str, request: Dict[str, Any], arrays: Sequence[bytes] = (),
+                 models: Sequence[Any] = ()) -> Tuple[Any, List[bytes]]:
+    """``method`` of a loop piece's session (``rdml.Defense``'s, ``rdml.Loss``'s)."""
+    out, raw = session.call(method, json.dumps(request, default=plain), list(arrays), list(models))
+    return json.loads(out), raw
+
+
+def plain(v: Any) -> Any:
+    """A NumPy scalar or array in a request (``set={"loss.margin": np.float32(0.1)}``) as JSON."""
+    if isinstance(v, (np.generic, np.ndarray)):
+        return v.tolist()
+    raise ValueError(f"a {type(v).__name__} in a request: expected numbers, strings, booleans, lists or dicts")
+
+
+def drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
