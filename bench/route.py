@@ -6,7 +6,10 @@ same run, on the same device.
 
 Each side runs an attack of STEPS and one of 1 step; a step's time is their difference over
 STEPS − 1 (what set-up and the clean embeddings cost cancels). Medians of REPEATS (≥ 5), the
-sides interleaved.
+sides interleaved. Each case runs in a process of its own (`--case`), as a user's job does:
+PyTorch's small-tensor step on this CPU depends on what ran before it in the process (after the
+3×224×224 case, the 28×28 step of plain PyTorch runs about 4× faster than in a fresh process),
+so `--one-process` also gives the figures of both cases in one process, 224² first.
 
     python bench/route.py                      # 3×224×224 batch 64 and 28×28 batch 256, CPU
     python bench/route.py --device cuda        # on a GPU (bench/gpu.sh runs it)
@@ -87,16 +90,34 @@ def case(channels, side, batch, steps, repeats, device):
                 route_bytes_per_step=route["most_step_bytes"], route=route)
 
 
+CASES = {"224": (3, 224, 64), "28": (1, 28, 256)}
+
+
 def main():
+    import subprocess
+    import sys
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=9)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--case", choices=sorted(CASES), help="run this case alone and print its row as JSON")
+    ap.add_argument("--one-process", action="store_true", help="both cases in this process, 224 first")
     ap.add_argument("--out", default=None, help="a JSON file for the table")
     a = ap.parse_args()
     device = torch.device(a.device)
-    rows = [case(3, 224, 64, a.steps, a.repeats, device), case(1, 28, 256, a.steps, a.repeats, device)]
-    print(f"threads: torch {torch.get_num_threads()}; device {device}")
+    if a.case:
+        print(json.dumps(case(*CASES[a.case], a.steps, a.repeats, device)))
+        return
+    if a.one_process:
+        rows = [case(*CASES[k], a.steps, a.repeats, device) for k in ("224", "28")]
+    else:
+        args = ["--device", a.device, "--steps", str(a.steps), "--repeats", str(a.repeats)]
+        rows = [json.loads(subprocess.run([sys.executable, __file__, "--case", k] + args, check=True,
+                                          capture_output=True, text=True).stdout.splitlines()[-1])
+                for k in ("224", "28")]
+    print(f"threads: torch {torch.get_num_threads()}; device {device}; "
+          f"{'one process' if a.one_process else 'a process per case'}")
     print("| images | rdml.Attack ms/step | plain PyTorch ms/step | ratio | crossed per step |")
     print("|---|---|---|---|---|")
     for r in rows:

@@ -11,7 +11,7 @@ pub mod leaves;
 mod loss;
 pub mod reference;
 
-pub use defense::{DefenseRequest, DefenseSession, Forwards, Saved, Stepped};
+pub use defense::{DefenseRequest, DefenseSession, Forwards, Perturbation, Saved, Stepped};
 pub use given::GivenTriplets;
 pub use loss::{Computed, LossRequest, LossSession, Tuples};
 

@@ -117,10 +117,7 @@ fn a_defense_step_through_the_session_is_the_trainers_step() {
             .collect();
         let given = emb
             .iter()
-            .map(|e| Given {
-                values: rdml::host::read(&e.clone().without_autodiff()).unwrap(),
-                rows: e.dims()[0],
-            })
+            .map(|e| Given::f32(rdml::host::read(&e.clone().without_autodiff()).unwrap(), e.dims()[0]))
             .collect();
         let step = session.outer(given, None).unwrap();
         let pulled = emb
@@ -172,10 +169,7 @@ fn a_loss_through_the_session_is_the_trainers_loss() {
         let want_grads = grads(&net, &g);
         let mut session = LossSession::open(LossRequest { loss, seed: 5 }, &Device::default()).unwrap();
         let e = net.forward(x.clone());
-        let given = Given {
-            values: rdml::host::read(&e.clone().without_autodiff()).unwrap(),
-            rows: labels.len(),
-        };
+        let given = Given::f32(rdml::host::read(&e.clone().without_autodiff()).unwrap(), labels.len());
         let l: Vec<i64> = labels.iter().map(|&v| i64::from(v)).collect();
         let out = session.compute(given, &l, None, None).unwrap();
         let gt = Tensor::<2>::from_data(TensorData::new(out.grad.clone(), e.dims()), &dev);

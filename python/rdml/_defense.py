@@ -11,17 +11,17 @@ import numpy as np
 from . import _rdml
 from ._bn import _sets_of, batch_norm_set
 from ._inputs import image_tensor, images_and_labels, labels as label_list, tensor_like, to_bytes, triplet_rows
-from ._loop import _Pulled, embeddings_of, torch_scalar_like
+from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._loss import Loss
-from ._torch import TorchModel, _torch
+from ._torch import TorchModel, _torch, check_output, embedding_of
 from ._wire import run, session_call
 
 
 class _SetModel(TorchModel):
     """The model as the library asks it, inferring with batch-norm set ``bn_set``."""
 
-    def __init__(self, model: Any, bn_set: int):
-        super().__init__(model)
+    def __init__(self, model: Any, bn_set: int, output: Any = None):
+        super().__init__(model, output=output)
         self.bn_set = bn_set
 
     def _forward(self, x):
@@ -52,6 +52,15 @@ def _attacking(model: Any, inner: str) -> Iterator[None]:
         with torch.no_grad():
             for b, v in buffers:
                 b.copy_(v)
+
+
+def _like(x: Any, images: Any) -> Any:
+    """``x`` on ``images``' device, in their dtype and memory format (``channels_last`` kept)."""
+    torch = _torch()
+    x = x.to(device=images.device, dtype=images.dtype)
+    if not images.is_contiguous() and images.is_contiguous(memory_format=torch.channels_last):
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
 
 
 def _unwrapped(model: Any) -> Any:
@@ -85,16 +94,21 @@ class Defense:
     optimizer. Where the defense's outer loss is its loss alone (EST, MDProp, AdvProp-D), ``loss=``
     may be any callable of PyTorch metric learning's signature (a PML loss), with its miner as
     ``miner=``; ``last`` then holds the steps and the adversarial loss alone (the diagnostics are
-    those of rdml's losses).
+    those of rdml's losses). ``perturb(model, images, labels)`` runs the inner maximisation alone
+    and returns the perturbed rows and their roles for your own forward and loss (any loss, a CE
+    head beside the embedding). ``output=`` says which of what the model returns is the
+    embedding (``rdml.robustness``'s).
     """
 
     def __init__(self, kind: Optional[str] = None, *, loss: Any = None, miner: Any = None, seed: int = 0,
-                 inner: str = "eval", device: Optional[str] = None, **table: Any):
+                 inner: str = "eval", device: Optional[str] = None, output: Any = None, **table: Any):
         if inner not in ("eval", "train"):
             raise ValueError(f"inner: {inner!r}; expected \"eval\" (robrank's, torchattacks') or \"train\"")
         if kind is None:
             raise ValueError("kind: missing; name the defense (rdml's [defense] kinds: act, est, hm, madry, …)")
         self.table = dict(kind=kind, **table)
+        check_output(output)
+        self.output = output
         if isinstance(loss, Loss) and loss.gather:
             raise ValueError("loss: gather=True; a defense trains each rank on its own batch (robrank's behaviour "
                              "under DDP), so its loss gathers nothing")
@@ -123,6 +137,7 @@ class Defense:
                 f"loss: defense {kind} trains on rdml's triplet loss over what it perturbs; a loss of your own "
                 "cannot take its place (pass an rdml.Loss or a [loss] table)")
         self.last: Optional[Dict[str, Any]] = None
+        self._eager = eager(self._step)
 
     @classmethod
     def preset(cls, name: str, **kw: Any) -> "Defense":
@@ -146,9 +161,11 @@ class Defense:
                 f"({sets} sets); split the model's batch norm first: rdml.split_batch_norm(model, {sets})")
         if sets > 1 and have is not None and have < sets:
             raise ValueError(f"model: its batch norm has {have} set(s); defense {self.table['kind']} needs {sets}")
-        return [_SetModel(model, k if have else 0) for k in range(sets)]
+        return [_SetModel(model, k if have else 0, self.output) for k in range(sets)]
 
-    def __call__(self, model: Any, images: Any, labels: Any, *, indices: Any = None, triplets: Any = None) -> Any:
+    def _batch(self, model: Any, images: Any, labels: Any, indices: Any, triplets: Any):
+        """The batch as the session's request, the images as a tensor, and the model the inner
+        maximisation asks (inside a DDP wrapper) with one oracle per batch-norm set."""
         torch = _torch()
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -160,19 +177,58 @@ class Defense:
         if triplets is not None:
             request["triplets"] = triplet_rows(triplets)
         inner = _unwrapped(model)
-        models = self._models(inner)
+        return images, request, inner, self._models(inner)
+
+    def perturb(self, model: Any, images: Any, labels: Any, *, indices: Any = None, triplets: Any = None) -> Any:
+        """The inner maximisation alone: ``x_adv, rows = defense.perturb(model, images, labels)``
+        returns the perturbed rows on the images' device, in their dtype (the stacked anchors,
+        positives and negatives of a triplet defense's triplets; the batch itself for EST and
+        MDProp), and their roles: ``rows.anchors``, ``rows.positives``, ``rows.negatives``
+        (index tensors into ``x_adv``; ``None`` where the batch itself is perturbed),
+        ``rows.indices_tuple`` (the three, for PML's losses), ``rows.labels`` and ``rows.source``
+        (the batch row each came from). Your own forward and loss then train on them (a CE head
+        beside the embedding, a PML loss). The step is counted as the defense's own; a defense
+        whose memory remembers each step's adversarial loss (HM's LGA) waits for it:
+        ``defense.finish(loss)`` before the next step (``last["awaiting_loss"]`` says so)."""
+        torch = _torch()
+        images, request, inner, models = self._batch(model, images, labels, indices, triplets)
+        with _attacking(inner, self.inner):
+            answer, (raw,) = session_call(self._session, "perturb", request, [to_bytes(images)], models)
+        x = torch.from_numpy(np.frombuffer(raw, dtype="<f4").reshape(answer["shape"]).copy())
+        x = _like(x, images)
+        self.last = dict(steps_done=answer["steps_done"], route=answer["route"], awaiting_loss=answer["awaiting_loss"])
+        return x, Rows(answer, images.device)
+
+    def finish(self, adversarial_loss: Any) -> None:
+        """Ends a ``perturb`` step whose defense remembers its adversarial loss (HM's LGA): the
+        loss your own step computed on the perturbed rows (a number or a scalar tensor)."""
+        v = float(adversarial_loss.detach()) if hasattr(adversarial_loss, "detach") else float(adversarial_loss)
+        done = session_call(self._session, "finish", dict(adversarial_loss=v))[0]
+        if self.last is not None:
+            self.last.update(steps_done=done["steps_done"], awaiting_loss=False)
+
+    def __call__(self, model: Any, images: Any, labels: Any, *, indices: Any = None, triplets: Any = None) -> Any:
+        # Eager inside a torch.compile'd step (a graph break at rdml's call; see _loop.eager).
+        if "_eager" not in self.__dict__:
+            self._eager = eager(self._step)
+        return self._eager(model, images, labels, indices, triplets)
+
+    def _step(self, model: Any, images: Any, labels: Any, indices: Any, triplets: Any) -> Any:
+        torch = _torch()
+        images, request, inner, models = self._batch(model, images, labels, indices, triplets)
+        n = images.shape[0]
         with _attacking(inner, self.inner):
             answer, raw = session_call(self._session, "inner", request, [to_bytes(images)], models)
         embeddings = []
         for f, r in zip(answer["forwards"], raw):
             x = torch.from_numpy(np.frombuffer(r, dtype="<f4").reshape(f["shape"]).copy())
-            x = x.to(device=images.device, dtype=images.dtype)
+            x = _like(x, images)
             with batch_norm_set(inner, f["bn_set"]) if f["bn_set"] else contextlib.nullcontext():
-                e = model(x)
+                e = embedding_of(model(x), self.output)
             embeddings.append(embeddings_of(e, "model"))
         if self._own is not None:
             return self._own_loss(embeddings, labels, n, answer["route"])
-        request = dict(rows=[int(e.shape[0]) for e in embeddings])
+        request = dict(rows=[int(e.shape[0]) for e in embeddings], dtype=str(embeddings[0].dtype).replace("torch.", ""))
         beta = self.loss.beta if self.loss is not None else None
         if beta is not None:
             request["beta"] = float(beta.detach())
@@ -221,7 +277,7 @@ class Defense:
             arrays.append(x.tobytes())
         if model is not None:
             inner = _unwrapped(model)
-            models.append(_SetModel(inner, 0))
+            models.append(_SetModel(inner, 0, self.output))
             # The training set's features as rdml's trainer takes them: evaluation mode, clean set.
             with _attacking(inner, "eval"):
                 self.info = session_call(self._session, "start_epoch", request, arrays, models)[0]
@@ -234,3 +290,26 @@ class Defense:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         session_call(self._session, "load_state", dict(state))
+
+
+class Rows:
+    """The roles of the rows ``Defense.perturb`` returned: ``anchors``, ``positives`` and
+    ``negatives`` (int64 index tensors into its images, ``None`` where the defense perturbs the
+    batch itself), ``labels`` (one per row) and ``source`` (the batch row each came from), on the
+    images' device."""
+
+    def __init__(self, answer: Dict[str, Any], device: Any):
+        torch = _torch()
+        t = lambda v: torch.as_tensor(v, dtype=torch.int64, device=device)
+        self.labels, self.source = t(answer["labels"]), t(answer["source"])
+        roles = answer["triplets"]
+        self.anchors, self.positives, self.negatives = (None, None, None) if roles is None else (t(v) for v in roles)
+
+    @property
+    def indices_tuple(self) -> Any:
+        """``(anchors, positives, negatives)``, PML's ``indices_tuple``; ``None`` without triplets."""
+        return None if self.anchors is None else (self.anchors, self.positives, self.negatives)
+
+    def __repr__(self) -> str:
+        k = "no triplets" if self.anchors is None else f"{len(self.anchors)} triplets"
+        return f"rdml.Rows({len(self.labels)} rows, {k})"

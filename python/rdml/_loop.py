@@ -10,6 +10,7 @@ they found it. Every check of what you pass beyond its Python type is the librar
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 from ._torch import _torch
@@ -37,10 +38,10 @@ class _Pulled:
                     return (None, None) + tuple(None if gr is None else g * gr for gr in ctx.grads)
 
             cls._fn = Fn
+        # float32 whatever the embeddings' type (bf16 or fp16 under autocast): rdml computed it
+        # so, and autograd casts the gradients back to each input's type.
         first = inputs[0]
         v = torch.tensor(value, dtype=torch.float32, device=first.device)
-        if first.is_floating_point() and first.dtype != torch.float32:
-            v = v.to(first.dtype)
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or not torch.is_grad_enabled():
             return v
         return cls._fn.apply(v, list(grads), *inputs)
@@ -65,3 +66,11 @@ def embeddings_of(e: Any, what: str) -> Any:
 def torch_scalar_like(v: float, like: Any) -> Any:
     torch = _torch()
     return torch.tensor(float(v), dtype=like.dtype, device=like.device)
+
+
+def eager(fn: Any) -> Any:
+    """``fn`` run eagerly inside a ``torch.compile``d step: a graph break at rdml's call (its
+    work is the library's, on host arrays, which no graph can hold), the autograd node it returns
+    joining the compiled graph's backward. ``fn`` itself where torch is not loaded."""
+    torch = sys.modules.get("torch")
+    return fn if torch is None else torch.compiler.disable(fn)

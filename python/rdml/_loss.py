@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from . import _rdml
 from ._inputs import labels as label_list, tensor_like, to_bytes, triplet_rows
-from ._loop import _Pulled, embeddings_of, torch_scalar_like
+from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._torch import _torch
 from ._wire import session_call
 
@@ -62,6 +62,7 @@ class Loss:
         self.seed = int(seed)
         self._session = _rdml.Session("loss", json.dumps(dict(loss=self.table, seed=int(seed))), device)
         self.info = session_call(self._session, "info", {})[0]
+        self._eager = eager(self._compute)
         self.beta = None
         if self.info["beta"] is not None:
             torch = _torch()
@@ -77,6 +78,11 @@ class Loss:
 
     def __call__(self, embeddings: Any, labels: Any = None, indices_tuple: Any = None, ref_emb: Any = None,
                  ref_labels: Any = None) -> Any:
+        if "_eager" not in self.__dict__:
+            self._eager = eager(self._compute)
+        return self._eager(embeddings, labels, indices_tuple, ref_emb, ref_labels)
+
+    def _compute(self, embeddings: Any, labels: Any, indices_tuple: Any, ref_emb: Any, ref_labels: Any) -> Any:
         if ref_emb is not None or ref_labels is not None:
             raise ValueError("ref_emb: rdml's losses rank a batch among itself; a reference set is not supported")
         e = embeddings_of(embeddings, "embeddings")
@@ -89,7 +95,7 @@ class Loss:
                 raise ValueError("indices_tuple: rows of this rank's batch, not of the gathered one; "
                                  "pass none with gather=True (the loss mines the gathered batch itself)")
             e, labels, world = _gathered(e, labels)
-        request: Dict[str, Any] = dict(labels=labels)
+        request: Dict[str, Any] = dict(labels=labels, dtype=str(e.dtype).replace("torch.", ""))
         if indices_tuple is not None:
             request["indices_tuple"] = _tuples(indices_tuple)
         if self.beta is not None:

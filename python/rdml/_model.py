@@ -16,11 +16,14 @@ from ._run import PathLike, Run
 from ._torch import TorchModel, module_digest
 
 
-def model_args(model, device, differentiable=True) -> Dict[str, Any]:
-    """An rdml ``Run`` by its folder, anything else as a PyTorch model."""
+def model_args(model, device, differentiable=True, output=None) -> Dict[str, Any]:
+    """An rdml ``Run`` by its folder, anything else as a PyTorch model (``output=``: which of
+    what it returns is the embedding)."""
     if isinstance(model, Run):
+        if output is not None:
+            raise ValueError("output: an rdml.Run returns its embeddings; output= is for a model of your own")
         return dict(model=None, run=model.path, device=model.device)
-    return dict(model=TorchModel(model, device, differentiable), run=None, device=None)
+    return dict(model=TorchModel(model, device, differentiable, output), run=None, device=None)
 
 
 def frozen(m):
@@ -34,7 +37,7 @@ def score(model, images, labels, spec, differentiable, device, surrogate, kw) ->
     kw = dict(kw)
     gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
     arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
-    m = model_args(model, device, bool(differentiable))
+    m = model_args(model, device, bool(differentiable), kw.pop("output"))
     s = model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
     options = _wire.drop_none(_keywords.options(**{k: kw.pop(k) for k in _keywords.OPTIONS}))
     request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
@@ -69,6 +72,7 @@ def robustness(
     surrogate: Any = None,
     device: Any = None,
     differentiable: bool = True,
+    output: Any = None,
     quiet: bool = False,
 ) -> Dict[str, Any]:
     """robrank's ERS suite on your own model and images: the dict ``Run.robustness`` returns.
@@ -86,12 +90,14 @@ def robustness(
     ``per_query=True`` keeps each attacked item's own values in every attack's result
     (``table["results"][i]["per_query"]``: ``item``, and ``values`` per column, ``None`` where an
     item has none). ``out`` is a folder for ``robustness.json`` and ``report.html``; nothing is
-    written otherwise. An exception inside the model is raised as itself.
+    written otherwise. An exception inside the model is raised as itself. ``output`` says which
+    of what the model returns is the embedding: an index into a tuple (``output=0`` for a model
+    returning ``(embedding, logits)``), a key of a dict, or a function of the output.
     """
     return score(model, images, labels, None, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
-        out=out, quiet=quiet,
+        out=out, quiet=quiet, output=output,
         gallery=gallery, gallery_labels=gallery_labels,
     ))
 
@@ -120,6 +126,7 @@ def attack(
     surrogate: Any = None,
     device: Any = None,
     differentiable: bool = True,
+    output: Any = None,
     quiet: bool = False,
 ) -> Dict[str, Any]:
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
@@ -127,7 +134,7 @@ def attack(
     return score(model, images, labels, spec, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
-        out=None, quiet=quiet,
+        out=None, quiet=quiet, output=output,
         gallery=gallery, gallery_labels=gallery_labels,
     ))
 
@@ -151,6 +158,7 @@ def certify(
     gallery_labels: Any = None,
     per_query: bool = False,
     device: Any = None,
+    output: Any = None,
     quiet: bool = False,
 ) -> Dict[str, Any]:
     """Certified Recall@1 of your own model by randomized smoothing of the query (Cohen,
@@ -172,7 +180,7 @@ def certify(
     ``p_lower``, ``radius``, ``majority``, ``abstained``; centre smoothing also ``margin``, the
     distance to the nearest other label, and ``least_bound``, the bound at ε = 0)."""
     arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
-    m = model_args(model, device, False)
+    m = model_args(model, device, False, output)
     options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select, delta=delta,
                                alpha=alpha, queries=queries, batch=batch, seed=seed, per_query=per_query)
     request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
@@ -181,12 +189,12 @@ def certify(
         return _keywords.by_radius(_wire.run("certify_model", request, arrays, device=m["device"], model=m["model"])[0], radii)
 
 
-def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None) -> np.ndarray:
+def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None, output: Any = None) -> np.ndarray:
     """The embeddings (N × D float32) of images N × C × H × W in [0, 1] (or a ``Dataset`` of
     (image, label) pairs) by your own model or an ``rdml.Run``, in batches, as ``rdml.robustness``
     sees them."""
     x = images_alone(images)
-    m = model_args(model, device)
+    m = model_args(model, device, True, output)
     request = dict(model_run=m["run"], shape=[int(v) for v in x.shape], batch=int(batch))
     with frozen(m["model"]):
         answer, (raw,) = _wire.run("embed_model", request, [x.tobytes()], device=m["device"], model=m["model"])

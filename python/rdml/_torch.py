@@ -42,11 +42,13 @@ def _placement(model: Any, device: Optional[Any]) -> Tuple[Any, Any]:
 class TorchModel:
     """``model`` (a ``torch.nn.Module`` or a function of a tensor) as rdml's library calls it."""
 
-    def __init__(self, model: Any, device: Optional[Any] = None, differentiable: bool = True):
+    def __init__(self, model: Any, device: Optional[Any] = None, differentiable: bool = True, output: Any = None):
         torch = _torch()
         if not callable(model):
             raise TypeError(f"model: expected a torch.nn.Module or a function of a torch tensor, got {type(model).__name__}")
+        check_output(output)
         self.model = model
+        self.output = output
         # Whether rdml may ask for gradients (False: a model that can only be queried).
         self.differentiable = bool(differentiable)
         self.device, self.dtype = _placement(model, device)
@@ -85,9 +87,9 @@ class TorchModel:
         return x
 
     def _forward(self, x):
-        """The model on float32 images ``x`` on its device, in its parameters' dtype."""
+        """The model's embeddings of float32 images ``x`` on its device, in its parameters' dtype."""
         torch = self._torch
-        return self.model(x if self.dtype == torch.float32 else x.to(self.dtype))
+        return embedding_of(self.model(x if self.dtype == torch.float32 else x.to(self.dtype)), self.output)
 
     def _answer(self, x, e, keep: bool) -> Tuple[bytes, Tuple[int, ...], bool]:
         """The embeddings ``e`` of ``x`` as rdml reads them: float32 bytes, their shape and
@@ -134,7 +136,7 @@ class TorchModel:
         """Keeps the clean rows and the start (the clean rows when ``None``) on the model's
         device and embeds the start with its graph."""
         x0 = self._images(images, shape, False)
-        xa = x0 if start is None else self._images(start, shape, False)
+        xa = x0.clone() if start is None else self._images(start, shape, False)
         self._held = (x0, norm, float(eps), float(step))
         self._xa = xa
         return self._embed_held(xa)
@@ -154,9 +156,10 @@ class TorchModel:
             raise RuntimeError("rdml stepped a run the model does not hold")
         x0, norm, eps, size = self._held
         gx = self._pulled(grad)
-        finite = torch.isfinite(gx).all()
+        # Two reductions, no image-sized mask: NaN propagates through both, ±inf shows in one.
+        finite = torch.isfinite(gx.amax()) & torch.isfinite(gx.amin())
         with torch.no_grad():
-            self._xa = descend(self._xa, x0, gx, norm, eps, size)
+            descend(self._xa, x0, gx, norm, eps, size)
         out = self._embed_held(self._xa) if more else None
         if not bool(finite):
             raise ValueError("model: the gradient with respect to the images holds NaN or infinite values")
@@ -170,22 +173,47 @@ class TorchModel:
         return xa.detach().to(self._torch.float32).cpu().numpy().tobytes()
 
 
+def check_output(output: Any) -> None:
+    """``output=``: ``None`` (the model returns its embeddings), an index into a tuple it
+    returns, a key of a dict it returns, or a function of what it returns."""
+    if output is not None and not isinstance(output, (int, str)) and not callable(output):
+        raise TypeError(f"output: expected an index, a key or a function of the model's output, got "
+                        f"{type(output).__name__}")
+
+
+def embedding_of(out: Any, output: Any) -> Any:
+    """The embeddings among what the model returned, as ``output=`` says (see :func:`check_output`)."""
+    if output is None:
+        if isinstance(out, (tuple, list)) or isinstance(out, dict):
+            kind = "dict" if isinstance(out, dict) else f"{type(out).__name__} of {len(out)}"
+            raise TypeError(f"model: returned a {kind}; say which is the embedding with output= (an index, "
+                            "output=0; a key; or a function of the output)")
+        return out
+    if callable(output) and not isinstance(output, (int, str)):
+        return output(out)
+    try:
+        return out[output]
+    except (IndexError, KeyError, TypeError):
+        raise ValueError(f"output: {output!r} is not in what the model returned (a {type(out).__name__})") from None
+
+
 def descend(xa: Any, x0: Any, g: Any, norm: str, eps: float, step: float) -> Any:
-    """One projected step down ``g`` from ``xa`` (float32, ``b × c × h × w``): the sign step for
-    L∞, the normalised step for L2, then back into the ε-ball around ``x0`` and [0, 1]; rdml's
-    ``attack::engine::descend`` in the same elementwise float32 operations (bit for bit for L∞)."""
+    """One projected step down ``g`` from ``xa``, in place (``xa`` and ``g`` float32,
+    ``b × c × h × w``; ``g`` is used up): the sign step for L∞, the normalised step for L2, then
+    back into the ε-ball around ``x0`` and [0, 1]. rdml's ``attack::engine::descend`` in the same
+    elementwise float32 operations, in the same order (bit for bit for L∞)."""
     if norm == "linf":
-        delta = g.sign() * step
+        delta = g.sign_().mul_(step)
     else:
         n = g.pow(2).sum(dim=(1, 2, 3), keepdim=True).sqrt().clamp_min(1e-12)
-        delta = (g / n) * step
-    d = (xa - delta) - x0
+        delta = g.div_(n).mul_(step)
+    d = xa.sub_(delta).sub_(x0)
     if norm == "linf":
-        d = d.clamp(-eps, eps)
+        d.clamp_(-eps, eps)
     else:
         n = d.pow(2).sum(dim=(1, 2, 3), keepdim=True).sqrt()
-        d = d * (n.clamp_min(eps).reciprocal() * eps)
-    return (x0 + d).clamp(0.0, 1.0)
+        d.mul_(n.clamp_min(eps).reciprocal().mul_(eps))
+    return d.add_(x0).clamp_(0.0, 1.0)
 
 
 def module_digest(model: Any) -> Optional[str]:

@@ -136,3 +136,148 @@ def test_the_held_route_gives_the_host_routes_images(norm, random_start):
     else:
         assert np.abs(held - here).max() <= 1e-6
     assert not np.array_equal(held, x)
+
+
+# The user's own forward, loss and device habits (issue "On the model's device", items 3 and 4).
+
+
+class WithLogits(nn.Module):
+    """A model as researchers write it: (unit-length embedding, class logits) from one trunk."""
+
+    def __init__(self, dim=16, classes=10):
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten())
+        self.embed, self.logits = nn.Linear(128, dim), nn.Linear(128, classes)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.detach().clone())
+        h = self.trunk(x)
+        return torch.nn.functional.normalize(self.embed(h), dim=1), self.logits(h)
+
+
+def pml_triplet(e, labels, indices_tuple=None, margin=0.2):
+    """A loss of PyTorch metric learning's signature (its TripletMarginLoss over given triplets)."""
+    a, p, n = indices_tuple
+    d = lambda i, j: (e[i] - e[j]).pow(2).sum(1).clamp_min(1e-12).sqrt()
+    return torch.relu(d(a, p) - d(a, n) + margin).mean()
+
+
+def batch(pairs=8):
+    x, y = fashion(400)
+    idx = [i for c in range(pairs) for i in np.flatnonzero(y == c)[:2]]
+    return torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+
+
+def test_perturb_then_your_own_forward_a_pml_loss_and_a_ce_head():
+    model = WithLogits()
+    x, y = batch()
+    defense = rdml.Defense("act", eps=0.1, step=0.02, steps=4, output=0, seed=1)
+    x_adv, rows = defense.perturb(model, x, y)
+    k = len(rows.anchors)
+    assert x_adv.shape == (3 * k, 1, 28, 28) and x_adv.dtype == x.dtype and k >= 1
+    assert torch.equal(rows.labels[rows.anchors], rows.labels[rows.positives])
+    assert not torch.equal(rows.labels[rows.anchors], rows.labels[rows.negatives])
+    assert torch.equal(rows.labels, y[rows.source])
+    # ACT moves the positives and negatives within ε; the anchors stay clean.
+    assert torch.equal(x_adv[:k], x[rows.source[:k]])
+    change = (x_adv - x[rows.source]).abs()
+    assert float(change.max()) <= 0.1 + 1e-6 and float(change[k:].max()) > 0
+    assert defense.last["steps_done"] == 1 and not defense.last["awaiting_loss"]
+    # Your own forward and loss: a PML loss over rows.indices_tuple plus a CE term on the logits.
+    emb, logits = model(x_adv)
+    loss = pml_triplet(emb, rows.labels, rows.indices_tuple) + torch.nn.functional.cross_entropy(logits, rows.labels)
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    # The same seed's one-call step trains on the same perturbed rows.
+    model.seen.clear()
+    again = rdml.Defense("act", eps=0.1, step=0.02, steps=4, output=0, seed=1)
+    again(model, x, y)
+    assert torch.equal(model.seen[-1], x_adv)
+    # finish() belongs to a defense that remembers its loss.
+    with pytest.raises(ValueError, match="finish: no perturbed step waits"):
+        defense.finish(loss)
+
+
+def test_perturb_with_a_defense_that_remembers_its_loss_waits_for_it():
+    model = WithLogits()
+    x, y = batch()
+    hm = rdml.Defense.preset("fashion-c2f2-hm-lga-ics", steps=2, output=0)
+    x_adv, rows = hm.perturb(model, x, y)
+    assert hm.last["awaiting_loss"] and hm.last["steps_done"] == 0
+    for again in (lambda: hm.perturb(model, x, y), lambda: hm(model, x, y)):
+        with pytest.raises(ValueError, match=r"call finish\(loss\)"):
+            again()
+    hm.finish(torch.tensor(0.25))
+    assert hm.last["steps_done"] == 1 and hm.state_dict()["state"]["prev_loss"] == pytest.approx(0.25)
+    x_adv, rows = hm.perturb(model, x, y)
+    assert hm.last["awaiting_loss"]
+
+
+def test_a_model_returning_embedding_and_logits_takes_output_everywhere():
+    model = WithLogits()
+    x, y = fashion(40)
+    only = lambda t: model(t)[0]
+    assert np.array_equal(rdml.embed(model, x, output=0), rdml.embed(only, x))
+    a = rdml.attack(model, x, y, "ES", queries=4, steps=2, output=0, quiet=True)
+    b = rdml.attack(only, x, y, "ES", queries=4, steps=2, quiet=True)
+    assert a["scores"] == b["scores"]
+    c = rdml.certify(model, x, y, queries=1, samples=200, select=20, output=lambda out: out[0], quiet=True)
+    assert c["certified"] == rdml.certify(only, x, y, queries=1, samples=200, select=20, quiet=True)["certified"]
+    adv = rdml.Attack("ES", steps=2, output=0)(model, x, y, queries=4, only_attacked=True)
+    assert adv.shape == (4, 1, 28, 28)
+    with pytest.raises(TypeError, match="output="):
+        rdml.embed(model, x)
+    with pytest.raises(ValueError, match="output: 5 is not in what the model returned"):
+        rdml.embed(model, x, output=5)
+    loss = rdml.Defense("act", eps=0.1, step=0.02, steps=2, output=0)(model, *batch())
+    assert loss.dtype == torch.float32 and np.isfinite(float(loss.detach()))
+
+
+def test_autocast_channels_last_and_a_compiled_module_through_attack_and_defense():
+    """bf16 autocast on the CPU (rows normalised in bf16 accepted as unit length), channels_last
+    inputs and weights, and a torch.compile'd module: the attack holds its batch as before, and
+    the losses' values are float32."""
+    x, y = batch()
+    attack = rdml.Attack("ES", eps=8 / 255, step=2 / 255, steps=3)
+    # autocast: the model runs in bf16; the objectives and the loss in float32.
+    plain = WithLogits()
+    one = lambda t: plain(t)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        adv, got = attack(one, x, y, return_scores=True)
+        loss = rdml.Defense("act", eps=0.1, step=0.02, steps=2, output=0)(plain, x, y)
+        e = one(x)
+        assert e.dtype == torch.bfloat16
+        triplet = rdml.Loss("triplet")(e, y)
+    assert got["route"]["steps"] == 3 and float((adv - x).abs().max()) <= 8 / 255 + 1e-6
+    assert loss.dtype == torch.float32 and triplet.dtype == torch.float32
+    loss.backward()
+    triplet.backward()
+    assert all(torch.isfinite(p.grad).all() for p in [*plain.trunk.parameters(), *plain.embed.parameters()])
+    # channels_last: inputs and weights; the defense's training forward gets channels_last images.
+    cl = WithLogits().to(memory_format=torch.channels_last)
+    xc = x.contiguous(memory_format=torch.channels_last)
+    adv_cl, r_cl = rdml.Attack("ES", eps=8 / 255, step=2 / 255, steps=3, output=0)(cl, xc, y, return_scores=True)
+    assert r_cl["route"]["steps"] == 3 and adv_cl.shape == x.shape
+    cl.seen.clear()
+    rdml.Defense("act", eps=0.1, step=0.02, steps=2, output=0)(cl, xc, y).backward()
+    assert cl.seen[-1].is_contiguous(memory_format=torch.channels_last)
+    # A compiled module: the same images and scores as the module itself (aot_eager runs the
+    # same operations), and rdml.Loss inside a compiled training step (a graph break at rdml's
+    # call), with the eager step's loss.
+    comp = torch.compile(WithLogits(), backend="aot_eager")
+    adv_c, r_c = rdml.Attack("ES", eps=8 / 255, step=2 / 255, steps=3, output=0)(comp, x, y, return_scores=True)
+    adv_e, r_e = rdml.Attack("ES", eps=8 / 255, step=2 / 255, steps=3, output=0)(WithLogits(), x, y, return_scores=True)
+    assert torch.equal(adv_c, adv_e) and r_c["scores"] == r_e["scores"]
+    loss_fn = rdml.Loss("triplet", miner="random")
+    m = WithLogits()
+    step = torch.compile(lambda t, l: loss_fn(m(t)[0], l), backend="aot_eager")
+    compiled = step(x, y)
+    compiled.backward()
+    eager = rdml.Loss("triplet", miner="random")(WithLogits()(x)[0], y)
+    assert compiled.dtype == torch.float32 and float(compiled.detach()) == pytest.approx(float(eager.detach()), abs=1e-6)
+    assert all(p.grad is not None for p in [*m.trunk.parameters(), *m.embed.parameters()])
+    loss_c = rdml.Defense("act", eps=0.1, step=0.02, steps=2, output=0)(comp, x, y)
+    loss_c.backward()
+    assert np.isfinite(float(loss_c.detach()))

@@ -174,6 +174,10 @@ impl Memory for Lga {
         self.pending = Some(adv_loss.clone());
     }
 
+    fn reads_loss(&self) -> bool {
+        true
+    }
+
     fn to_read(&mut self) -> Option<Tensor<1>> {
         self.pending.take()
     }

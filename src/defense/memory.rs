@@ -37,6 +37,12 @@ pub trait Memory: Any + Send {
     /// After each training step, with the step's adversarial loss (still on the device).
     fn after_step(&mut self, _adv_loss: &Tensor<1>) {}
 
+    /// Whether [`Memory::after_step`] keeps anything of the loss (a caller who perturbs with the
+    /// defense and trains with its own loss must then tell it).
+    fn reads_loss(&self) -> bool {
+        false
+    }
+
     /// A device scalar it needs on the host, which the trainer reads together with the step's
     /// loss (one read for both) and hands to [`Memory::read`].
     fn to_read(&mut self) -> Option<Tensor<1>> {

@@ -42,7 +42,12 @@ pub struct DefenseSession {
     training_labels: Option<Vec<u32>>,
     /// The plan between the inner step and the outer one, with its labels.
     pending: Option<(Plan, Vec<u32>)>,
+    /// A step of [`DefenseSession::perturb`] whose adversarial loss the memory waits for.
+    awaiting_loss: bool,
 }
+
+mod perturb;
+pub use perturb::Perturbation;
 
 /// What the caller embeds in training mode: each forward's images and batch-norm set.
 pub struct Forwards {
@@ -89,6 +94,7 @@ impl DefenseSession {
             width: None,
             training_labels: None,
             pending: None,
+            awaiting_loss: false,
             defense: r.defense,
             loss: r.loss,
         })
@@ -108,6 +114,7 @@ impl DefenseSession {
             "needs_training_set": self.memory.needs_training_set(),
             "scheduled": self.defense.unit().scheduled(),
             "outer_is_the_loss": self.defense.unit().outer_is_the_loss(),
+            "remembers_loss": self.memory.reads_loss(),
             "pgd": self.defense.unit().pgd(&self.state),
         })
     }
@@ -166,6 +173,34 @@ impl DefenseSession {
         triplets: Option<GivenTriplets>,
         models: Vec<Box<dyn HostModel>>,
     ) -> Result<Forwards> {
+        let (plan, labels, route) = self.plan_of(images, items, triplets, models)?;
+        let mut out = Forwards {
+            images: vec![],
+            bn_sets: vec![],
+            perturbed_rows: plan.perturbed.adversarial.dims()[0],
+            route,
+        };
+        for f in &plan.forwards {
+            let shape = f.images.dims();
+            let [b, c, h, w] = shape;
+            out.images
+                .push((crate::host::read(&f.images.clone().reshape([b, c * h * w]))?, shape));
+            out.bn_sets.push(f.bn_set);
+        }
+        self.pending = Some((plan, labels));
+        Ok(out)
+    }
+
+    /// The defense's plan for the batch, checked, its labels, and what crossed to the caller's
+    /// model while it was made.
+    fn plan_of(
+        &mut self,
+        images: Images,
+        items: Option<Vec<usize>>,
+        triplets: Option<GivenTriplets>,
+        models: Vec<Box<dyn HostModel>>,
+    ) -> Result<(Plan, Vec<u32>, crate::attack::oracle::Crossed)> {
+        self.not_awaiting()?;
         let unit = self.defense.unit();
         crate::ensure_input!(
             self.epoch_told || !unit.scheduled(),
@@ -212,21 +247,7 @@ impl DefenseSession {
             .fold(Default::default(), |r: crate::attack::oracle::Crossed, o| {
                 r.plus(o.crossed())
             });
-        let mut out = Forwards {
-            images: vec![],
-            bn_sets: vec![],
-            perturbed_rows: plan.perturbed.adversarial.dims()[0],
-            route,
-        };
-        for f in &plan.forwards {
-            let shape = f.images.dims();
-            let [b, c, h, w] = shape;
-            out.images
-                .push((crate::host::read(&f.images.clone().reshape([b, c * h * w]))?, shape));
-            out.bn_sets.push(f.bn_set);
-        }
-        self.pending = Some((plan, labels));
-        Ok(out)
+        Ok((plan, labels, route))
     }
 
     /// The batch's positions in the training set given at the epoch's start, checked against its
@@ -275,6 +296,7 @@ impl DefenseSession {
     /// The outer loss of `embeddings` (one array per forward of the last inner step, in order)
     /// and its gradient with respect to each; the step is then done.
     pub fn outer(&mut self, embeddings: Vec<Given>, beta: Option<f32>) -> Result<Stepped> {
+        self.not_awaiting()?;
         let Some((plan, labels)) = self.pending.take() else {
             return Err(crate::input_error(
                 "the defense's outer step came without its inner step: no batch is pending",
@@ -344,19 +366,27 @@ impl DefenseSession {
             self.defense.name(),
             self.loss.name()
         );
-        crate::ensure_input!(
-            adversarial_loss.is_finite(),
-            "adversarial_loss: {adversarial_loss}; the loss must be a number"
-        );
+        self.not_awaiting()?;
+        self.end_step(Some(adversarial_loss))
+    }
+
+    /// Ends the pending step: the memory told its adversarial loss (when given), the steps
+    /// counted.
+    fn end_step(&mut self, adversarial_loss: Option<f32>) -> Result<u64> {
+        if let Some(l) = adversarial_loss {
+            crate::ensure_input!(l.is_finite(), "adversarial_loss: {l}; the loss must be a number");
+        }
         crate::ensure_input!(
             self.pending.take().is_some(),
             "the defense's step ended without its inner step: no batch is pending"
         );
-        let t = Tensor::<1>::from_floats([adversarial_loss], &self.device);
-        self.memory.after_step(&t);
-        if let Some(t) = self.memory.to_read() {
-            let v = crate::host::scalar(&t)?;
-            self.memory.read(v);
+        if let Some(l) = adversarial_loss {
+            let t = Tensor::<1>::from_floats([l], &self.device);
+            self.memory.after_step(&t);
+            if let Some(t) = self.memory.to_read() {
+                let v = crate::host::scalar(&t)?;
+                self.memory.read(v);
+            }
         }
         self.state.steps_done += 1;
         Ok(self.state.steps_done)

@@ -8,10 +8,39 @@ use anyhow::Result;
 use burn::module::Param;
 use burn::tensor::{Device, Tensor, TensorData};
 
-/// One array of embeddings as the caller passed it: its values (row-major) and its rows.
+/// One array of embeddings as the caller passed it: its values (row-major, widened to float32),
+/// its rows, and the significand bits of the type the caller computed them in (24 for float32;
+/// 11 for float16, 8 for bfloat16 under autocast), which the unit-length check allows for.
 pub struct Given {
     pub values: Vec<f32>,
     pub rows: usize,
+    pub significand: u32,
+}
+
+impl Given {
+    /// Float32 embeddings.
+    pub fn f32(values: Vec<f32>, rows: usize) -> Self {
+        Self {
+            values,
+            rows,
+            significand: 24,
+        }
+    }
+}
+
+/// The significand bits of the floating type a front end names (`None`: float32), for
+/// [`Given::significand`].
+pub fn significand_bits(dtype: Option<&str>) -> Result<u32> {
+    Ok(match dtype.unwrap_or("float32") {
+        "float32" | "float64" => 24,
+        "float16" => 11,
+        "bfloat16" => 8,
+        other => {
+            return Err(crate::input_error(format!(
+                "dtype: {other:?}; expected the embeddings' floating type: float32, float64, float16 or bfloat16"
+            )));
+        }
+    })
 }
 
 /// `given` as a `[rows, d]` autodiff leaf on `device` (plain; its autodiff twin is used), checked
@@ -57,19 +86,22 @@ pub fn leaf(
             i % first.max(1)
         )));
     }
-    check_unit_length(&given.values, first, loss, what)?;
+    check_unit_length(&given.values, first, loss, (what, given.significand))?;
     Ok(Tensor::<2>::from_data(TensorData::new(given.values, [rows, first]), &device.clone().autodiff()).require_grad())
 }
 
 /// Refuses finite embeddings that are not of unit length when the loss's distance assumes they
-/// are (rdml's own models normalise their output; a caller's model may not).
-fn check_unit_length(values: &[f32], dim: usize, loss: &LossConfig, what: &str) -> Result<()> {
+/// are (rdml's own models normalise their output; a caller's model may not). Rows normalised in a
+/// narrower type are off by its rounding: the allowance is 1e-3, or four units in the last place
+/// of a type of `significand` bits where that is more (bfloat16: 0.016; float16: 0.002).
+fn check_unit_length(values: &[f32], dim: usize, loss: &LossConfig, (what, significand): (&str, u32)) -> Result<()> {
     if !loss.unit().needs_normalized() || dim == 0 {
         return Ok(());
     }
+    let allowed = (4.0 * 2f32.powi(-(significand.min(24) as i32))).max(1e-3);
     for (i, row) in values.chunks(dim).enumerate() {
         let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
-        let unit = (norm - 1.0).abs() <= 1e-3;
+        let unit = (norm - 1.0).abs() <= allowed;
         crate::ensure_input!(
             unit,
             "{what}: row {i} has length {norm}; loss {} with distance {:?} takes embeddings of unit length \

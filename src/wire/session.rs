@@ -70,6 +70,8 @@ struct Outer {
     rows: Vec<usize>,
     #[serde(default)]
     beta: Option<f32>,
+    #[serde(default)]
+    dtype: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -93,11 +95,15 @@ struct Compute {
     labels: Vec<i64>,
     #[serde(default)]
     beta: Option<f32>,
+    /// The embeddings' floating type as the caller computed them.
+    #[serde(default)]
+    dtype: Option<String>,
     #[serde(default)]
     indices_tuple: Option<Tuples>,
 }
 
-fn given(arrays: Vec<Vec<f32>>, rows: &[usize]) -> Result<Vec<Given>> {
+fn given(arrays: Vec<Vec<f32>>, rows: &[usize], dtype: Option<&str>) -> Result<Vec<Given>> {
+    let significand = crate::harden::leaves::significand_bits(dtype)?;
     crate::ensure_input!(
         arrays.len() == rows.len(),
         "embeddings: {} arrays, {} row counts",
@@ -107,7 +113,11 @@ fn given(arrays: Vec<Vec<f32>>, rows: &[usize]) -> Result<Vec<Given>> {
     Ok(arrays
         .into_iter()
         .zip(rows)
-        .map(|(values, &rows)| Given { values, rows })
+        .map(|(values, &rows)| Given {
+            values,
+            rows,
+            significand,
+        })
         .collect())
 }
 
@@ -136,11 +146,33 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
         }
         "outer" => {
             let o: Outer = read(c.request)?;
-            let mut s = d.outer(given(arrays.collect(), &o.rows)?, o.beta)?;
+            let mut s = d.outer(given(arrays.collect(), &o.rows, o.dtype.as_deref())?, o.beta)?;
             Ok(Answer {
                 arrays: std::mem::take(&mut s.grads),
                 ..Answer::of(&s)?
             })
+        }
+        "perturb" => {
+            let b: Batch = read(c.request)?;
+            let images = Images {
+                images: arrays.next().unwrap_or_default(),
+                shape: b.shape,
+                labels: b.labels,
+            };
+            let mut p = d.perturb(images, b.indices, b.triplets, c.models)?;
+            Ok(Answer {
+                arrays: vec![std::mem::take(&mut p.images)],
+                ..Answer::of(&p)?
+            })
+        }
+        "finish" => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Finish {
+                adversarial_loss: f32,
+            }
+            let steps_done = d.finish_perturbed(read::<Finish>(c.request)?.adversarial_loss)?;
+            Answer::of(&json!({ "steps_done": steps_done }))
         }
         "done" => {
             #[derive(Deserialize)]
@@ -185,7 +217,13 @@ fn loss(l: &mut LossSession, c: SessionCall) -> Result<Answer> {
             let r: Compute = read(c.request)?;
             let rows = r.labels.len();
             let values = c.arrays.into_iter().next().unwrap_or_default();
-            let out = l.compute(Given { values, rows }, &r.labels, r.beta, r.indices_tuple)?;
+            let significand = crate::harden::leaves::significand_bits(r.dtype.as_deref())?;
+            let given = Given {
+                values,
+                rows,
+                significand,
+            };
+            let out = l.compute(given, &r.labels, r.beta, r.indices_tuple)?;
             Ok(Answer {
                 arrays: vec![out.grad],
                 ..Answer::of(&json!({"loss": out.value, "beta_grad": out.beta_grad, "triplets": out.triplets}))?
