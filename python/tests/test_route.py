@@ -281,3 +281,18 @@ def test_autocast_channels_last_and_a_compiled_module_through_attack_and_defense
     loss_c = rdml.Defense("act", eps=0.1, step=0.02, steps=2, output=0)(comp, x, y)
     loss_c.backward()
     assert np.isfinite(float(loss_c.detach()))
+
+
+def test_a_batch_out_of_pair_layout_is_said_once():
+    import warnings
+
+    model = WithLogits()
+    x, y = batch()
+    shuffled = torch.cat([torch.arange(0, 16, 2), torch.arange(1, 16, 2)])  # classes 0..7, then 0..7
+    defense = rdml.Defense("act", eps=0.1, step=0.02, steps=1, output=0)
+    with pytest.warns(rdml.RdmlWarning, match="not laid out as same-class pairs.*twice the rows"):
+        defense(model, x[shuffled], y[shuffled])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rdml.RdmlWarning)
+        defense(model, x[shuffled], y[shuffled])  # once a session
+        rdml.Defense("act", eps=0.1, step=0.02, steps=1, output=0)(model, x, y)  # pairs: nothing said

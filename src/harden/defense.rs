@@ -44,6 +44,8 @@ pub struct DefenseSession {
     pending: Option<(Plan, Vec<u32>)>,
     /// A step of [`DefenseSession::perturb`] whose adversarial loss the memory waits for.
     awaiting_loss: bool,
+    /// Whether a batch out of SPC-2's pair layout was said (once a session).
+    layout_said: std::cell::Cell<bool>,
 }
 
 mod perturb;
@@ -95,6 +97,7 @@ impl DefenseSession {
             training_labels: None,
             pending: None,
             awaiting_loss: false,
+            layout_said: std::cell::Cell::new(false),
             defense: r.defense,
             loss: r.loss,
         })
@@ -216,6 +219,7 @@ impl DefenseSession {
             "images: {n} image(s); a defended step needs a batch of at least 2"
         );
         self.loss.unit().validate_batch(n).map_err(the_callers)?;
+        self.say_layout(&labels, triplets.is_some());
         let items = self.items(items, &labels)?;
         let given = triplets.map(|t| t.checked(&labels)).transpose()?;
         let x = tensor(&images, &self.device)?;
@@ -248,6 +252,23 @@ impl DefenseSession {
                 r.plus(o.crossed())
             });
         Ok((plan, labels, route))
+    }
+
+    /// Says, once, a batch whose loss mines SPC-2's pairs but that is not laid out in them: every
+    /// row then becomes an anchor with a random positive, about twice the rows the attack moves.
+    fn say_layout(&self, labels: &[u32], given: bool) {
+        let pairs = self.loss.mining().anchors == crate::loss::miner::Anchors::Pairs;
+        if self.layout_said.get() || given || !pairs || crate::loss::miner::is_spc2(labels) {
+            return;
+        }
+        self.layout_said.set(true);
+        crate::notes::warn(format!(
+            "labels: the batch is not laid out as same-class pairs (rows 2i and 2i + 1 of one class, the layout of \
+             rdml's spc2 sampler), so defense {} makes every row an anchor with a random positive of its class, \
+             about twice the rows of a paired batch for the attack to move; order the batch in pairs (PML's \
+             MPerClassSampler with m = 2 does) to mine robrank's pairs",
+            self.defense.name()
+        ));
     }
 
     /// The batch's positions in the training set given at the epoch's start, checked against its

@@ -127,10 +127,16 @@ pub struct MineOptions {
     pub nonzero_loss_cutoff: Option<f32>,
 }
 
+/// Whether a batch is laid out as SPC-2's same-class pairs (rows 2i and 2i + 1 of one class).
+pub fn is_spc2(labels: &[u32]) -> bool {
+    let n = labels.len();
+    n.is_multiple_of(2) && (0..n).step_by(2).all(|i| labels[i] == labels[i + 1])
+}
+
 /// (anchor, positive) pairs of a batch laid out in class groups.
 pub fn anchor_pairs(labels: &[u32], mode: Anchors, rng: &mut ChaCha8Rng) -> Vec<(usize, usize)> {
     let n = labels.len();
-    let spc2 = n.is_multiple_of(2) && (0..n).step_by(2).all(|i| labels[i] == labels[i + 1]);
+    let spc2 = is_spc2(labels);
     let random_positive = |a: usize, rng: &mut ChaCha8Rng| {
         let same: Vec<usize> = (0..n).filter(|&j| j != a && labels[j] == labels[a]).collect();
         same.choose(rng).copied()
