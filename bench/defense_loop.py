@@ -6,7 +6,7 @@ forward and an Adam step) written in plain PyTorch, against the same step throug
 forwards only the rows that move, as rdml's engine does (the anchors are not in ACT's objective).
 
 Usage: python bench/defense_loop.py [--arch c2f2|resnet18] [--pairs P] [--reps R] [--threads 2]
-       [--device cpu|cuda] [--json OUT]
+       [--device cpu|cuda] [--pgd-steps 8] [--json OUT]
 """
 import argparse
 import json
@@ -103,8 +103,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--pgd-steps", type=int, default=STEPS, help="the inner maximisation's steps (8, robrank's override)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    globals()["STEPS"] = a.pgd_steps
     torch.set_num_threads(a.threads)
     pairs = a.pairs or (128 if a.arch == "c2f2" else 8)
     model, shape = network(a.arch)

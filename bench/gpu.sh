@@ -6,7 +6,7 @@
 # Usage: bash bench/gpu.sh [DIR=.gpu] [STEPS=5] [PYTHON=python3] [DEVICES="cuda vulkan"]
 # Environment:
 #   WORKLOADS   which, in this order (default: all, most wanted first):
-#               "tests resnet18-act resnet18 profile oom c2f2-act epoch rob224"
+#               "torch-route tests resnet18-act resnet18 profile oom c2f2-act epoch rob224"
 #   BUDGET      seconds for the whole run: a measurement gets what is left, one that cannot start
 #               is skipped, and the table is printed in time. Default 540 when $OUT is set (the
 #               device tool's 600 s limit per command), else none (0).
@@ -26,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-.gpu}; steps=${2:-5}; py=${3:-python3}; devices=${4:-cuda vulkan}
-workloads=${WORKLOADS:-tests resnet18-act resnet18 profile oom c2f2-act epoch rob224}
+workloads=${WORKLOADS:-torch-route tests resnet18-act resnet18 profile oom c2f2-act epoch rob224}
 budget=${BUDGET:-$([ -n "${OUT:-}" ] && echo 540 || echo 0)}
 limit=${LIMIT:-240}
 torch_device=${TORCH_DEVICE:-cuda}
@@ -197,16 +197,40 @@ rob224() {
     done
 }
 
+# The PyTorch route (README "Score your own PyTorch model"): rdml's package, installed from the
+# wheel gpu_prepare.sh built, on the GPU machine's own PyTorch, the model and its held batch on
+# CUDA; each against the same loop written in plain PyTorch, both in one run, peak memory by
+# `measure`: the near-zero-compute model's PGD step (bench/route.py, 224² batch 64 and 28² batch
+# 256), a ResNet-18 ACT step of 8 and of 32 PGD steps through rdml.Defense (bench/defense_loop.py),
+# and the rob224 suite through rdml.robustness on a ResNet-18 (bench/oracle.py: rdml's time over
+# PyTorch's own forward and backward time of the same calls).
+torch_route() {
+    local whl; whl=$(ls "$dir"/wheel/rdml-*.whl 2>/dev/null | head -1 || true)
+    if [ -z "$whl" ]; then echo "    torch-route: no wheel in $dir/wheel (bench/gpu_prepare.sh builds it)"; return; fi
+    rm -rf /tmp/rdml-py && $py -m pip install -q --no-deps --no-index --target /tmp/rdml-py "$whl"
+    local pp="PYTHONPATH=/tmp/rdml-py"
+    measure torch-route-pgd env $pp $py bench/route.py --device "$torch_device" --out "$out/torch-route-pgd.json"
+    local k
+    for k in 8 32; do
+        measure "torch-route-act-$k" env $pp $py bench/defense_loop.py --arch resnet18 --pairs 56 --reps 5 \
+            --pgd-steps "$k" --device "$torch_device" --json "$out/torch-route-act-$k.json"
+    done
+    measure torch-route-rob224 env $pp $py bench/oracle.py --arch resnet18 --size 224 --n 516 --queries 512 \
+        --profile rob224 --device "$torch_device"
+    for k in pgd act-8 act-32; do [ -f "$out/torch-route-$k.json" ] && cat "$out/torch-route-$k.json"; done
+}
+
 for w in $workloads; do
     echo "== $w ($((SECONDS - start)) s in)"
     case $w in
+        torch-route) torch_route ;;
         tests) tests ;;
         c2f2-act | resnet18 | resnet18-act) step "$w" ;;
         profile) profile ;;
         oom) oom ;;
         epoch) epoch ;;
         rob224) rob224 ;;
-        *) echo "unknown workload '$w' (WORKLOADS: tests resnet18-act resnet18 profile oom c2f2-act epoch rob224)"; exit 2 ;;
+        *) echo "unknown workload '$w' (WORKLOADS: torch-route tests resnet18-act resnet18 profile oom c2f2-act epoch rob224)"; exit 2 ;;
     esac
     pack
 done

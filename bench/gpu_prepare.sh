@@ -23,6 +23,10 @@ cp "$tests" .gpu/gpu-tests
 strip .gpu/rdml .gpu/gpu-tests
 xz -T0 -6 .gpu/rdml .gpu/gpu-tests
 echo "$features" > .gpu/features
+# rdml's Python package for the PyTorch route (bench/gpu.sh torch-route): the abi3 wheel, CPU
+# build (the model side is torch: a model on a GPU needs no CUDA build of rdml).
+${PYTHON:-python3} -m maturin build --release -m python/Cargo.toml --out .gpu/wheel --compatibility linux -q \
+    || echo "note: no wheel built (pip install maturin): the torch-route workload will be skipped"
 (cd .gpu && apt-get download libvulkan1 2>/dev/null) || echo "note: no libvulkan1 .deb fetched; the GPU machine must have libvulkan.so.1"
 if [ "$data" != - ] && [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     mkdir -p .gpu/fashion-mnist && cp "$data"/train-*-ubyte.gz "$data"/t10k-*-ubyte.gz .gpu/fashion-mnist/

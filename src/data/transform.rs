@@ -25,7 +25,7 @@ pub enum TrainCrop {
         scale: [f32; 2],
         #[serde(default = "square_ish")]
         ratio: [f32; 2],
-        #[serde(default = "yes")]
+        #[serde(default = "crate::field::yes")]
         flip: bool,
     },
 }
@@ -35,9 +35,6 @@ fn seed_000_scale() -> [f32; 2] {
 }
 fn square_ish() -> [f32; 2] {
     [3.0 / 4.0, 4.0 / 3.0]
-}
-fn yes() -> bool {
-    true
 }
 
 impl TrainCrop {

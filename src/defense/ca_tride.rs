@@ -38,7 +38,7 @@ pub struct CaTrideConfig {
     #[serde(default)]
     pub adversary: Adversary,
     /// PGD step `α·epoch/epochs` (the reference code's progressive step; zero in epoch 1).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub progressive: bool,
     /// Semihard mining with an epoch-wise margin instead of the loss's miner: `paper` (or
     /// `true`) is Eq. 32's `η₀(1 − (e/2E)²)`, `reference` the reference code's
@@ -59,12 +59,12 @@ pub struct CaTrideConfig {
     pub tr_hinge: bool,
     /// The top-rank preservation: Δ_TR in ANP's loss (Eq. 11–12) and L_TR in training (Eq. 14).
     /// `false` is Table 4's "w/o TPR" (`gamma_tr = 0` alone is its "w/o L_TR").
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub tpr: bool,
     /// The collapse-aware adversaries of Eq. 8: losses clipped at 0 (C kept ≤ 0) and PGD stopped
     /// once there. `false` gives §4.3's naive CAP / ANP / TRIDE, unclipped and run for every
     /// step (they collapse training: R@1 4.4 / 7.8 / 0.8 on CUB in the paper).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub collapse_aware: bool,
 }
 
@@ -76,9 +76,6 @@ fn half() -> f32 {
 }
 fn f0_04() -> f32 {
     0.04
-}
-fn yes() -> bool {
-    true
 }
 
 impl Defense for CaTrideConfig {

@@ -30,12 +30,8 @@ pub struct MdpropConfig {
     pub distributions: Vec<Generated>,
     /// `false`: every distribution through the clean set 0, in one forward of the concatenated
     /// batches (BN statistics of the mixture, as a network without separate BNs sees them).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub separate_bn: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Defense for MdpropConfig {

@@ -31,12 +31,12 @@ pub struct EvalConfig {
     #[serde(default = "d_ks")]
     pub recall_ks: Vec<usize>,
     /// Compute NMI (k-means with k = number of test classes).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub nmi: bool,
     /// Lloyd iterations at most (faiss's `niter`, robrank's 25).
     #[serde(default = "kmeans_iters")]
     pub kmeans_iters: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub pi_ratio: bool,
     /// Evaluate after every `every` epochs (0 = only at the end).
     #[serde(default = "one")]
@@ -51,9 +51,6 @@ fn kmeans_iters() -> usize {
 }
 fn one() -> usize {
     1
-}
-fn yes() -> bool {
-    true
 }
 fn d_ks() -> Vec<usize> {
     vec![1, 2, 4, 8]

@@ -47,7 +47,7 @@ pub struct ModelConfig {
     #[serde(default = "default_embedding")]
     pub embedding_dim: usize,
     /// L2-normalise the embedding (robrank's `N` and `C` metrics; the papers' unit sphere).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::field::yes")]
     pub l2_normalize: bool,
     /// Normalise inputs with ImageNet mean/std inside the model; default: on for ResNets.
     #[serde(default)]
@@ -72,9 +72,6 @@ pub struct ModelConfig {
 
 fn default_embedding() -> usize {
     512
-}
-fn yes() -> bool {
-    true
 }
 fn one() -> usize {
     1
