@@ -78,6 +78,7 @@ class TorchModel:
             for m, t in modes:
                 m.training = t
             self._kept = self._held = self._xa = None
+            self.__dict__.pop("_queries", None)
 
     def _images(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool):
         torch = self._torch
@@ -165,12 +166,57 @@ class TorchModel:
             raise ValueError("model: the gradient with respect to the images holds NaN or infinite values")
         return out
 
+    # Randomized smoothing's noisy copies drawn on the model's device: a query's pixels cross
+    # once, then only the copies' embeddings. Copy j of a query is the same noise whatever batch
+    # it falls in: blocks of NOISE_BLOCK copies, each from a generator seeded by the seed, the
+    # query's stream and the block.
+
+    def embed_noisy(self, new, drop, rows, shape, sigma: float, seed: int) -> Tuple[bytes, Tuple[int, ...], bool]:
+        torch = self._torch
+        held = self.__dict__.setdefault("_queries", {})
+        for stream in drop:
+            held.pop(stream, None)
+        for stream, pixels in new:
+            held[stream] = [self._images(pixels, (1, *shape), False), None]
+        parts, start = [], 0
+        while start < len(rows):
+            stream, copy = rows[start]
+            block = copy // NOISE_BLOCK
+            end = start
+            while (end < len(rows) and rows[end][0] == stream and rows[end][1] // NOISE_BLOCK == block
+                   and rows[end][1] == copy + (end - start)):
+                end += 1
+            x0, cached = held[stream]
+            if cached is None or cached[0] != block:
+                g = torch.Generator(device=self.device)
+                g.manual_seed(noise_seed(seed, stream, block))
+                cached = (block, torch.randn((NOISE_BLOCK, *shape), generator=g, device=self.device))
+                held[stream][1] = cached
+            first = copy - block * NOISE_BLOCK
+            parts.append(x0 + float(sigma) * cached[1][first:first + (end - start)])
+            start = end
+        with torch.no_grad():
+            e = self._forward(torch.cat(parts))
+        return self._answer(None, e, False)
+
     def release(self) -> bytes:
         """The held images as float32 bytes, ending the run."""
         xa, self._xa, self._held, self._kept = self._xa, None, None, None
         if xa is None:
             raise RuntimeError("rdml released a run the model does not hold")
         return xa.detach().to(self._torch.float32).cpu().numpy().tobytes()
+
+
+#: Copies of a query drawn from one generator (the noise of copy j is the same in every batch).
+NOISE_BLOCK = 256
+
+
+def noise_seed(seed: int, stream: int, block: int) -> int:
+    """A generator's seed for ``block`` of ``stream``'s copies under ``seed`` (splitmix64's mix)."""
+    z = (int(seed) * 0x9E3779B97F4A7C15 + int(stream) * 0xBF58476D1CE4E5B9 + int(block) + 1) & (2**64 - 1)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+    return (z ^ (z >> 31)) & (2**63 - 1)
 
 
 def check_output(output: Any) -> None:

@@ -6,7 +6,7 @@ use anyhow::Result;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use rdml::attack::budget::Norm;
-use rdml::attack::oracle::{Embedded, HeldBudget, HostModel};
+use rdml::attack::oracle::{Embedded, HeldBudget, HostModel, NoisyBatch};
 use std::sync::{Arc, Mutex};
 
 /// A Python object standing for the caller's model (`rdml/_torch.py`'s `TorchModel`): `embed(images:
@@ -121,6 +121,29 @@ impl HostModel for PyModel {
             |r| if r.is_none() { Ok(None) } else { embedded(r).map(Some) },
         )?
         .transpose()
+    }
+
+    fn embed_noisy(&self, batch: &NoisyBatch) -> Result<Embedded> {
+        self.call(
+            "embed_noisy",
+            |py| {
+                let new = batch
+                    .new
+                    .iter()
+                    .map(|(s, px)| PyTuple::new(py, [s.into_pyobject(py)?.into_any(), to_bytes(py, px)?.into_any()]))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let parts = [
+                    new.into_pyobject(py)?.into_any(),
+                    batch.drop.to_vec().into_pyobject(py)?.into_any(),
+                    batch.rows.to_vec().into_pyobject(py)?.into_any(),
+                    PyTuple::new(py, batch.shape)?.into_any(),
+                    batch.sigma.into_pyobject(py)?.into_any(),
+                    batch.seed.into_pyobject(py)?.into_any(),
+                ];
+                PyTuple::new(py, parts)
+            },
+            embedded,
+        )?
     }
 
     fn release(&self) -> Result<Vec<f32>> {

@@ -508,7 +508,9 @@ def test_certify_any_model_a_function_and_a_run_alike(tmp_path):
     assert a["certified"][0] >= a["certified"][0.1] >= a["certified"][0.25]
     assert abs(a["abstained"] - 100 * np.mean([q["radius"] is None for q in rows])) < 1e-9
     # Smoothing asks for embeddings alone: a function that gives no gradient, and the imported run
-    # (rdml's own network), certify alike (their embeddings agree to ~1e-6: a tie may flip one).
+    # (rdml's own network), certify alike: the function's copies are drawn on its side as the
+    # module's are (the same noise; their embeddings agree to ~1e-6, a tie may flip one); the run's
+    # are drawn by rdml from another generator, the same distribution, so within a query.
     f = rdml.certify(lambda t: model(t).detach(), x, y, **kw)
     b = rdml.certify(run, x, y, **kw)
     for other in (f, b):

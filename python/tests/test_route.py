@@ -49,7 +49,7 @@ class Watch:
 
         monkeypatch.setattr(torch.Tensor, "numpy", to_numpy)
         monkeypatch.setattr(torch, "from_numpy", made)
-        for name in ("embed", "pull_back", "hold", "step", "release"):
+        for name in ("embed", "pull_back", "hold", "step", "release", "embed_noisy"):
             original = getattr(route_side.TorchModel, name)
 
             def wrapped(obj, *a, _name=name, _f=original, **k):
@@ -107,6 +107,26 @@ def test_an_act_step_holds_its_batch_on_the_models_side(monkeypatch):
     assert route["steps"] == 16 and 1 <= rows <= 3 * B, route
     assert route["most_step_bytes"] <= per_step_bound(3 * B, D)
     assert np.isfinite(float(loss.detach()))
+
+
+def test_certifying_a_query_draws_its_copies_on_the_models_side(monkeypatch):
+    """Certification of one query at 3 × 224 × 224: its pixels cross once, then per batch of
+    copies only their embeddings (and the rows' numbers); the certificate does not depend on the
+    batch size, as each copy's noise is the same in any batch."""
+    model = tiny()
+    x, y = images()
+    kw = dict(queries=1, samples=300, select=20, sigma=0.25, quiet=True, per_query=True)
+    w = Watch(monkeypatch)
+    r = rdml.certify(model, x, y, batch=64, **kw)
+    noisy = [i for i, c in enumerate(w.calls) if c == "embed_noisy"]
+    assert len(noisy) == -(-320 // 64) and "hold" not in w.calls, w.calls
+    # The query's pixels are made a tensor in the first call alone; no image-sized array leaves.
+    inside = [b for b in w.big if b[1] == "embed_noisy"]
+    assert all(b[3] == noisy[0] and b[0] == "from_numpy" for b in inside), inside
+    route = r["route"]
+    assert route["steps"] == len(noisy) and route["most_step_bytes"] <= per_step_bound(64, D), route
+    again = rdml.certify(model, x, y, batch=100, **kw)
+    assert again["per_query"] == r["per_query"] and again["certified"] == r["certified"]
 
 
 @pytest.mark.parametrize("norm,random_start", [("linf", False), ("linf", True), ("l2", False)])

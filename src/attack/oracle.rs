@@ -48,6 +48,18 @@ pub trait Oracle: Send + Sync {
         None
     }
 
+    /// Whether the model side draws smoothing's noisy copies itself ([`Oracle::embed_noisy`]).
+    fn draws_noise(&self) -> bool {
+        false
+    }
+
+    /// The embeddings of noisy copies drawn where the model lives ([`NoisyBatch`]); only asked
+    /// of an oracle that [`Oracle::draws_noise`].
+    fn embed_noisy(&self, batch: &NoisyBatch) -> Result<Tensor<2>> {
+        let _ = batch;
+        anyhow::bail!("model: draws no noise of its own")
+    }
+
     fn held_steps(
         &self,
         x0: &Tensor<4>,
@@ -122,6 +134,23 @@ pub struct Embedded {
     pub has_gradient: bool,
 }
 
+/// A batch of randomized smoothing's noisy copies, drawn on the model's side: each query (a
+/// stream: its item) sent once with its pixels and kept there until dropped, and each row a
+/// query's copy number. Copy `j` of a stream is the same noise whatever the batch it falls in
+/// (the model side draws it from a generator seeded by `seed`, the stream and `j`'s block), so a
+/// certificate does not depend on the batch size.
+pub struct NoisyBatch<'a> {
+    /// Queries first seen in this batch: their streams and pixels (`c × h × w` values).
+    pub new: &'a [(u64, Vec<f32>)],
+    /// Streams the model side may forget (none of their copies is left).
+    pub drop: &'a [u64],
+    /// `(stream, copy)` per row, in order.
+    pub rows: &'a [(u64, u64)],
+    pub shape: [usize; 3],
+    pub sigma: f32,
+    pub seed: u64,
+}
+
 /// The budget of a run a [`HostModel`] holds: its norm, ε and step (the pixels' bounds are [0, 1]).
 #[derive(Debug, Clone, Copy)]
 pub struct HeldBudget {
@@ -167,6 +196,13 @@ pub trait HostModel: Send + Sync {
     /// The held images as they stand (`b × c × h × w` values), ending the run.
     fn release(&self) -> Result<Vec<f32>> {
         anyhow::bail!("model: holds no batch of its own")
+    }
+
+    /// The embeddings of `batch`'s noisy copies, drawn on the model's side (asked where
+    /// [`HostModel::holds`]).
+    fn embed_noisy(&self, batch: &NoisyBatch) -> Result<Embedded> {
+        let _ = batch;
+        anyhow::bail!("model: draws no noise of its own")
     }
 }
 
@@ -353,6 +389,23 @@ impl Oracle for External {
 
     fn crossed(&self) -> Option<Crossed> {
         Some(External::crossed(self))
+    }
+
+    fn draws_noise(&self) -> bool {
+        self.model.holds()
+    }
+
+    fn embed_noisy(&self, batch: &NoisyBatch) -> Result<Tensor<2>> {
+        let _one_batch = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let e = self.model.embed_noisy(batch)?;
+        let pixels: usize = batch.new.iter().map(|(_, p)| p.len()).sum();
+        let step = (e.values.len() + 2 * batch.rows.len() + batch.drop.len()) as u64 * 4;
+        self.count(|c| {
+            (c.bytes, c.calls) = (c.bytes + pixels as u64 * 4, c.calls + u64::from(pixels > 0));
+            (c.step_bytes, c.steps, c.forwards) = (c.step_bytes + step, c.steps + 1, c.forwards + 1);
+            c.most_step_bytes = c.most_step_bytes.max(step);
+        });
+        self.checked(e, batch.rows.len(), false)
     }
 
     fn held_steps(

@@ -51,7 +51,7 @@ impl Copies<'_, '_> {
     fn embed(&mut self, k: usize) -> Result<Tensor<2>> {
         let rows: Vec<(usize, usize)> = (self.next..self.next + k).map(|j| (self.q, j)).collect();
         self.next += k;
-        self.ctx.model.embed(self.noisy.images(self.items, &rows)?)
+        self.noisy.embed(self.items, &rows)
     }
 
     /// Embeds `k` further copies in batches and hands each one's distance to each row of `to`

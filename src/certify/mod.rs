@@ -161,8 +161,7 @@ fn cohen(
     let mut bar = crate::progress::Progress::new("certify", batches, progress);
     for (bi, start) in (0..total).step_by(batch.max(1)).enumerate() {
         let rows: Vec<(usize, usize)> = (start..total.min(start + batch)).map(|k| (k / per, k % per)).collect();
-        let x = noisy.images(items, &rows)?;
-        let emb = ctx.model.embed(x)?;
+        let emb = noisy.embed(items, &rows)?;
         let d = crate::host::read(&dist_to_all(emb, &ctx.cand, &ctx.cand_sq))?;
         let g = ctx.ranked_n();
         for (r, &(q, j)) in rows.iter().enumerate() {
@@ -231,6 +230,8 @@ pub(crate) struct Noisy<'c> {
     sigma: f32,
     /// The query whose copies are being drawn, its pixels and its stream.
     current: Option<(usize, Vec<f32>, ChaCha8Rng)>,
+    /// The streams (query items) whose pixels the model side holds, where it draws the noise.
+    sent: std::collections::BTreeSet<u64>,
 }
 
 impl<'c> Noisy<'c> {
@@ -240,7 +241,34 @@ impl<'c> Noisy<'c> {
             seed,
             sigma,
             current: None,
+            sent: Default::default(),
         }
+    }
+
+    /// The embeddings of `rows`' noisy copies: drawn where the model lives when it draws its
+    /// own (a model outside rdml: its pixels cross once a query, then only embeddings), else here
+    /// from each query's stream.
+    fn embed(&mut self, items: &[usize], rows: &[(usize, usize)]) -> Result<Tensor<2>> {
+        if !self.ctx.model.draws_noise() {
+            return self.ctx.model.embed(self.images(items, rows)?);
+        }
+        let streams: Vec<(u64, u64)> = rows.iter().map(|&(q, j)| (items[q] as u64, j as u64)).collect();
+        let wanted: std::collections::BTreeSet<u64> = streams.iter().map(|r| r.0).collect();
+        let mut new = vec![];
+        for &s in wanted.difference(&self.sent) {
+            let pixels = crate::data::loader::load_batch(&self.ctx.set, &[s as usize], None)?.images;
+            new.push((s, pixels));
+        }
+        let drop: Vec<u64> = self.sent.difference(&wanted).copied().collect();
+        self.sent = wanted;
+        self.ctx.model.embed_noisy(&crate::attack::oracle::NoisyBatch {
+            new: &new,
+            drop: &drop,
+            rows: &streams,
+            shape: self.ctx.set.item_shape(),
+            sigma: self.sigma,
+            seed: self.seed,
+        })
     }
 
     /// The images of `rows` (each a query's place in `items` and a copy's number), in order.

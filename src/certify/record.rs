@@ -53,6 +53,9 @@ pub struct CertifyRecord {
     /// Each query's certificate, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_query: Option<Vec<QueryCertificate>>,
+    /// What crossed between rdml and a model held outside it (none for rdml's own networks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<crate::attack::oracle::Crossed>,
 }
 
 fn cohen() -> String {
@@ -122,6 +125,7 @@ impl CertifyRecord {
             },
             seconds: s.seconds,
             per_query: s.per_query.then_some(c.rows),
+            route: None,
         }
     }
 }

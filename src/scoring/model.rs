@@ -335,5 +335,7 @@ pub fn certify(
         Some((g, own)) => ctx.with_gallery(&g, own, options.batch)?,
         None => ctx,
     };
-    options.run(&ctx, scored, digest, progress)
+    let mut record = options.run(&ctx, scored, digest, progress)?;
+    record.route = ctx.model.crossed();
+    Ok(record)
 }
