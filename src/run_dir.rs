@@ -20,7 +20,7 @@ pub use log::RunLog;
 pub use own::{
     is_bookkeeping_name, is_run_folder_resolved, refuse_bookkeeping_name, refuse_own_folder, resolve_as_created,
 };
-pub use record::{put, put_json};
+pub use record::{keep_record, put, put_json};
 pub use replace::settle_interrupted;
 pub use status::{
     RunStatus, check_finished, check_unchanged, checkpoint_problem, finished_run_json, model_digest, status,

@@ -95,7 +95,7 @@ impl Default for CertifyOptions {
 
 impl CertifyOptions {
     /// The smoothing asked for, every option checked and named as the front end names it.
-    pub fn smoothing(&self) -> Result<Smoothing> {
+    pub(super) fn smoothing(&self) -> Result<Smoothing> {
         crate::ensure_input!(
             self.sigma.is_finite() && self.sigma > 0.0,
             "⟨sigma⟩ must be a number > 0 (the noise's standard deviation, in pixels of [0, 1] images), not {}",
@@ -162,6 +162,23 @@ impl CertifyOptions {
         Ok(smoothing)
     }
 
+    /// The options checked once and resolved into what runs ([`ResolvedCertify::run`]): every
+    /// front end's certification resolves here, before any work, and nothing below checks again.
+    pub fn resolve(&self) -> Result<ResolvedCertify<'_>> {
+        Ok(ResolvedCertify {
+            smoothing: self.smoothing()?,
+            options: self,
+        })
+    }
+}
+
+/// [`CertifyOptions`] checked, with their smoothing: the certification to run.
+pub struct ResolvedCertify<'a> {
+    options: &'a CertifyOptions,
+    smoothing: Smoothing,
+}
+
+impl ResolvedCertify<'_> {
     /// Certifies `ctx`'s model on its query set and makes the record, naming `model` (a run
     /// folder, or empty) and the digest of its weights.
     pub fn run(
@@ -171,19 +188,19 @@ impl CertifyOptions {
         model_digest: Option<String>,
         progress: bool,
     ) -> Result<CertifyRecord> {
-        let smoothing = self.smoothing()?;
+        let (o, smoothing) = (self.options, &self.smoothing);
         let t0 = std::time::Instant::now();
-        let c = certify(ctx, self.queries, &smoothing, self.batch, self.seed, progress)?;
+        let c = certify(ctx, o.queries, smoothing, o.batch, o.seed, progress)?;
         Ok(CertifyRecord::of(
             c,
             Setting {
                 model,
                 model_digest,
-                smoothing: &smoothing,
-                seed: self.seed,
-                queries: self.queries,
-                radii: &self.radii,
-                per_query: self.per_query,
+                smoothing,
+                seed: o.seed,
+                queries: o.queries,
+                radii: &o.radii,
+                per_query: o.per_query,
                 seconds: t0.elapsed().as_secs_f64(),
             },
         ))

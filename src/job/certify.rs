@@ -40,7 +40,7 @@ impl CertifyJob {
     /// model, writes `out` and keeps the record in the run folder (a folder that cannot take it
     /// is a warning, as for `robustness.json`; a model retrained meanwhile is an error).
     pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Certified> {
-        self.options.smoothing()?;
+        let certification = self.options.resolve()?;
         if let Some(o) = &self.out {
             crate::output::check(o, self.overwrite).context("⟨out⟩")?;
         }
@@ -48,20 +48,11 @@ impl CertifyJob {
         let device = device()?;
         let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
         let ctx = target.context(&device, false, self.options.batch)?;
-        let record = self
-            .options
-            .run(&ctx, self.model.clone(), Some(target.digest.clone()), self.progress)?;
+        let record = certification.run(&ctx, self.model.clone(), Some(target.digest.clone()), self.progress)?;
         if let Some(o) = &self.out {
             crate::output::write_json(o, &record, self.overwrite).context("⟨out⟩")?;
         }
-        crate::run_dir::check_unchanged(&self.model, &target.digest, FILE)?;
-        let stored = match crate::run_dir::put_json(&self.model, FILE, &record) {
-            Ok(()) => true,
-            Err(e) => {
-                crate::notes::warn(format!("the run folder's {FILE} not written: {e:#}"));
-                false
-            }
-        };
+        let stored = crate::run_dir::keep_record(&self.model, Some(&target.digest), FILE, &record)?;
         if stored && let Err(e) = crate::html::write(&self.model) {
             crate::notes::warn(format!("{}/report.html not written: {e:#}", self.model.display()));
         }

@@ -77,6 +77,23 @@ pub fn put_json<T: serde::Serialize>(dir: &Path, name: &str, value: &T) -> Resul
     put(dir, name, &crate::atomic::json_bytes(value)?)
 }
 
+/// Keeps a scoring record (`robustness.json`, `certify.json`) in the run folder, the one rule of
+/// every job that scores a run: refused when the model changed since it was read (`digest`; the
+/// numbers describe other weights), a warning when the folder cannot take it (the record is still
+/// the caller's). Returns whether it was written.
+pub fn keep_record<T: serde::Serialize>(dir: &Path, digest: Option<&str>, name: &str, record: &T) -> Result<bool> {
+    if let Some(d) = digest {
+        status::check_unchanged(dir, d, name)?;
+    }
+    match put_json(dir, name, record) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            crate::notes::warn(format!("the run folder's {name} not written: {e:#}"));
+            Ok(false)
+        }
+    }
+}
+
 /// Records, before the first append, that rdml is about to append to the run's log.
 pub fn will_append_log(dir: &Path) -> Result<()> {
     ledger(dir)?.will_append(LOG, WHAT)

@@ -321,7 +321,7 @@ pub fn certify(
     (model_digest, progress): (Option<String>, bool),
     device: &Device,
 ) -> Result<crate::certify::record::CertifyRecord> {
-    options.smoothing()?;
+    let certification = options.resolve()?;
     let (scored, digest) = model.record_of(model_digest.as_ref())?;
     let (set, gallery) = Images::sets(images, gallery)?;
     let ctx = Context::of(
@@ -335,7 +335,7 @@ pub fn certify(
         Some((g, own)) => ctx.with_gallery(&g, own, options.batch)?,
         None => ctx,
     };
-    let mut record = options.run(&ctx, scored, digest, progress)?;
+    let mut record = certification.run(&ctx, scored, digest, progress)?;
     record.route = ctx.model.crossed();
     Ok(record)
 }

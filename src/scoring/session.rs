@@ -128,26 +128,12 @@ impl<'o> Session<'o> {
 }
 
 impl Scored {
-    /// Checks that the scored run's model is still the one the suite read.
-    pub fn check_unchanged(&self) -> Result<()> {
-        match &self.record.model_digest {
-            Some(d) => crate::run_dir::check_unchanged(&self.record.model, d, FILE),
-            None => Ok(()),
-        }
-    }
-
     /// Keeps the record in the run folder, the one policy of every front end and of `compare`:
     /// refused when the model changed meanwhile (the numbers describe other weights), a warning
     /// when the folder cannot take it (the table is still the caller's). Returns whether it was
     /// written.
     pub fn store(&self) -> Result<bool> {
-        self.check_unchanged()?;
-        match crate::run_dir::put_json(&self.record.model, FILE, &self.record) {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                crate::notes::warn(format!("the run folder's robustness.json not written: {e:#}"));
-                Ok(false)
-            }
-        }
+        let r = &self.record;
+        crate::run_dir::keep_record(&r.model, r.model_digest.as_deref(), FILE, r)
     }
 }
