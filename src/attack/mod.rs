@@ -9,6 +9,7 @@ pub mod budget;
 pub mod column;
 pub mod computable;
 pub mod context;
+pub mod crossing;
 pub mod cw;
 pub mod engine;
 pub mod method;
