@@ -3,8 +3,7 @@
 
 mod cli;
 
-use clap::Parser;
-use cli::{Cli, Outcome, UNHEALTHY_EXIT, run};
+use cli::{Outcome, UNHEALTHY_EXIT, run};
 
 fn main() {
     rdml::tune_allocator();
@@ -19,7 +18,7 @@ fn main() {
     rdml::notes::set_sink(Some(Box::new(|level, text| {
         eprintln!("{}: {}", level.word(), words(text))
     })));
-    let cli = Cli::parse();
+    let cli = cli::parse();
     // A failure on the device (out of memory above all) surfaces as a panic at the next read
     // from it; report it as an error, with advice where there is some.
     let default_hook = std::panic::take_hook();

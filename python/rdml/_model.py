@@ -171,11 +171,14 @@ def certify(
     copies pick the centre and as many check it (``delta``, default 0.05, its Δ), ``samples``
     bound how far it moves. The model
     (a ``torch.nn.Module``, a function, or an ``rdml.Run``) is only asked for embeddings: it
-    need not be differentiable. ``gallery``/``gallery_labels`` as for ``rdml.robustness``.
+    need not be differentiable. ``gallery``/``gallery_labels`` as for ``rdml.robustness``. A
+    PyTorch model's noisy copies are drawn on its device (a query's pixels cross once; copy j of
+    a query is the same noise in any batch), from torch's generators, not rdml's stream.
 
     Returns ``certified`` (each radius as given → the certified Recall@1, in percent), ``clean``
     (the smoothed model's Recall@1), ``abstained`` (the queries with no certificate), the
-    settings, ``lone`` (queries with no other item of their class, left out) and ``seconds``;
+    settings, ``lone`` (queries with no other item of their class, left out; queries that are all
+    alone are refused, as ``rdml.metrics`` refuses them), ``seconds`` and ``route``;
     ``per_query=True`` adds each query's certificate (``item``, ``label``, ``selected``, ``count``,
     ``p_lower``, ``radius``, ``majority``, ``abstained``; centre smoothing also ``margin``, the
     distance to the nearest other label, and ``least_bound``, the bound at ε = 0)."""

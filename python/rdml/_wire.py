@@ -17,7 +17,7 @@ from . import _rdml
 def run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
         surrogate: Any = None) -> Tuple[Any, List[bytes]]:
     """The library's job ``job`` on ``request`` with float32 ``arrays``: the answer, and its arrays."""
-    req = json.dumps(drop_none(request), default=plain)
+    req = encoded(drop_none(request))
     out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate)
     return json.loads(out), arrays
 
@@ -25,8 +25,35 @@ def run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, devi
 def session_call(session: Any, method: str, request: Dict[str, Any], arrays: Sequence[bytes] = (),
                  models: Sequence[Any] = ()) -> Tuple[Any, List[bytes]]:
     """``method`` of a loop piece's session (``rdml.Defense``'s, ``rdml.Loss``'s)."""
-    out, raw = session.call(method, json.dumps(request, default=plain), list(arrays), list(models))
+    out, raw = session.call(method, encoded(request), list(arrays), list(models))
     return json.loads(out), raw
+
+
+def encoded(request: Dict[str, Any]) -> str:
+    """``request`` as JSON. JSON has no NaN or infinity, so a keyword holding one is named here,
+    in the words the library uses for a number out of range, rather than failing as text."""
+    bad = _non_finite(request, ())
+    if bad is not None:
+        path, v = bad
+        raise ValueError(f"{path[-1] if path else 'request'}: {v}; expected a finite number")
+    return json.dumps(request, default=plain, allow_nan=False)
+
+
+def _non_finite(v: Any, path: Tuple[str, ...]) -> Any:
+    """The first NaN or infinite number in ``v`` (a request's values) and the keys to it."""
+    if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+        return path, float(v)
+    if isinstance(v, dict):
+        for k, x in v.items():
+            found = _non_finite(x, path + (str(k),))
+            if found is not None:
+                return found
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            found = _non_finite(x, path)
+            if found is not None:
+                return found
+    return None
 
 
 def plain(v: Any) -> Any:

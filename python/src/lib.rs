@@ -80,6 +80,18 @@ fn run<'py>(
 #[pyclass(module = "rdml._rdml")]
 struct Session {
     inner: Mutex<rdml::wire::Session>,
+    /// The thread inside a call (0: none), so that a call made again from inside one (the
+    /// caller's model's forward running the same defense) is an error, not a wait on itself.
+    busy: std::sync::atomic::AtomicU64,
+    kind: String,
+}
+
+/// A number for the calling thread (never 0).
+fn thread_number() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::thread::current().id().hash(&mut h);
+    h.finish() | 1
 }
 
 #[pymethods]
@@ -90,7 +102,11 @@ impl Session {
     fn new(py: Python<'_>, kind: &str, request: &str, device: Option<String>) -> PyResult<Self> {
         let opened = rdml::wire::Session::open(kind, request, device.as_deref()).map_err(words::invalid_or_raise);
         let s = told(py, opened)?;
-        Ok(Self { inner: Mutex::new(s) })
+        Ok(Self {
+            inner: Mutex::new(s),
+            busy: std::sync::atomic::AtomicU64::new(0),
+            kind: kind.to_string(),
+        })
     }
 
     /// The session's `method` on `request` with float32 `arrays` and the caller's `models` (one
@@ -120,8 +136,31 @@ impl Session {
             arrays,
             models,
         };
+        use std::sync::atomic::Ordering;
+        let me = thread_number();
+        if self.busy.load(Ordering::SeqCst) == me {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "{} {method}: called again from inside its own call on this thread (the model's forward, or a \
+                 hook, runs the same rdml.{} while it asks the model); a defense or a loss takes one call at a \
+                 time: call it from your training step, not from inside the model",
+                self.kind,
+                if self.kind == "loss" { "Loss" } else { "Defense" }
+            )));
+        }
         let answer = py
-            .allow_threads(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).call(c))
+            .allow_threads(|| {
+                let mut session = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                self.busy.store(me, Ordering::SeqCst);
+                /// Clears `busy` however the call ends.
+                struct Done<'a>(&'a std::sync::atomic::AtomicU64);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(0, Ordering::SeqCst);
+                    }
+                }
+                let _done = Done(&self.busy);
+                session.call(c)
+            })
             .map_err(|e| model::kept_or(&raised, e));
         let answer = told(py, answer)?;
         let arrays = answer.arrays.iter().map(|a| to_bytes(py, a)).collect::<PyResult<_>>()?;

@@ -316,3 +316,87 @@ def test_a_batch_out_of_pair_layout_is_said_once():
         warnings.simplefilter("error", rdml.RdmlWarning)
         defense(model, x[shuffled], y[shuffled])  # once a session
         rdml.Defense("act", eps=0.1, step=0.02, steps=1, output=0)(model, x, y)  # pairs: nothing said
+
+
+def test_a_defense_called_from_inside_its_own_models_forward_is_an_error_not_a_hang():
+    """A wrapper that hardens inside `forward` called the defense again while the defense was
+    asking the model: that waited on its own lock forever. Any method of the same defense called
+    from there is an error naming the call, and the defense still works after it."""
+    x, y = batch()
+    defense = rdml.Defense("act", eps=0.1, step=0.02, steps=1, output=0)
+
+    class Hardening(WithLogits):
+        def __init__(self, inner_call):
+            super().__init__()
+            self.inner_call, self.depth = inner_call, 0
+
+        def forward(self, t):
+            if self.depth == 0 and not self.training:
+                self.depth += 1
+                try:
+                    self.inner_call(self)
+                finally:
+                    self.depth -= 1
+            return super().forward(t)
+
+    for inner in (lambda m: defense(m, x, y), lambda m: defense.perturb(m, x, y), lambda m: defense.state_dict()):
+        with pytest.raises(RuntimeError, match=r"defense (inner|perturb|state): called again from inside its own call"):
+            defense(Hardening(inner), x, y)
+    assert np.isfinite(float(defense(WithLogits(), x, y).detach()))
+
+
+def test_certify_refuses_queries_that_are_all_alone_in_their_class_as_the_metrics_do():
+    """Queries none of which has another item of its class have no Recall@1 to certify: a
+    certified 0.0 was recorded. Both methods, with and without a gallery, refuse them in the
+    words rdml.metrics uses."""
+    model = WithLogits()
+    x, _ = fashion(8)
+    lone = np.arange(8)
+    kw = dict(queries=4, samples=50, select=10, output=0, quiet=True)
+    for method, more in (("cohen", {}), ("center", dict(samples=300, select=4000))):
+        with pytest.raises(ValueError, match="labels: no query has another item of its class among the others"):
+            rdml.certify(model, x, lone, method=method, **{**kw, **more})
+    with pytest.raises(ValueError, match="no query has another item of its class among the others"):
+        rdml.metrics(rdml.embed(model, x, output=0), lone, recall_ks=(1,))
+    # A gallery that holds none of the queries' classes: refused too (before any copy is drawn).
+    with pytest.raises(ValueError, match="gallery"):
+        rdml.certify(model, x[:4], lone[:4], gallery=x[4:], gallery_labels=lone[4:], **kw)
+
+
+def test_a_saved_state_is_checked_as_a_config_is():
+    """Defense.load_state_dict took another defense's state, unknown keys in `state` and an epoch
+    past the end, and trained on them: each is refused naming it, and a state the defense saved
+    (or one of rdml before the kind was kept) still loads."""
+    x, y = batch()
+    hm = rdml.Defense.preset("fashion-c2f2-hm-lga-ics", steps=1, output=0)
+    act = rdml.Defense("act", eps=0.1, step=0.02, steps=1, output=0)
+    act(WithLogits(), x, y)
+    saved = act.state_dict()
+    assert saved["kind"] == "act"
+    with pytest.raises(ValueError, match="state: saved by defense hm; this defense is act"):
+        act.load_state_dict(hm.state_dict())
+    with pytest.raises(ValueError, match=r"state: unknown key \"prev_los\" in defense hm's state; its memory keeps prev_loss"):
+        hm.load_state_dict({**hm.state_dict(), "state": {**hm.state_dict()["state"], "prev_los": 1.0}})
+    with pytest.raises(ValueError, match="state: unknown key \"mean\" in defense act's state; its memory keeps nothing"):
+        act.load_state_dict({**saved, "state": {**saved["state"], "mean": 1.0}})
+    with pytest.raises(ValueError, match="state: epoch 3 of 2; expected 0 ≤ epoch < epochs"):
+        act.load_state_dict({**saved, "state": {**saved["state"], "epoch": 3, "epochs": 2}})
+    act.load_state_dict(saved)
+    act.load_state_dict({k: v for k, v in saved.items() if k != "kind"})
+    assert act.state_dict() == saved
+
+
+def test_a_nan_or_infinite_keyword_is_named_not_a_json_error():
+    """JSON holds no NaN: a keyword holding one failed as the library's "expected value" at a
+    column of a text the caller never wrote. Each is named, on every front of the package."""
+    model = WithLogits()
+    x, y = fashion(20)
+    for call, key in [
+        (lambda: rdml.attack(model, x, y, "ES", eps=float("nan"), output=0, quiet=True), "eps"),
+        (lambda: rdml.certify(model, x, y, sigma=float("inf"), output=0, quiet=True), "sigma"),
+        (lambda: rdml.Defense("act", eps=float("nan"), step=0.1, steps=1), "eps"),
+        (lambda: rdml.Loss("triplet", margin=np.float32("nan")), "margin"),
+        (lambda: rdml.certify(model, x, y, radii=(0.1, float("nan")), output=0, quiet=True), "radii"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^{key}: (nan|inf); expected a finite number"):
+            call()

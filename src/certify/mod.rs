@@ -123,6 +123,10 @@ pub fn certify(
 ) -> Result<Certification> {
     let used = queries.min(ctx.n());
     let items: Vec<usize> = (0..used).filter(|&i| has_other_of_class(ctx, i)).collect();
+    if items.is_empty() && used > 0 {
+        // A certified Recall@1 of queries that have no match would be 0 by construction.
+        return Err(crate::eval::no_query_to_score("labels", ctx.gallery.is_some()));
+    }
     let rows = match s.method {
         Method::Cohen => cohen(ctx, &items, s, batch, seed, progress)?,
         Method::Center { delta } => {

@@ -18,6 +18,23 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use rdml::config::Experiment;
 
+/// The command line as `main` parses it: [`Cli`] with every option's value allowed to be a
+/// negative number, so that `--sigma -0.25` is sigma's value (refused by sigma's own check,
+/// naming it) and never read as a flag.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = numbers_as_values(Cli::command()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn numbers_as_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        let takes = a.get_action().takes_values();
+        if takes { a.allow_negative_numbers(true) } else { a }
+    })
+    .mut_subcommands(numbers_as_values)
+}
+
 #[derive(Parser)]
 #[command(
     name = "rdml",
@@ -179,7 +196,7 @@ fn no_device(flag: Option<&str>, command: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::Cli;
+    use super::{Cli, numbers_as_values};
     use clap::CommandFactory;
 
     /// Library text in the command line's words: options as flags, a build as cargo's.
@@ -202,6 +219,23 @@ mod tests {
             render("out⟨old.json exists; pass ⟨overwrite!⟩", Words::CommandLine),
             "out⟨old.json exists; pass --overwrite"
         );
+    }
+
+    /// A negative number after an option is its value, for every command (it was read as a flag:
+    /// "unexpected argument '-0.25'"); the option's own check then refuses it, naming it.
+    #[test]
+    fn a_negative_number_is_an_options_value() {
+        use clap::FromArgMatches;
+        for args in [
+            &["rdml", "certify", "--model", "m", "--sigma", "-0.25"][..],
+            &["rdml", "certify", "--model", "m", "--alpha", "-0.5"],
+            &["rdml", "attack", "--model", "m", "--attack", "ES", "--eps", "-0.1"],
+            &["rdml", "robustness", "--model", "m", "--step", "-0.001"],
+        ] {
+            let m = numbers_as_values(Cli::command()).try_get_matches_from(args);
+            let m = m.unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert!(Cli::from_arg_matches(&m).is_ok(), "{args:?}");
+        }
     }
 
     /// `--help` says what every option of every command does.

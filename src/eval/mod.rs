@@ -301,16 +301,20 @@ fn score_overlapping(
         Overlap::Apart => (gallery, None),
     };
     let m = score_among(q, qlabels, gallery, own, cfg, seed, device)?;
-    crate::ensure_input!(
-        m.retrieval.lone_queries < m.retrieval.queries,
-        "{field}: no query has another item of its class {}, so Recall@k, MAP@R and NMI are undefined",
-        if gallery.is_some() {
-            "in the gallery"
-        } else {
-            "among the others"
-        }
-    );
+    if m.retrieval.lone_queries >= m.retrieval.queries {
+        return Err(no_query_to_score(field, gallery.is_some()));
+    }
     Ok(m)
+}
+
+/// The one refusal of a query set none of whose queries can be scored (no query has another item
+/// of its class among those it is ranked against): every scorer (the metrics, the attacks and
+/// suite through their clean metrics, certification) says it in these words, naming `field`.
+pub fn no_query_to_score(field: &str, gallery: bool) -> anyhow::Error {
+    crate::input_error(format!(
+        "{field}: no query has another item of its class {}, so Recall@k, MAP@R and NMI are undefined",
+        if gallery { "in the gallery" } else { "among the others" }
+    ))
 }
 
 pub fn check_recall_ks(ks: &[usize], gallery_size: usize) -> Result<()> {

@@ -49,6 +49,7 @@ pub struct DefenseSession {
 }
 
 mod perturb;
+mod saved;
 pub use perturb::Perturbation;
 
 /// What the caller embeds in training mode: each forward's images and batch-norm set.
@@ -78,6 +79,9 @@ pub struct Stepped {
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Saved {
+    /// The defense that saved it (states of rdml before it was kept: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub state: DefenseState,
     pub stream: Stream,
     pub epoch_told: bool,
@@ -418,6 +422,7 @@ impl DefenseSession {
         let mut state = self.state.clone();
         state.memory = self.memory.save();
         Saved {
+            kind: Some(self.defense.name().to_string()),
             state,
             stream: self.stream.saved(),
             epoch_told: self.epoch_told,
@@ -426,6 +431,7 @@ impl DefenseSession {
 
     /// Takes back what [`DefenseSession::save`] kept.
     pub fn restore(&mut self, saved: Saved) -> Result<()> {
+        self.check_saved(&saved)?;
         let stream = Stream::restored(saved.stream)?;
         self.memory.restore(&saved.state.memory).map_err(the_callers)?;
         self.state = saved.state;

@@ -212,6 +212,28 @@ fn a_record_for_replaced_weights_is_refused() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Every scoring record is kept by one rule: the suite's and certification's records of a model
+/// replaced meanwhile are refused in the same words, and neither is written.
+#[test]
+fn robustness_and_certify_records_of_replaced_weights_are_refused_alike() {
+    let d = scratch("keep");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("model.safetensors"), b"weights one").unwrap();
+    let digest = model_digest(&d).unwrap();
+    std::fs::write(d.join("model.safetensors"), b"weights two").unwrap();
+    let said: Vec<String> = ["robustness.json", "certify.json"]
+        .iter()
+        .map(|f| {
+            let e = super::keep_record(&d, Some(&digest), f, &serde_json::json!({"table": 1}));
+            assert!(!d.join(f).exists(), "{f} written");
+            e.unwrap_err().to_string().replace(f, "RECORD")
+        })
+        .collect();
+    assert_eq!(said[0], said[1]);
+    assert!(said[0].contains("the model changed while this ran") && said[0].contains("RECORD not written"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A `checkpoint/` that is a link is named as such, for a resume or a new run alike, and the
 /// link and its target stay (issue 38).
 #[test]
