@@ -75,12 +75,20 @@ def image_array(a: Any, what: str = "images") -> np.ndarray:
 
 def check_image_dtype(dtype: Any, what: str) -> None:
     """Images are floats in [0, 1]: 8-bit or boolean pixels are refused with the way forward."""
+    torch = loaded_torch()
+    if torch is not None and isinstance(dtype, torch.dtype):
+        floating = dtype.is_floating_point
+        integer = not floating and not dtype.is_complex
+    else:
+        dt = np.dtype(dtype)
+        floating = np.issubdtype(dt, np.floating)
+        integer = dt == np.bool_ or np.issubdtype(dt, np.integer)
     name = str(dtype).replace("torch.", "")
-    if name == "bool" or "int" in name:
+    if integer:
         raise ValueError(
             f"{what}: {name} values; expected floats in [0, 1] (divide 8-bit images by 255; the model normalises them itself)"
         )
-    if not ("float" in name or name == "half"):
+    if not floating:
         raise ValueError(f"{what}: expected floating-point values, got dtype {name}")
 
 
@@ -150,10 +158,17 @@ def queries_and_gallery(images: Any, labels: Any, gallery: Any, gallery_labels: 
 
 def triplet_rows(triplets: Any, what: str = "triplets") -> List[List[int]]:
     """The one triplet rule on the Python side: (anchors, positives, negatives), sequences of
-    batch rows, each flattened to a list; rdml checks their count, lengths, ranges and labels."""
+    integer batch rows, each flattened to a list; rdml checks their count, lengths, ranges and
+    labels."""
     if isinstance(triplets, (str, bytes)) or not hasattr(triplets, "__iter__"):
         raise TypeError(f"{what}: expected (anchors, positives, negatives), got {type(triplets).__name__}")
-    return [host(p).reshape(-1).tolist() for p in triplets]
+    rows = []
+    for p in triplets:
+        v = host(p).reshape(-1)
+        if v.size and (v.dtype == np.bool_ or not np.issubdtype(v.dtype, np.integer)):
+            raise ValueError(f"{what}: expected integer batch rows, got dtype {v.dtype}")
+        rows.append(v.astype(np.int64).tolist())
+    return rows
 
 
 def to_bytes(t: Any) -> bytes:

@@ -72,5 +72,5 @@ def eager(fn: Any) -> Any:
     """``fn`` run eagerly inside a ``torch.compile``d step: a graph break at rdml's call (its
     work is the library's, on host arrays, which no graph can hold), the autograd node it returns
     joining the compiled graph's backward. ``fn`` itself where torch is not loaded."""
-    torch = sys.modules.get("torch")
-    return fn if torch is None else torch.compiler.disable(fn)
+    disable = getattr(getattr(sys.modules.get("torch"), "compiler", None), "disable", None)
+    return fn if disable is None else disable(fn)

@@ -63,7 +63,11 @@ class TorchModel:
         parameter's flag restored after, whatever happened."""
         torch = self._torch
         if not isinstance(self.model, torch.nn.Module):
-            yield self
+            try:
+                yield self
+            finally:
+                self._kept = self._held = self._xa = None
+                self.__dict__.pop("_queries", None)
             return
         modes = [(m, m.training) for m in self.model.modules()]
         needs = [(p, p.requires_grad) for p in self.model.parameters()]
@@ -207,8 +211,9 @@ class TorchModel:
         return xa.detach().to(self._torch.float32).cpu().numpy().tobytes()
 
 
-#: Copies of a query drawn from one generator (the noise of copy j is the same in every batch).
-NOISE_BLOCK = 256
+#: Copies of a query drawn from one generator (the noise of copy j is the same in every batch);
+#: one block a query is kept on the device (3 × 224² images: 38 MB).
+NOISE_BLOCK = 64
 
 
 def noise_seed(seed: int, stream: int, block: int) -> int:

@@ -32,17 +32,22 @@ def session_call(session: Any, method: str, request: Dict[str, Any], arrays: Seq
 def encoded(request: Dict[str, Any]) -> str:
     """``request`` as JSON. JSON has no NaN or infinity, so a keyword holding one is named here,
     in the words the library uses for a number out of range, rather than failing as text."""
-    bad = _non_finite(request, ())
-    if bad is not None:
+    try:
+        return json.dumps(request, default=plain, allow_nan=False)
+    except ValueError:
+        bad = _non_finite(request, ())
+        if bad is None:
+            raise
         path, v = bad
-        raise ValueError(f"{path[-1] if path else 'request'}: {v}; expected a finite number")
-    return json.dumps(request, default=plain, allow_nan=False)
+        raise ValueError(f"{path[-1] if path else 'request'}: {v}; expected a finite number") from None
 
 
 def _non_finite(v: Any, path: Tuple[str, ...]) -> Any:
     """The first NaN or infinite number in ``v`` (a request's values) and the keys to it."""
     if isinstance(v, (float, np.floating)) and not np.isfinite(v):
         return path, float(v)
+    if isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all():
+        return path, float(v[~np.isfinite(v)].flat[0])
     if isinstance(v, dict):
         for k, x in v.items():
             found = _non_finite(x, path + (str(k),))

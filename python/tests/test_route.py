@@ -354,7 +354,7 @@ def test_certify_refuses_queries_that_are_all_alone_in_their_class_as_the_metric
     lone = np.arange(8)
     kw = dict(queries=4, samples=50, select=10, output=0, quiet=True)
     for method, more in (("cohen", {}), ("center", dict(samples=300, select=4000))):
-        with pytest.raises(ValueError, match="labels: no query has another item of its class among the others"):
+        with pytest.raises(ValueError, match="queries: no query has another item of its class among the others"):
             rdml.certify(model, x, lone, method=method, **{**kw, **more})
     with pytest.raises(ValueError, match="no query has another item of its class among the others"):
         rdml.metrics(rdml.embed(model, x, output=0), lone, recall_ks=(1,))
@@ -400,3 +400,30 @@ def test_a_nan_or_infinite_keyword_is_named_not_a_json_error():
     ]:
         with pytest.raises(ValueError, match=rf"^{key}: (nan|inf); expected a finite number"):
             call()
+
+
+def test_the_held_route_stops_early_as_the_host_route_does(monkeypatch):
+    """HM's objective stops once the hardness saturates: the held route reads the same stop rule
+    after each step, so a defense's perturbed rows are the host route's bit for bit, and the
+    steps taken are the same."""
+    from rdml import _defense
+
+    x, y = batch()
+    kw = dict(steps=32, output=0, seed=3)
+    held = rdml.Defense.preset("fashion-c2f2-hm-lga-ics", **kw)
+    x_held, rows_held = held.perturb(WithLogits(), x, y)
+    taken = held.last["route"]["steps"]
+    monkeypatch.setattr(_defense._SetModel, "hold", property(lambda self: (_ for _ in ()).throw(AttributeError("hold"))))
+    host = rdml.Defense.preset("fashion-c2f2-hm-lga-ics", **kw)
+    x_host, rows_host = host.perturb(WithLogits(), x, y)
+    assert host.last["route"]["steps"] == 0 and host.last["route"]["backwards"] == taken
+    assert torch.equal(x_held, x_host) and torch.equal(rows_held.source, rows_host.source)
+    assert 1 <= taken < 32, taken  # it stopped early
+
+
+def test_perturb_refuses_a_defense_of_several_batch_norm_sets():
+    x, y = batch()
+    model = WithLogits()
+    advprop = rdml.Defense("advprop", eps=0.1, step=0.02, steps=1, output=0)
+    with pytest.raises(ValueError, match="perturb: defense advprop trains 2 distributions"):
+        advprop.perturb(rdml.split_batch_norm(model, 2) or model, x, y)

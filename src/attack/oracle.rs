@@ -35,14 +35,6 @@ pub trait Oracle: Send + Sync {
         true
     }
 
-    /// The model side's own projected steps, where it holds the batch: from the clean rows `x0`
-    /// (`[b, c, h, w]`) and the start `start` (`None`: `x0`; a random start as rdml drew it), under `pgd`, it embeds the rows at each step
-    /// (keeping their graph) and asks `next(embeddings, k)` for the objective's gradient on them
-    /// and whether another step follows (`None`: stop before stepping); it then pulls that
-    /// gradient back to the images and takes the step (L∞ sign step or L2 normalised step,
-    /// projection onto the ε-ball around `x0`, clamp to [0, 1]) itself. Returns the final images,
-    /// or `None` where this oracle holds no batch and the engine steps the images (rdml's own
-    /// networks: one device, nothing crosses).
     /// What has crossed between rdml and the model so far (`None`: nothing crosses, the model
     /// is rdml's own network on rdml's device).
     fn crossed(&self) -> Option<Crossed> {
@@ -61,6 +53,15 @@ pub trait Oracle: Send + Sync {
         anyhow::bail!("model: draws no noise of its own")
     }
 
+    /// The model side's own projected steps, where it holds the batch: from the clean rows `x0`
+    /// (`[b, c, h, w]`) and the start `start` (`None`: `x0`; a random start as rdml drew it),
+    /// under `pgd`, it embeds the rows at each step (keeping their graph) and asks
+    /// `next(embeddings, k)` for the objective's gradient on them and whether another step
+    /// follows (`None`: stop before stepping); it then pulls that gradient back to the images
+    /// and takes the step (L∞ sign step or L2 normalised step, projection onto the ε-ball around
+    /// `x0`, clamp to [0, 1]) itself. Returns the final images, or `None` where this oracle
+    /// holds no batch and the engine steps the images (rdml's own networks: one device, nothing
+    /// crosses).
     fn held_steps(
         &self,
         x0: &Tensor<4>,
@@ -271,6 +272,34 @@ impl External {
         Ok(Tensor::<2>::from_data(TensorData::new(e.values, [b, d]), &self.device))
     }
 
+    /// A held run's steps from its first embeddings: `next` asked each step, the model side
+    /// stepping until it says stop, each answer checked (embeddings exactly when more were asked).
+    fn steps_held(&self, first: Embedded, b: usize, next: &mut HeldStep) -> Result<()> {
+        let mut emb = self.checked(first, b, true);
+        for k in 0.. {
+            let Some((g, more)) = next(emb?, k)? else { break };
+            let g = crate::host::read(&g.without_autodiff())?;
+            let answer = self.model.step(&g, more)?;
+            crate::ensure_input!(
+                answer.is_some() == more,
+                "model: a held step answered {} embeddings where {} asked",
+                if answer.is_some() { "with" } else { "without" },
+                if more { "more were" } else { "none were" }
+            );
+            let bytes = (g.len() + answer.as_ref().map_or(0, |e| e.values.len())) as u64 * 4;
+            self.count(|c| {
+                (c.step_bytes, c.steps, c.backwards) = (c.step_bytes + bytes, c.steps + 1, c.backwards + 1);
+                c.most_step_bytes = c.most_step_bytes.max(bytes);
+                c.forwards += u64::from(answer.is_some());
+            });
+            match answer {
+                Some(e) => emb = self.checked(e, b, true),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
     /// The images a held run ended with, checked.
     fn released(&self, shape: [usize; 4]) -> Result<Tensor<4>> {
         let back = self.model.release()?;
@@ -377,22 +406,13 @@ impl Oracle for External {
         let first = self.model.hold(&clean, start_values.as_deref(), shape, budget)?;
         let sent = (clean.len() + start_values.as_ref().map_or(0, Vec::len) + first.values.len()) as u64 * 4;
         self.count(|c| (c.bytes, c.calls, c.forwards) = (c.bytes + sent, c.calls + 1, c.forwards + 1));
-        let mut emb = self.checked(first, b, true);
-        for k in 0.. {
-            let Some((g, more)) = next(emb?, k)? else { break };
-            let g = crate::host::read(&g.without_autodiff())?;
-            let answer = self.model.step(&g, more)?;
-            let bytes = (g.len() + answer.as_ref().map_or(0, |e| e.values.len())) as u64 * 4;
-            self.count(|c| {
-                (c.step_bytes, c.steps, c.backwards) = (c.step_bytes + bytes, c.steps + 1, c.backwards + 1);
-                c.most_step_bytes = c.most_step_bytes.max(bytes);
-                c.forwards += u64::from(answer.is_some());
-            });
-            match answer {
-                Some(e) if more => emb = self.checked(e, b, true),
-                _ => break,
-            }
+        let stepped = self.steps_held(first, b, next);
+        if stepped.is_err() {
+            // The model side lets go of the run (its images and graph) whatever stopped it; the
+            // first error is the one said.
+            let _ = self.model.release();
         }
+        stepped?;
         self.released(shape).map(Some)
     }
 }

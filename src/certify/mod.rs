@@ -125,7 +125,7 @@ pub fn certify(
     let items: Vec<usize> = (0..used).filter(|&i| has_other_of_class(ctx, i)).collect();
     if items.is_empty() && used > 0 {
         // A certified Recall@1 of queries that have no match would be 0 by construction.
-        return Err(crate::eval::no_query_to_score("labels", ctx.gallery.is_some()));
+        return Err(crate::eval::no_query_to_score("queries", ctx.gallery.is_some()));
     }
     let rows = match s.method {
         Method::Cohen => cohen(ctx, &items, s, batch, seed, progress)?,

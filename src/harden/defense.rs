@@ -223,7 +223,7 @@ impl DefenseSession {
             "images: {n} image(s); a defended step needs a batch of at least 2"
         );
         self.loss.unit().validate_batch(n).map_err(the_callers)?;
-        self.say_layout(&labels, triplets.is_some());
+        let caller_triplets = triplets.is_some();
         let items = self.items(items, &labels)?;
         let given = triplets.map(|t| t.checked(&labels)).transpose()?;
         let x = tensor(&images, &self.device)?;
@@ -249,6 +249,7 @@ impl DefenseSession {
         );
         if let Some(t) = &plan.perturbed.triplets {
             some_triplets(t.len())?;
+            self.say_layout(&labels, caller_triplets);
         }
         let route = oracles
             .iter()
@@ -258,8 +259,9 @@ impl DefenseSession {
         Ok((plan, labels, route))
     }
 
-    /// Says, once, a batch whose loss mines SPC-2's pairs but that is not laid out in them: every
-    /// row then becomes an anchor with a random positive, about twice the rows the attack moves.
+    /// Says, once, a batch of a triplet-perturbing defense whose loss mines SPC-2's pairs but that
+    /// is not laid out in them: every row then becomes an anchor with a random positive, about
+    /// twice the rows the attack moves.
     fn say_layout(&self, labels: &[u32], given: bool) {
         let pairs = self.loss.mining().anchors == crate::loss::miner::Anchors::Pairs;
         if self.layout_said.get() || given || !pairs || crate::loss::miner::is_spc2(labels) {
@@ -438,6 +440,7 @@ impl DefenseSession {
         self.stream = stream;
         self.epoch_told = saved.epoch_told;
         self.pending = None;
+        self.awaiting_loss = false;
         Ok(())
     }
 }

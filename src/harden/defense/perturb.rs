@@ -1,6 +1,9 @@
 //! The inner maximisation alone (`x_adv, rows = defense.perturb(model, x, y)`): the perturbed
 //! rows and their roles go back to the caller, whose own forward and loss (a CE head beside the
-//! embedding, a PML loss over `indices_tuple`) train on them. The defense's state moves as in
+//! embedding, a PML loss over `indices_tuple`) train on them. What a defense's own outer loss adds
+//! beside them (HM's ICS rows, formulation 3's shifted batch) is its loss's, not returned; a
+//! defense that trains several distributions through their own batch-norm sets (MDProp,
+//! AdvProp-D) is refused. The defense's state moves as in
 //! its own step: the step is counted, and a memory that remembers each step's adversarial loss
 //! (HM's LGA) waits for it ([`DefenseSession::finish_perturbed`]) before the next step.
 
@@ -40,6 +43,13 @@ impl DefenseSession {
         models: Vec<Box<dyn HostModel>>,
     ) -> Result<Perturbation> {
         let (plan, labels, route) = self.plan_of(images, items, triplets, models)?;
+        crate::ensure_input!(
+            plan.forwards.len() == 1 && plan.forwards[0].bn_set == 0,
+            "perturb: defense {} trains {} distributions through their own batch-norm sets, which perturb's \
+             rows cannot say; use defense(model, images, labels)",
+            self.defense.name(),
+            plan.forwards.len()
+        );
         let adv = &plan.perturbed.adversarial;
         let shape = adv.dims();
         let [b, c, h, w] = shape;
