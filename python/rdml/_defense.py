@@ -7,13 +7,12 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
-from . import _rdml
 from ._bn import _sets_of, batch_norm_set
 from ._inputs import image_tensor, images_and_labels, labels as label_list, tensor_like, to_bytes, triplet_rows
 from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._loss import Loss
 from ._torch import TorchModel, _torch, check_output, embedding_of
-from ._wire import encoded, run, session_call
+from ._wire import open_session, run, session_call
 
 
 class _SetModel(TorchModel):
@@ -129,7 +128,7 @@ class Defense:
         if loss_table is not None:
             request["loss"] = dict(loss_table)
         self.inner = inner
-        self._session = _rdml.Session("defense", encoded(request), device)
+        self._session = open_session("defense", request, device)
         self.info = session_call(self._session, "info", {})[0]
         if self._own is not None and not self.info["outer_is_the_loss"]:
             raise ValueError(

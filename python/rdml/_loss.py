@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from . import _rdml
 from ._inputs import labels as label_list, tensor_like, to_bytes, triplet_rows
 from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._torch import _torch
-from ._wire import encoded, session_call
+from ._wire import open_session, session_call
 
 
 def _gathered(e: Any, labels: List[int]) -> Tuple[Any, List[int], int]:
@@ -59,7 +58,7 @@ class Loss:
         self.table = dict(kind=kind, **table)
         self.gather = bool(gather)
         self.seed = int(seed)
-        self._session = _rdml.Session("loss", encoded(dict(loss=self.table, seed=int(seed))), device)
+        self._session = open_session("loss", dict(loss=self.table, seed=int(seed)), device)
         self.info = session_call(self._session, "info", {})[0]
         self._eager = eager(self._compute)
         self.beta = None

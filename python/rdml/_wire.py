@@ -7,6 +7,7 @@ as ``None`` is dropped, and the library takes its default.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -14,9 +15,33 @@ import numpy as np
 from . import _rdml
 
 
+_POOL_SIZED = False
+
+
+def follow_torch_threads() -> None:
+    """Before rdml's first CPU work, its pool takes PyTorch's thread count when torch is loaded
+    (under torchrun one thread a rank, as torch's own): two pools the size of the machine would
+    oversubscribe it. ``RAYON_NUM_THREADS`` set, or torch not loaded at rdml's first call: the
+    pool keeps its own size (the machine's cores)."""
+    global _POOL_SIZED
+    if _POOL_SIZED:
+        return
+    _POOL_SIZED = True
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        _rdml.cpu_threads(int(torch.get_num_threads()))
+
+
+def open_session(kind: str, request: Dict[str, Any], device: Any) -> Any:
+    """A loop piece's session (``rdml.Defense``'s, ``rdml.Loss``'s) on ``request``."""
+    follow_torch_threads()
+    return _rdml.Session(kind, encoded(request), device)
+
+
 def run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
         surrogate: Any = None) -> Tuple[Any, List[bytes]]:
     """The library's job ``job`` on ``request`` with float32 ``arrays``: the answer, and its arrays."""
+    follow_torch_threads()
     req = encoded(drop_none(request))
     out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate)
     return json.loads(out), arrays

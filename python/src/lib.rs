@@ -168,6 +168,19 @@ impl Session {
     }
 }
 
+/// Sizes rdml's CPU pool to `n` threads before its first CPU work ([`rdml::device::cpu_threads`]):
+/// whether it took.
+#[pyfunction]
+fn cpu_threads(n: usize) -> bool {
+    rdml::device::cpu_threads(n)
+}
+
+/// The threads of rdml's CPU pool.
+#[pyfunction]
+fn cpu_pool() -> usize {
+    rdml::device::cpu_pool_size()
+}
+
 #[pymodule]
 fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Ctrl-C between batches: Python's handler runs (and its KeyboardInterrupt is raised again
@@ -181,6 +194,8 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RdmlWarning", m.py().get_type::<RdmlWarning>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_pool, m)?)?;
     m.add_class::<Session>()?;
     Ok(())
 }

@@ -427,3 +427,20 @@ def test_perturb_refuses_a_defense_of_several_batch_norm_sets():
     advprop = rdml.Defense("advprop", eps=0.1, step=0.02, steps=1, output=0)
     with pytest.raises(ValueError, match="perturb: defense advprop trains 2 distributions"):
         advprop.perturb(rdml.split_batch_norm(model, 2) or model, x, y)
+
+
+@pytest.mark.parametrize("env,want", [({}, "1"), ({"RAYON_NUM_THREADS": "2"}, "2")])
+def test_rdmls_cpu_pool_follows_torchs_threads(env, want):
+    """Under torchrun torch runs one thread a rank; rdml's own pool (its kernels, burn's CPU
+    backend) the size of the machine on every rank would oversubscribe it. From Python it takes
+    torch's thread count at its first call, unless RAYON_NUM_THREADS sizes it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; torch.set_num_threads(1); import numpy as np, rdml; from rdml import _rdml; "
+            "rdml.metrics(np.eye(4, dtype=np.float32), [0, 0, 1, 1], recall_ks=(1,), nmi=False); "
+            "print(_rdml.cpu_pool())")
+    clean = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == want, out.stderr

@@ -155,6 +155,22 @@ pub fn list() -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// Sizes rdml's CPU thread pool (rayon's, which its kernels and burn's CPU backend share) to `n`
+/// threads, before rdml's first CPU work: a front end that runs beside another pool (PyTorch's,
+/// one per rank under torch.distributed) makes them agree. `false` when the pool already runs or
+/// `RAYON_NUM_THREADS` sizes it: its size then stays.
+pub fn cpu_threads(n: usize) -> bool {
+    if n == 0 || std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return false;
+    }
+    rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok()
+}
+
+/// The threads of rdml's CPU pool (started with its default size if it was not yet).
+pub fn cpu_pool_size() -> usize {
+    rayon::current_num_threads()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
