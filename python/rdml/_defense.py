@@ -180,8 +180,8 @@ class Defense:
     def perturb(self, model: Any, images: Any, labels: Any, *, indices: Any = None, triplets: Any = None) -> Any:
         """The inner maximisation alone: ``x_adv, rows = defense.perturb(model, images, labels)``
         returns the perturbed rows on the images' device, in their dtype (the stacked anchors,
-        positives and negatives of a triplet defense's triplets; the batch itself for EST and
-        MDProp), and their roles: ``rows.anchors``, ``rows.positives``, ``rows.negatives``
+        positives and negatives of a triplet defense's triplets; the batch itself for EST; a
+        defense of several batch-norm sets, MDProp or AdvProp-D, is refused), and their roles: ``rows.anchors``, ``rows.positives``, ``rows.negatives``
         (index tensors into ``x_adv``; ``None`` where the batch itself is perturbed),
         ``rows.indices_tuple`` (the three, for PML's losses), ``rows.labels`` and ``rows.source``
         (the batch row each came from). Your own forward and loss then train on them (a CE head

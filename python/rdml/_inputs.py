@@ -96,7 +96,11 @@ def image_tensor(a: Any, what: str = "images") -> Any:
     """The image rule for a training loop's batch: a torch tensor where it is (its device and
     dtype kept), a NumPy array made one."""
     torch = loaded_torch()
-    t = a if is_tensor(a) else torch.as_tensor(np.asarray(a))
+    if not is_tensor(a):
+        x = np.asarray(a)
+        check_image_dtype(x.dtype, what)
+        a = torch.from_numpy(np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("=")))
+    t = a
     if t.ndim != 4:
         raise ValueError(f"{what}: expected N × C × H × W, got shape {tuple(t.shape)}")
     check_image_dtype(t.dtype, what)

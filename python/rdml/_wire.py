@@ -7,6 +7,7 @@ as ``None`` is dropped, and the library takes its default.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -19,16 +20,19 @@ _POOL_SIZED = False
 
 
 def follow_torch_threads() -> None:
-    """Before rdml's first CPU work, its pool takes PyTorch's thread count when torch is loaded
-    (under torchrun one thread a rank, as torch's own): two pools the size of the machine would
-    oversubscribe it. ``RAYON_NUM_THREADS`` set, or torch not loaded at rdml's first call: the
-    pool keeps its own size (the machine's cores)."""
+    """Before rdml's first CPU work, its pool takes PyTorch's thread count where the launch sized
+    torch's (torchrun's ranks, ``LOCAL_WORLD_SIZE`` > 1, one thread a rank by default; or
+    ``OMP_NUM_THREADS``): pools the size of the machine on every rank would oversubscribe it. Else,
+    or with ``RAYON_NUM_THREADS`` set, the pool keeps its own size (the cores it may use)."""
     global _POOL_SIZED
     if _POOL_SIZED:
         return
-    _POOL_SIZED = True
     torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "get_num_threads"):
+    if torch is None or not hasattr(torch, "get_num_threads"):
+        return  # not yet: a later call may find torch loaded (the library's pool may be running then)
+    _POOL_SIZED = True
+    launched = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1 or "OMP_NUM_THREADS" in os.environ
+    if launched:
         _rdml.cpu_threads(int(torch.get_num_threads()))
 
 

@@ -49,7 +49,11 @@ impl PyModel {
                 .and_then(|a| self.obj.bind(py).call_method1(method, a))
                 .and_then(read);
             out.map_err(|e| {
-                *self.raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                // The first exception is the one said (a clean-up call after it may raise too).
+                let mut kept = self.raised.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.is_none() {
+                    *kept = Some(e);
+                }
                 anyhow::anyhow!(PY_RAISED)
             })
         })

@@ -429,11 +429,13 @@ def test_perturb_refuses_a_defense_of_several_batch_norm_sets():
         advprop.perturb(rdml.split_batch_norm(model, 2) or model, x, y)
 
 
-@pytest.mark.parametrize("env,want", [({}, "1"), ({"RAYON_NUM_THREADS": "2"}, "2")])
-def test_rdmls_cpu_pool_follows_torchs_threads(env, want):
+@pytest.mark.parametrize("env,want", [({"LOCAL_WORLD_SIZE": "2"}, "1"), ({"OMP_NUM_THREADS": "1"}, "1"),
+                                      ({"LOCAL_WORLD_SIZE": "2", "RAYON_NUM_THREADS": "2"}, "2"), ({}, "cores")])
+def test_rdmls_cpu_pool_follows_torchs_threads_where_the_launch_sized_them(env, want):
     """Under torchrun torch runs one thread a rank; rdml's own pool (its kernels, burn's CPU
     backend) the size of the machine on every rank would oversubscribe it. From Python it takes
-    torch's thread count at its first call, unless RAYON_NUM_THREADS sizes it."""
+    torch's thread count at its first call where the launch sized torch's (torchrun's ranks, or
+    OMP_NUM_THREADS), unless RAYON_NUM_THREADS sizes it; a plain process keeps the cores."""
     import os
     import subprocess
     import sys
@@ -441,6 +443,8 @@ def test_rdmls_cpu_pool_follows_torchs_threads(env, want):
     code = ("import torch; torch.set_num_threads(1); import numpy as np, rdml; from rdml import _rdml; "
             "rdml.metrics(np.eye(4, dtype=np.float32), [0, 0, 1, 1], recall_ks=(1,), nmi=False); "
             "print(_rdml.cpu_pool())")
-    clean = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"}
+    drop = ("RAYON_NUM_THREADS", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS")
+    clean = {k: v for k, v in os.environ.items() if k not in drop}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+    want = str(len(os.sched_getaffinity(0))) if want == "cores" else want
     assert out.returncode == 0 and out.stdout.strip() == want, out.stderr

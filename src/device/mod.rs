@@ -160,10 +160,16 @@ pub fn list() -> Result<Vec<String>> {
 /// one per rank under torch.distributed) makes them agree. `false` when the pool already runs or
 /// `RAYON_NUM_THREADS` sizes it: its size then stays.
 pub fn cpu_threads(n: usize) -> bool {
-    if n == 0 || std::env::var_os("RAYON_NUM_THREADS").is_some() {
+    let sized = std::env::var("RAYON_NUM_THREADS").is_ok_and(|v| v.parse::<usize>().is_ok_and(|k| k > 0));
+    if n == 0 || sized {
         return false;
     }
-    rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok()
+    // Only ever smaller than the default: the cores this process may use (a container's quota).
+    let cores = std::thread::available_parallelism().map_or(n, |c| c.get());
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n.min(cores))
+        .build_global()
+        .is_ok()
 }
 
 /// The threads of rdml's CPU pool (started with its default size if it was not yet).

@@ -42,14 +42,15 @@ impl DefenseSession {
         triplets: Option<GivenTriplets>,
         models: Vec<Box<dyn HostModel>>,
     ) -> Result<Perturbation> {
-        let (plan, labels, route) = self.plan_of(images, items, triplets, models)?;
+        // Before any work: a refused call leaves the defense's stream where it was.
         crate::ensure_input!(
-            plan.forwards.len() == 1 && plan.forwards[0].bn_set == 0,
+            self.bn_sets() == 1,
             "perturb: defense {} trains {} distributions through their own batch-norm sets, which perturb's \
              rows cannot say; use defense(model, images, labels)",
             self.defense.name(),
-            plan.forwards.len()
+            self.bn_sets()
         );
+        let (plan, labels, route) = self.plan_of(images, items, triplets, models)?;
         let adv = &plan.perturbed.adversarial;
         let shape = adv.dims();
         let [b, c, h, w] = shape;
