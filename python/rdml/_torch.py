@@ -11,6 +11,8 @@ from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
+from ._inputs import host, to_bytes
+
 
 def _torch():
     try:
@@ -105,7 +107,7 @@ class TorchModel:
         if not e.is_floating_point():
             raise ValueError(f"model: returned {e.dtype} embeddings; expected floating-point values")
         self._kept = (x, e) if keep and e.requires_grad else None
-        return e.detach().to(torch.float32).cpu().numpy().tobytes(), tuple(e.shape), bool(e.requires_grad)
+        return to_bytes(e), tuple(e.shape), bool(e.requires_grad)
 
     def embed(self, images: bytes, shape: Tuple[int, int, int, int], keep: bool) -> Tuple[bytes, Tuple[int, ...], bool]:
         """The embeddings' float32 bytes, their shape and whether they carry a gradient to the
@@ -130,7 +132,7 @@ class TorchModel:
         return gx.detach().to(torch.float32)
 
     def pull_back(self, grad: bytes) -> bytes:
-        return self._pulled(grad).cpu().numpy().tobytes()
+        return to_bytes(self._pulled(grad))
 
     # A projected-gradient run held on the model's device: the clean rows, the start and the
     # budget cross once (``hold``), then per step only the embeddings and their gradient
@@ -208,7 +210,7 @@ class TorchModel:
         xa, self._xa, self._held, self._kept = self._xa, None, None, None
         if xa is None:
             raise RuntimeError("rdml released a run the model does not hold")
-        return xa.detach().to(self._torch.float32).cpu().numpy().tobytes()
+        return to_bytes(xa)
 
 
 #: Copies of a query drawn from one generator (the noise of copy j is the same in every batch);
@@ -283,5 +285,5 @@ def module_digest(model: Any) -> Optional[str]:
             continue
         t = t.detach().to("cpu").contiguous()
         h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        h.update(host(t.reshape(-1).view(torch.uint8)).tobytes())
     return "sha256:" + h.hexdigest()

@@ -7,7 +7,6 @@ as ``None`` is dropped, and the library takes its default.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -20,10 +19,8 @@ _POOL_SIZED = False
 
 
 def follow_torch_threads() -> None:
-    """Before rdml's first CPU work, its pool takes PyTorch's thread count where the launch sized
-    torch's (torchrun's ranks, ``LOCAL_WORLD_SIZE`` > 1, one thread a rank by default; or
-    ``OMP_NUM_THREADS``): pools the size of the machine on every rank would oversubscribe it. Else,
-    or with ``RAYON_NUM_THREADS`` set, the pool keeps its own size (the cores it may use)."""
+    """Tells the library PyTorch's thread count before rdml's first CPU work; the library decides
+    whether its pool follows it (``rdml::device::cpu_threads_beside``)."""
     global _POOL_SIZED
     if _POOL_SIZED:
         return
@@ -31,9 +28,7 @@ def follow_torch_threads() -> None:
     if torch is None or not hasattr(torch, "get_num_threads"):
         return  # not yet: a later call may find torch loaded (the library's pool may be running then)
     _POOL_SIZED = True
-    launched = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1 or "OMP_NUM_THREADS" in os.environ
-    if launched:
-        _rdml.cpu_threads(int(torch.get_num_threads()))
+    _rdml.cpu_threads(int(torch.get_num_threads()))
 
 
 def open_session(kind: str, request: Dict[str, Any], device: Any) -> Any:

@@ -168,11 +168,11 @@ impl Session {
     }
 }
 
-/// Sizes rdml's CPU pool to `n` threads before its first CPU work ([`rdml::device::cpu_threads`]):
-/// whether it took.
+/// PyTorch's thread count `n`, told before rdml's first CPU work; the library decides whether its
+/// pool follows ([`rdml::device::cpu_threads_beside`]): whether it did.
 #[pyfunction]
 fn cpu_threads(n: usize) -> bool {
-    rdml::device::cpu_threads(n)
+    rdml::device::cpu_threads_beside(n)
 }
 
 /// The threads of rdml's CPU pool.

@@ -172,6 +172,18 @@ pub fn cpu_threads(n: usize) -> bool {
         .is_ok()
 }
 
+/// rdml's CPU pool beside another pool of `n` threads (PyTorch's, told by the Python front
+/// end): it follows `n` ([`cpu_threads`]) where the launch sized that pool — torchrun's ranks
+/// (`LOCAL_WORLD_SIZE` > 1: one thread a rank by default) or `OMP_NUM_THREADS` — since pools the
+/// size of the machine on every rank would oversubscribe it; else it keeps its own size.
+pub fn cpu_threads_beside(n: usize) -> bool {
+    let ranks = std::env::var("LOCAL_WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let launched = ranks.is_some_and(|r| r > 1) || std::env::var_os("OMP_NUM_THREADS").is_some();
+    launched && cpu_threads(n)
+}
+
 /// The threads of rdml's CPU pool (started with its default size if it was not yet).
 pub fn cpu_pool_size() -> usize {
     rayon::current_num_threads()

@@ -63,6 +63,17 @@ struct Batch {
     triplets: Option<crate::harden::GivenTriplets>,
 }
 
+/// A batch as `inner` and `perturb` read it: the request (its indices and triplets) and its images.
+fn read_batch(request: &str, values: Option<Vec<f32>>) -> Result<(Batch, Images)> {
+    let mut b: Batch = read(request)?;
+    let images = Images {
+        images: values.unwrap_or_default(),
+        shape: b.shape,
+        labels: std::mem::take(&mut b.labels),
+    };
+    Ok((b, images))
+}
+
 /// Embeddings as a method's request describes them: the rows of each array, in order.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,12 +137,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
     match c.method {
         "info" => Answer::of(&d.info()),
         "inner" => {
-            let b: Batch = read(c.request)?;
-            let images = Images {
-                images: arrays.next().unwrap_or_default(),
-                shape: b.shape,
-                labels: b.labels,
-            };
+            let (b, images) = read_batch(c.request, arrays.next())?;
             let f = d.inner(images, b.indices, b.triplets, c.models)?;
             let forwards: Vec<_> = f
                 .images
@@ -153,12 +159,7 @@ fn defense(d: &mut DefenseSession, c: SessionCall) -> Result<Answer> {
             })
         }
         "perturb" => {
-            let b: Batch = read(c.request)?;
-            let images = Images {
-                images: arrays.next().unwrap_or_default(),
-                shape: b.shape,
-                labels: b.labels,
-            };
+            let (b, images) = read_batch(c.request, arrays.next())?;
             let mut p = d.perturb(images, b.indices, b.triplets, c.models)?;
             Ok(Answer {
                 arrays: vec![std::mem::take(&mut p.images)],
