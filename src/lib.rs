@@ -10,7 +10,8 @@
 //! 1. `fault` (injected faults for tests), `field` (option names, rendered by each front end),
 //!    `host`, `read` (every file read: by type and size, bookkeeping never through a link),
 //!    `atomic` (files written whole), `output`, `run_dir`, `owned` (ledgers of what rdml wrote),
-//!    `out_folder` (a scored model's `out` folder), `notes` (warnings and notes, to the front
+//!    `out_folder` (a scored model's `out` folder), `ranks` (the process group a scoring job is
+//!    split over), `notes` (warnings and notes, to the front
 //!    end's sink), `progress`, `device`, `kernel`, `data`, `kinds`;
 //! 2. `model`, `loss` (one file per loss behind `loss::Loss`);
 //! 3. `eval`;
@@ -55,6 +56,7 @@ pub mod output;
 pub mod owned;
 pub mod progress;
 pub mod quickstart;
+pub mod ranks;
 pub mod read;
 pub mod run_dir;
 pub mod scoring;

@@ -44,6 +44,10 @@ pub fn note(text: impl AsRef<str>) {
 }
 
 fn tell(level: Level, text: &str) {
+    // Every rank of a split job computes the same: rank 0 tells it once.
+    if !crate::ranks::speaks() {
+        return;
+    }
     match SINK.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         Some(sink) => sink(level, text),
         None => crate::progress::line(&format!(

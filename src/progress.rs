@@ -33,7 +33,9 @@ pub fn between_batches() -> anyhow::Result<()> {
 /// A line of a long job's progress on standard error (an epoch's, a suite attack's), and where
 /// the library's notes go when no front end installed a sink ([`crate::notes`]).
 pub fn line(text: &str) {
-    eprintln!("{text}");
+    if crate::ranks::speaks() {
+        eprintln!("{text}");
+    }
 }
 
 /// One task of `total` steps.
@@ -54,7 +56,8 @@ impl Progress {
             total,
             t0: Instant::now(),
             tty: std::io::stderr().is_terminal(),
-            enabled,
+            // Every rank of a split job goes through the same steps: rank 0 shows them.
+            enabled: enabled && crate::ranks::speaks(),
             drawn: false,
         }
     }

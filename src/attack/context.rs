@@ -14,6 +14,7 @@ use crate::eval::knn::{Embeddings, top_k};
 use crate::eval::metrics::{self, QueryRow, Retrieval};
 use crate::loss::distance::Distance;
 use crate::model::EmbeddingNet;
+use crate::ranks::Ranks;
 use anyhow::{Context as _, Result};
 use burn::tensor::{Device, Tensor, TensorData};
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub struct Context {
     /// metric `C`, Euclidean for `N` and `E`). The selections and objectives rank in Euclidean
     /// distance, which orders unit vectors as the cosine distance does.
     pub distance: Distance,
+    /// The ranks the work is split over: each embeds and attacks its share of the batches.
+    pub ranks: Ranks,
 }
 
 /// A gallery apart from the queries: its images (CA± moves them), their clean embeddings, and
@@ -75,9 +78,24 @@ impl Context {
         device: &Device,
         robrank_compat: bool,
     ) -> Result<Self> {
+        Self::of_ranked(model, set, (batch, &Ranks::alone()), device, robrank_compat)
+    }
+
+    /// [`Context::of`] on `ranks`: each rank embeds its share of the batches, and every rank
+    /// holds them all.
+    pub fn of_ranked(
+        model: Arc<dyn Oracle>,
+        set: &ImageSet,
+        (batch, ranks): (usize, &Ranks),
+        device: &Device,
+        robrank_compat: bool,
+    ) -> Result<Self> {
         let device = device.clone().without_autodiff();
-        let clean = embed_set(model.as_ref(), set, batch.max(1), &device)?;
-        check_answers_alike(model.as_ref(), set, &clean, &device)?;
+        let clean = embed_share(model.as_ref(), set, batch.max(1), &device, ranks)?;
+        if ranks.rank() == 0 {
+            // Its warning is rank 0's to tell: the others need not ask the model again.
+            check_answers_alike(model.as_ref(), set, &clean, &device)?;
+        }
         let (cand, cand_sq) = on_device(&clean, &device);
         Ok(Self {
             model,
@@ -89,6 +107,7 @@ impl Context {
             device,
             robrank_compat,
             distance: Distance::Euclidean,
+            ranks: ranks.clone(),
         })
     }
 
@@ -101,7 +120,7 @@ impl Context {
             own.len(),
             self.n()
         );
-        let clean = embed_set(self.model.as_ref(), gallery, batch.max(1), &self.device)?;
+        let clean = embed_share(self.model.as_ref(), gallery, batch.max(1), &self.device, &self.ranks)?;
         anyhow::ensure!(
             clean.dim == self.clean.dim,
             "the model embeds the gallery in {} dimensions and the queries in {}",
@@ -247,14 +266,29 @@ pub fn embed_tensor(model: &dyn Oracle, x: Tensor<4>) -> Result<Vec<f32>> {
 /// Every item of `set` embedded by `model`, `batch` at a time (a Ctrl-C is heard between
 /// batches).
 pub fn embed_set(model: &dyn Oracle, set: &ImageSet, batch: usize, device: &Device) -> Result<Embeddings> {
+    embed_share(model, set, batch, device, &Ranks::alone())
+}
+
+/// [`embed_set`] across `ranks`: each rank embeds its share of the batches (the batches of a
+/// single process, so each row is what it would be there), and every rank gets them all.
+pub fn embed_share(
+    model: &dyn Oracle,
+    set: &ImageSet,
+    batch: usize,
+    device: &Device,
+    ranks: &Ranks,
+) -> Result<Embeddings> {
+    let batches = loader::sequential(set.len(), batch);
+    let own = batches[ranks.share(batches.len())].to_vec();
     let mut data = Vec::new();
     let mut dim = 0;
-    for b in loader::prefetch(set.clone(), loader::sequential(set.len(), batch), None, 2) {
+    for b in loader::prefetch(set.clone(), own, None, 2) {
         let e = model.embed(batch_tensor(&b?, device))?;
         dim = e.dims()[1];
         data.extend(crate::host::read(&e)?);
         crate::progress::between_batches()?;
     }
+    let (data, dim) = ranks.gather_rows(&data, dim)?;
     Embeddings::new(data, set.len(), dim)
 }
 

@@ -21,6 +21,7 @@ pub mod record;
 pub mod registry;
 pub mod result;
 pub mod robustness;
+pub mod share;
 pub mod spec;
 pub mod suite;
 pub mod tally;

@@ -80,7 +80,9 @@ pub fn run_with(setup: &Setup, attack: &dyn Attack) -> Result<AttackResult> {
 }
 
 /// [`run_with`], also handing every batch's clean and adversarial images to `examples` when
-/// given (an [`super::adversarial::ExampleWriter`] writes them as PNG).
+/// given (an [`super::adversarial::ExampleWriter`] writes them as PNG). On ranks (the target's
+/// [`crate::ranks::Ranks`]), each rank attacks its share of the batches and every rank scores
+/// them all ([`super::share`]).
 pub fn run_saving(
     setup: &Setup,
     attack: &dyn Attack,
@@ -93,15 +95,22 @@ pub fn run_saving(
     let q = setup.queries.min(moved.len());
     let items: Vec<usize> = (0..q).collect();
     let chunks: Vec<&[usize]> = items.chunks(setup.batch.max(1)).collect();
+    // A method fitted on every batch at once (a universal perturbation) runs whole on each rank.
+    let ranks = Some(&target.ranks).filter(|r| r.split() && !method.fits_all_batches());
+    let own = ranks.map_or(0..chunks.len(), |r| r.share(chunks.len()));
+    ensure!(
+        ranks.is_none() || examples.is_none(),
+        "an attack's adversarial images are made on one process, not split over ranks"
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(setup.seed ^ 0xA77AC);
     let load = |chunk: &[usize]| -> Result<Tensor<4>> {
         Ok(batch_tensor(&loader::load_batch(moved, chunk, None)?, &target.device))
     };
-    let mut bar = crate::progress::Progress::new(format!("{:<6}", attack.spec()), chunks.len(), setup.progress);
-    let mut tally = if setup.per_query {
-        Tally::per_query()
-    } else {
-        Tally::default()
+    let mut bar = crate::progress::Progress::new(format!("{:<6}", attack.spec()), own.len(), setup.progress);
+    let mut tally = match (ranks, setup.per_query) {
+        (Some(_), _) => Tally::logged(),
+        (None, true) => Tally::per_query(),
+        (None, false) => Tally::default(),
     };
     let mut attacked: Vec<f32> = vec![];
     let mut model_queries: Option<u64> = None;
@@ -121,7 +130,7 @@ pub fn run_saving(
         if let Some(w) = examples.as_deref_mut() {
             w.add(chunk, &moved.labels, &batch.images, &p.images)?;
         }
-        bar.set(bi + 1, "batches");
+        bar.set(bi + 1 - own.start, "batches");
         crate::progress::between_batches()?;
         let adv = embed_attacked(target, p.images, chunk.len())?;
         tally.batch(chunk);
@@ -147,25 +156,37 @@ pub fn run_saving(
         }
     } else {
         for (bi, chunk) in chunks.iter().enumerate() {
-            let batch = Batch {
-                images: load(chunk)?,
-                plan: attack.plan(attacker, chunk, &mut rng)?,
-            };
-            finish_batch(bi, chunk, &batch, None)?;
+            // Every batch's plan, this rank's or not: the selections draw from one stream.
+            let plan = attack.plan(attacker, chunk, &mut rng)?;
+            if own.contains(&bi) {
+                let images = load(chunk)?;
+                finish_batch(bi, chunk, &Batch { images, plan }, None)?;
+            }
         }
     }
     bar.finish();
-    let done = tally.finish();
+    let shared = match ranks {
+        Some(r) => super::share::joined(r, tally, attacked, model_queries, (t0, setup.per_query))?,
+        None => super::share::Joined::alone(tally, attacked, model_queries, t0),
+    };
+    scored(setup, attack, &items, shared)
+}
+
+/// The result of `attack` on `items` from the tally of every batch, the attacked embeddings an
+/// attack keeps, and the model's forward passes.
+fn scored(setup: &Setup, attack: &dyn Attack, items: &[usize], joined: super::share::Joined) -> Result<AttackResult> {
+    let (target, q) = (setup.target, items.len());
+    let done = joined.tally.finish();
     if !done.uncovered.is_empty() {
         let what = format!("attack {}", attack.spec());
         return Err(computable::uncomputable(&what, &done.uncovered, q, target.ranked_n()));
     }
     let (mut scores, per_query) = (done.means, done.per_query);
     if attack.keeps_attacked() {
-        let adv = Embeddings::new(attacked, q, target.clean.dim)?;
-        scores.extend(attack.finish(target, &items, &adv, setup.seed)?);
+        let adv = Embeddings::new(joined.attacked, q, target.clean.dim)?;
+        scores.extend(attack.finish(target, items, &adv, setup.seed)?);
     }
-    if let Some(m) = model_queries {
+    if let Some(m) = joined.model_queries {
         scores.push(Score {
             name: Column::MODEL_QUERIES,
             value: m as f64 / q.max(1) as f64,
@@ -173,10 +194,10 @@ pub fn run_saving(
     }
     Ok(AttackResult {
         attack: attack.spec(),
-        method: method.spec(),
+        method: setup.method.spec(),
         scores,
         queries: q,
-        seconds: t0.elapsed().as_secs_f64(),
+        seconds: joined.seconds.unwrap_or_else(|| joined.t0.elapsed().as_secs_f64()),
         per_query,
         route: None,
     })

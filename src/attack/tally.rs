@@ -12,14 +12,50 @@ use super::per_query::{PerQuery, Rows};
 pub struct Tally {
     sums: Vec<(Column, f64, usize)>,
     rows: Option<Rows>,
+    /// What was added, in order, for another rank to add again ([`Tally::replay`]).
+    log: Option<Vec<Logged>>,
+}
+
+/// One addition to a tally, as a rank tells it to the others: the values as their bits, so the
+/// sums another rank makes of them are the single process's, to the last bit.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum Logged {
+    Batch(Vec<usize>),
+    Sum(Column, u64, Vec<(usize, u64)>),
 }
 
 impl Tally {
     /// A tally that also keeps each item's value.
     pub fn per_query() -> Self {
         Self {
-            sums: vec![],
             rows: Some(Default::default()),
+            ..Default::default()
+        }
+    }
+
+    /// A tally that only logs what is added, for [`Tally::replay`] on every rank.
+    pub fn logged() -> Self {
+        Self {
+            log: Some(vec![]),
+            ..Default::default()
+        }
+    }
+
+    /// The additions logged so far.
+    pub fn take_log(&mut self) -> Vec<Logged> {
+        self.log.take().unwrap_or_default()
+    }
+
+    /// Adds again, in order, what a logged tally was added.
+    pub fn replay(&mut self, log: Vec<Logged>) {
+        for l in log {
+            match l {
+                Logged::Batch(items) => self.batch(&items),
+                Logged::Sum(c, sum, rows) => {
+                    let rows: Vec<(usize, f64)> = rows.into_iter().map(|(r, v)| (r, f64::from_bits(v))).collect();
+                    self.add_sum(c, f64::from_bits(sum), &rows);
+                }
+            }
         }
     }
 
@@ -27,6 +63,9 @@ impl Tally {
     pub fn batch(&mut self, items: &[usize]) {
         if let Some(r) = &mut self.rows {
             r.batch(items);
+        }
+        if let Some(log) = &mut self.log {
+            log.push(Logged::Batch(items.to_vec()));
         }
     }
 
@@ -38,6 +77,10 @@ impl Tally {
     /// The sum of the values of `rows` (each a row of the batch and its value); the sum as the
     /// unit computes it, so the means stay those of the sums' own arithmetic.
     pub fn add_sum(&mut self, column: Column, sum: f64, rows: &[(usize, f64)]) {
+        if let Some(log) = &mut self.log {
+            let bits = rows.iter().map(|&(r, v)| (r, v.to_bits())).collect();
+            log.push(Logged::Sum(column, sum.to_bits(), bits));
+        }
         match self.sums.iter_mut().find(|s| s.0 == column) {
             Some(s) => {
                 s.1 += sum;

@@ -30,6 +30,17 @@ impl Oracle for Pixels {
 
 /// Items of `width` pixels each (`points` row by row) with their labels.
 pub fn context_of(points: &[f32], width: usize, labels: &[u32], robrank_compat: bool) -> Context {
+    context_on(points, width, labels, robrank_compat, &crate::ranks::Ranks::alone())
+}
+
+/// [`context_of`], its work split over `ranks`.
+pub fn context_on(
+    points: &[f32],
+    width: usize,
+    labels: &[u32],
+    robrank_compat: bool,
+    ranks: &crate::ranks::Ranks,
+) -> Context {
     let n = points.len() / width;
     let source = Source::Floats {
         data: points.to_vec(),
@@ -39,7 +50,7 @@ pub fn context_of(points: &[f32], width: usize, labels: &[u32], robrank_compat: 
     };
     let set = ImageSet::new("pixels", Arc::new(source), (0..n).collect(), labels.to_vec());
     let device = crate::default_device();
-    Context::of(Arc::new(Pixels), &set, 8, &device, robrank_compat).unwrap()
+    Context::of_ranked(Arc::new(Pixels), &set, (8, ranks), &device, robrank_compat).unwrap()
 }
 
 /// Items of one pixel each, at `points` on a line.

@@ -1,0 +1,477 @@
+//! The ranks of a process group a scoring job's work is split over (torch.distributed's, through
+//! the Python package): each rank embeds and attacks its share of the batches, and every rank
+//! ends with every rank's results, combined in the single-process order, so the split changes no
+//! number. rdml has no transport of its own: a [`Group`] is the caller's all-gather of bytes.
+//!
+//! Every exchange carries a status, so that nothing hangs: a rank whose work fails sends its
+//! reason as its next exchange ([`Ranks::run`]), which the others receive in place of a result
+//! wherever they wait, and raise naming that rank. A job's last exchange says that every rank
+//! finished, so a failure after the last result (a record that could not be written) reaches
+//! every rank too. A rank waits for the others at most [`Ranks::wait`] at each exchange.
+
+use anyhow::{Context as _, Result, anyhow};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// How long a rank waits for the others at one exchange, unless the caller says: the ranks reach
+/// a scoring call within the imbalance of their last step, and a rank that was never asked must
+/// not keep the others waiting for the process group's own timeout (30 minutes for gloo).
+pub const WAIT_SECONDS: f64 = 300.0;
+
+/// The caller's process group: its rank, its size and an all-gather of bytes.
+pub trait Group: Send + Sync {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    /// Every rank's `bytes` in rank order (this rank's among them), waiting at most `wait` for
+    /// the others.
+    fn all_gather(&self, bytes: &[u8], wait: Duration) -> Result<Vec<Vec<u8>>>;
+    /// The words this rank's failure `e` is told to the others in (the binding names the
+    /// exception a caller's model raised).
+    fn reason(&self, e: &anyhow::Error) -> String {
+        format!("{e:#}")
+    }
+}
+
+/// The ranks a job runs on: this process alone, or a process group.
+#[derive(Clone)]
+pub struct Ranks {
+    group: Option<Arc<dyn Group>>,
+    wait: Duration,
+}
+
+impl Default for Ranks {
+    fn default() -> Self {
+        Self::alone()
+    }
+}
+
+impl std::fmt::Debug for Ranks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ranks({} of {})", self.rank(), self.size())
+    }
+}
+
+/// A failure another rank told, or the group itself failing: nothing more is sent after it.
+#[derive(Debug)]
+struct Told(String);
+
+impl std::fmt::Display for Told {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Told {}
+
+/// Exchanges' status bytes.
+const OK: u8 = 0;
+const FAILED: u8 = 1;
+
+/// Jobs under way whose rank is not the one that speaks (rank 0): their warnings, notes and
+/// progress are rank 0's to show.
+static SILENT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this process shows warnings, notes and progress: not while it runs a job as a rank
+/// other than 0.
+pub fn speaks() -> bool {
+    SILENT.load(Ordering::SeqCst) == 0
+}
+
+impl Ranks {
+    /// This process alone: no exchange, every share the whole.
+    pub fn alone() -> Self {
+        Self {
+            group: None,
+            wait: Duration::from_secs_f64(WAIT_SECONDS),
+        }
+    }
+
+    /// The ranks of `group`, each exchange waiting at most `wait_s` seconds (default
+    /// [`WAIT_SECONDS`]); a group of one is this process alone.
+    pub fn over(group: Arc<dyn Group>, wait_s: Option<f64>) -> Result<Self> {
+        let wait_s = wait_s.unwrap_or(WAIT_SECONDS);
+        crate::ensure_input!(
+            wait_s.is_finite() && wait_s > 0.0,
+            "group_timeout: {wait_s}; expected a number of seconds above 0"
+        );
+        let n = group.size();
+        crate::ensure_input!(group.rank() < n, "group: rank {} of a group of {n}", group.rank());
+        Ok(Self {
+            group: (n > 1).then_some(group),
+            wait: Duration::from_secs_f64(wait_s),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.group.as_ref().map_or(0, |g| g.rank())
+    }
+
+    pub fn size(&self) -> usize {
+        self.group.as_ref().map_or(1, |g| g.size())
+    }
+
+    /// Whether the work is split (a group of more than one rank).
+    pub fn split(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// How long an exchange waits for the others.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// This rank's share of `n` units (batches, queries): a run of consecutive ones, the ranks'
+    /// shares in rank order making `0..n`, their sizes differing by one at most.
+    pub fn share(&self, n: usize) -> Range<usize> {
+        let (r, k) = (self.rank(), self.size());
+        (r * n / k)..((r + 1) * n / k)
+    }
+
+    /// Every rank's `payload`, in rank order; a rank that told its failure instead is this
+    /// rank's error, naming it.
+    pub fn exchange(&self, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let Some(g) = &self.group else {
+            return Ok(vec![payload.to_vec()]);
+        };
+        let mut sent = Vec::with_capacity(payload.len() + 1);
+        sent.push(OK);
+        sent.extend_from_slice(payload);
+        let got = g
+            .all_gather(&sent, self.wait)
+            .map_err(|e| anyhow!(Told(format!("rank {} of {}: {e:#}", g.rank(), g.size()))))?;
+        if got.len() != g.size() {
+            return Err(anyhow!(Told(format!(
+                "rank {} of {}: the group answered {} ranks' messages",
+                g.rank(),
+                g.size(),
+                got.len()
+            ))));
+        }
+        let failed: Vec<String> = got
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.first() != Some(&OK))
+            .map(|(r, m)| format!("rank {r}: {}", String::from_utf8_lossy(m.get(1..).unwrap_or_default())))
+            .collect();
+        if !failed.is_empty() {
+            return Err(anyhow!(Told(format!(
+                "{} (this is rank {} of {}; every rank stops)",
+                failed.join("; "),
+                g.rank(),
+                g.size()
+            ))));
+        }
+        Ok(got.into_iter().map(|mut m| m.split_off(1)).collect())
+    }
+
+    /// Every rank's `value`, in rank order.
+    pub fn gather<T: Serialize + DeserializeOwned>(&self, value: &T) -> Result<Vec<T>> {
+        if !self.split() {
+            return Ok(vec![serde_json::from_slice(&serde_json::to_vec(value)?)?]);
+        }
+        self.exchange(&serde_json::to_vec(value)?)?
+            .iter()
+            .enumerate()
+            .map(|(r, m)| serde_json::from_slice(m).with_context(|| format!("rank {r}'s message")))
+            .collect()
+    }
+
+    /// Every rank's float32 `rows` (of `dim` values each), joined in rank order: the shares of a
+    /// set embedded across the ranks. A rank with no rows has no width; the others must agree.
+    pub fn gather_rows(&self, rows: &[f32], dim: usize) -> Result<(Vec<f32>, usize)> {
+        if !self.split() {
+            return Ok((rows.to_vec(), dim));
+        }
+        let mut bytes = Vec::with_capacity(8 + rows.len() * 4);
+        bytes.extend_from_slice(&(dim as u64).to_le_bytes());
+        bytes.extend(rows.iter().flat_map(|v| v.to_le_bytes()));
+        let (mut all, mut width) = (vec![], None::<usize>);
+        for (r, m) in self.exchange(&bytes)?.iter().enumerate() {
+            let (d, values) = m
+                .split_at_checked(8)
+                .ok_or_else(|| anyhow!("rank {r}'s rows: no width"))?;
+            let d = u64::from_le_bytes(d.try_into()?) as usize;
+            if values.is_empty() {
+                continue;
+            }
+            match width {
+                Some(w) if w != d => anyhow::bail!("rank {r} embeds in {d} dimensions, rank 0's share in {w}"),
+                _ => width = Some(d),
+            }
+            all.extend(
+                values
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+        }
+        Ok((all, width.unwrap_or(dim)))
+    }
+
+    /// Checks that every rank was asked the same (`asked`: the request, digests of its arrays
+    /// and models), naming the first field that differs; then runs `body`, telling the others
+    /// when it fails, and ends with an exchange that says every rank finished.
+    pub fn run<T>(&self, asked: &serde_json::Value, body: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !self.split() {
+            return body();
+        }
+        let silent = self.rank() != 0;
+        if silent {
+            SILENT.fetch_add(1, Ordering::SeqCst);
+        }
+        let out = (|| {
+            self.agree(asked)?;
+            let v = body()?;
+            self.exchange(&[])?;
+            Ok(v)
+        })();
+        if silent {
+            SILENT.fetch_sub(1, Ordering::SeqCst);
+        }
+        out.inspect_err(|e| self.tell_failure(e))
+    }
+
+    /// This rank's failure `e` told to the others as its next exchange (unless the failure is one
+    /// they told, or the group's own): they receive it wherever they wait.
+    pub fn tell_failure(&self, e: &anyhow::Error) {
+        let Some(g) = &self.group else { return };
+        if e.chain().any(|c| c.is::<Told>()) {
+            return;
+        }
+        let mut sent = vec![FAILED];
+        sent.extend_from_slice(g.reason(e).as_bytes());
+        // Best effort: the failure itself is this rank's error either way.
+        let _ = g.all_gather(&sent, self.wait);
+    }
+
+    /// Every rank's `asked` compared with rank 0's.
+    fn agree(&self, asked: &serde_json::Value) -> Result<()> {
+        let all = self.gather(asked)?;
+        for (r, theirs) in all.iter().enumerate().skip(1) {
+            let model = |v: &serde_json::Value| v.get("model_digest").cloned();
+            let field = if model(&all[0]) != model(theirs) {
+                Some("model_digest".to_string())
+            } else {
+                differs(&all[0], theirs, String::new())
+            };
+            if let Some(field) = field {
+                return Err(crate::input_error(agreement_error(&field, r, &all[0], theirs)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The words of a field that differs between rank 0 and rank `r`.
+fn agreement_error(field: &str, r: usize, first: &serde_json::Value, theirs: &serde_json::Value) -> String {
+    let value = |v: &serde_json::Value| {
+        let at = field.split('.').filter(|k| !k.is_empty()).try_fold(v, |v, k| v.get(k));
+        let s = at.map_or("nothing".to_string(), |v| v.to_string());
+        if s.chars().count() > 80 {
+            format!("{}…", s.chars().take(80).collect::<String>())
+        } else {
+            s
+        }
+    };
+    if field == "model_digest" {
+        let params = |v: &serde_json::Value| v.get("parameters_digest").cloned();
+        let why = if params(first) == params(theirs) {
+            "the same parameters but other buffers: batch-norm statistics left by each rank's last \
+             training-mode forward (DDP broadcasts buffers before a forward, not after). Broadcast rank 0's \
+             buffers first (for b in model.buffers(): torch.distributed.broadcast(b, 0)), or score after one \
+             eval-mode forward of the DDP module"
+        } else {
+            "other parameters: each rank must score the same weights (load the checkpoint on every rank, or \
+             score the DDP module's own model)"
+        };
+        return format!("model: rank {r} holds another model than rank 0, with {why}");
+    }
+    format!(
+        "{}: rank 0 and rank {r} were asked different things ({} on rank 0, {} on rank {r}); every rank must \
+         make the same call",
+        if field.is_empty() { "request" } else { field },
+        value(first),
+        value(theirs)
+    )
+}
+
+/// The first field (dotted keys) where `a` and `b` differ.
+fn differs(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
+    use serde_json::Value::Object;
+    match (a, b) {
+        (Object(x), Object(y)) => {
+            let keys = x.keys().chain(y.keys().filter(|k| !x.contains_key(*k)));
+            keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                (Some(p), Some(q)) => differs(p, q, join(&at, k)),
+                _ => Some(join(&at, k)),
+            })
+        }
+        _ => (a != b).then_some(at),
+    }
+}
+
+fn join(at: &str, k: &str) -> String {
+    if at.is_empty() {
+        k.to_string()
+    } else {
+        format!("{at}.{k}")
+    }
+}
+
+/// A digest of float32 values, for ranks to compare the arrays they were given.
+pub fn digest(values: &[f32]) -> String {
+    use std::hash::Hasher;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write_usize(values.len());
+    for v in values {
+        h.write_u32(v.to_bits());
+    }
+    format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use std::sync::{Barrier, Mutex};
+
+    /// Ranks as threads of one process, exchanging through shared slots.
+    pub struct Threads {
+        rank: usize,
+        size: usize,
+        shared: Arc<(Barrier, Mutex<Vec<Vec<u8>>>, Barrier)>,
+    }
+
+    impl Threads {
+        pub fn group(n: usize) -> Vec<Arc<dyn Group>> {
+            let shared = Arc::new((Barrier::new(n), Mutex::new(vec![vec![]; n]), Barrier::new(n)));
+            (0..n)
+                .map(|rank| {
+                    Arc::new(Threads {
+                        rank,
+                        size: n,
+                        shared: shared.clone(),
+                    }) as Arc<dyn Group>
+                })
+                .collect()
+        }
+    }
+
+    impl Group for Threads {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            self.size
+        }
+        fn all_gather(&self, bytes: &[u8], _wait: Duration) -> Result<Vec<Vec<u8>>> {
+            self.shared.1.lock().unwrap()[self.rank] = bytes.to_vec();
+            self.shared.0.wait();
+            let all = self.shared.1.lock().unwrap().clone();
+            self.shared.2.wait();
+            Ok(all)
+        }
+    }
+
+    /// Runs `f` on every rank of a group of `n` threads; their results in rank order.
+    pub fn on_ranks<T: Send>(n: usize, f: impl Fn(Ranks) -> T + Sync) -> Vec<T> {
+        let groups = Threads::group(n);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = groups
+                .into_iter()
+                .map(|g| {
+                    let f = &f;
+                    s.spawn(move || f(Ranks::over(g, None).unwrap()))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn shares_cover_the_units_in_rank_order() {
+        let shares = on_ranks(3, |r| r.share(10));
+        assert_eq!(shares, vec![0..3, 3..6, 6..10]);
+        assert_eq!(on_ranks(2, |r| r.share(1)), vec![0..0, 0..1]);
+    }
+
+    #[test]
+    fn rows_gather_in_rank_order_and_a_rank_without_rows_has_no_say_on_the_width() {
+        let got = on_ranks(3, |r| {
+            let rows: Vec<f32> = match r.rank() {
+                0 => vec![],
+                k => vec![k as f32; 4],
+            };
+            r.gather_rows(&rows, if r.rank() == 0 { 0 } else { 2 }).unwrap()
+        });
+        for g in &got {
+            assert_eq!(g, &(vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0], 2));
+        }
+    }
+
+    /// One rank failing in its work is every rank's error, naming it; the failing rank keeps its
+    /// own error.
+    #[test]
+    fn a_failure_on_one_rank_is_told_to_every_rank() {
+        let asked = serde_json::json!({"seed": 0});
+        let got = on_ranks(3, |r| {
+            r.run(&asked, || {
+                if r.rank() == 1 {
+                    anyhow::bail!("the model raised ValueError: boom");
+                }
+                r.exchange(b"result")?;
+                Ok(())
+            })
+            .map_err(|e| format!("{e:#}"))
+        });
+        assert_eq!(got[1].as_ref().unwrap_err(), "the model raised ValueError: boom");
+        for k in [0, 2] {
+            let e = got[k].as_ref().unwrap_err();
+            assert!(e.contains("rank 1: the model raised ValueError: boom"), "{e}");
+            assert!(e.contains(&format!("this is rank {k} of 3")), "{e}");
+        }
+    }
+
+    /// A failure after the last result (a record not written on rank 0) reaches the others at
+    /// the job's last exchange.
+    #[test]
+    fn a_late_failure_reaches_the_others_at_the_last_exchange() {
+        let got = on_ranks(2, |r| {
+            r.run(&serde_json::json!({}), || {
+                r.exchange(b"x")?;
+                anyhow::ensure!(r.rank() != 0, "out: cannot write");
+                Ok(())
+            })
+            .map_err(|e| format!("{e:#}"))
+        });
+        assert!(got[1].as_ref().unwrap_err().contains("rank 0: out: cannot write"));
+    }
+
+    /// Ranks asked different things are refused before any work, naming the field; models that
+    /// differ only in their buffers are said as batch-norm statistics.
+    #[test]
+    fn ranks_asked_different_things_are_refused_naming_the_field() {
+        let got = on_ranks(2, |r| {
+            let asked = serde_json::json!({"options": {"seed": r.rank(), "eps": 0.1}});
+            r.run(&asked, || Ok(())).map_err(|e| format!("{e:#}"))
+        });
+        for g in &got {
+            let e = g.as_ref().unwrap_err();
+            assert!(
+                e.starts_with("options.seed: rank 0 and rank 1 were asked different things (0 on rank 0, 1 on rank 1)"),
+                "{e}"
+            );
+        }
+        let got = on_ranks(2, |r| {
+            let asked =
+                serde_json::json!({"model_digest": format!("sha256:{}", r.rank()), "parameters_digest": "sha256:p"});
+            r.run(&asked, || Ok(())).map_err(|e| format!("{e:#}"))
+        });
+        assert!(
+            got[0].as_ref().unwrap_err().contains("batch-norm statistics"),
+            "{got:?}"
+        );
+    }
+}
