@@ -337,11 +337,14 @@ pub mod tests {
     use super::*;
     use std::sync::{Barrier, Mutex};
 
+    /// Two barriers around the slots every rank's message is put in.
+    type Slots = (Barrier, Mutex<Vec<Vec<u8>>>, Barrier);
+
     /// Ranks as threads of one process, exchanging through shared slots.
     pub struct Threads {
         rank: usize,
         size: usize,
-        shared: Arc<(Barrier, Mutex<Vec<Vec<u8>>>, Barrier)>,
+        shared: Arc<Slots>,
     }
 
     impl Threads {

@@ -36,6 +36,8 @@ pub struct Call<'a> {
     pub device: Option<&'a str>,
     /// How warnings name the options.
     pub words: Words,
+    /// The ranks a scoring job is split over (`score_model`, `certify_model`, `embed_model`).
+    pub ranks: crate::ranks::Ranks,
 }
 
 /// A job's answer: JSON text (as the library writes it: an f32 keeps its short form), and
@@ -55,8 +57,16 @@ impl Answer {
     }
 }
 
-/// Runs the job `c` names.
-pub fn call(mut c: Call) -> Result<Answer> {
+/// Runs the job `c` names; on ranks, a scoring job split over them ([`split`]).
+pub fn call(c: Call) -> Result<Answer> {
+    if c.ranks.split() {
+        return split(c);
+    }
+    dispatch(c)
+}
+
+/// The job `c` names, on `c.ranks`.
+fn dispatch(mut c: Call) -> Result<Answer> {
     let device = c.device;
     let open = move || open_device(device, &[]);
     Ok(match c.job {
@@ -115,6 +125,42 @@ pub fn call(mut c: Call) -> Result<Answer> {
         "embed_model" => model::embed_model(read(c.request)?, c, open)?,
         other => bail!("no job named {other:?}"),
     })
+}
+
+/// The jobs whose work is split over ranks.
+const SPLIT: [&str; 3] = ["score_model", "certify_model", "embed_model"];
+
+/// A scoring job on every rank of a process group: the ranks' requests compared first (the
+/// request, its arrays' digests and the caller's model digests under `ranks`), the work split,
+/// every rank answering the same.
+fn split(c: Call) -> Result<Answer> {
+    crate::ensure_input!(
+        SPLIT.contains(&c.job),
+        "group: {} is not split over ranks; call it on one rank (or without a group)",
+        c.job
+    );
+    let mut request: Value =
+        serde_json::from_str(c.request).map_err(|e| crate::input_error(format!("request: {e}")))?;
+    let obj = request
+        .as_object_mut()
+        .ok_or_else(|| crate::input_error("request: expected an object"))?;
+    crate::ensure_input!(
+        obj.get("adversarial").is_none_or(|v| v == &json!(false)),
+        "group: an attack that returns its images runs on one rank (rdml.Attack takes no group)"
+    );
+    // Fields for the comparison alone: the caller's digests of its model.
+    let digests = obj.remove("ranks").unwrap_or_else(|| json!({}));
+    let text = serde_json::to_string(&request)?;
+    let mut asked = request;
+    if let (Some(f), Some(d)) = (asked.as_object_mut(), digests.as_object()) {
+        // Each rank shows its own progress or none; the work is rank 0's to show either way.
+        f.remove("progress");
+        f.extend(d.clone());
+        let arrays: Vec<String> = c.arrays.iter().map(|a| crate::ranks::digest(a)).collect();
+        f.insert("arrays".into(), json!(arrays));
+    }
+    let ranks = c.ranks.clone();
+    ranks.run(&asked, || dispatch(Call { request: &text, ..c }))
 }
 
 /// The device the caller named, else the one the configs name (a wrong name is the caller's).
@@ -251,6 +297,7 @@ mod tests {
             surrogate: None,
             device: None,
             words: Words::Python,
+            ranks: Default::default(),
         })?;
         Ok(serde_json::from_str(&a.json)?)
     }

@@ -5,7 +5,8 @@
 Each rank draws its own SPC-2 batches, and `rdml.Defense` perturbs and mines them on that rank
 (robrank's behaviour under DDP): the attack goes through `ddp.module`, so DDP's gradient hooks
 and buffer broadcasts see only the outer forward, which goes through the wrapper; DDP averages
-the gradients. Rank 0 then scores the model with `rdml.robustness`. Data: the Fashion-MNIST test
+the gradients. Every rank then scores the model with `rdml.robustness`, its work split over the
+ranks. Data: the Fashion-MNIST test
 images rdml ships (0–7,999 train, 8,000–9,999 scored).
 """
 import argparse
@@ -65,9 +66,10 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
+    # Every rank scores: each embeds and attacks its share of the queries, and every rank gets the
+    # whole table (DDP keeps the weights equal; GroupNorm has no statistics to tell apart).
+    table = rdml.robustness(model, x[8000:], y[8000:], queries=a.queries, quiet=True)["table"]
     if rank == 0:
-        model.eval()
-        table = rdml.robustness(model, x[8000:], y[8000:], queries=a.queries, quiet=True)["table"]
         print(f"{world} ranks, {a.steps} steps: loss {float(loss.detach()):.3f}, ERS {table['ers']:.1f}")
     dist.destroy_process_group()
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from . import _keywords, _wire
+from . import _keywords, _ranks, _wire
 from ._inputs import images_alone, queries_and_gallery
 from ._run import PathLike, Run
 from ._torch import TorchModel, module_digest
@@ -31,21 +31,36 @@ def frozen(m):
     return m.frozen() if m is not None else contextlib.nullcontext()
 
 
+def digests(model, surrogate=None, group=None) -> Optional[Dict[str, Any]]:
+    """What ranks compare of the models beyond the request (``None`` on one process): the
+    digests of every rank's model (its parameters alone too, to tell buffers that differ)."""
+    if group is None:
+        return None
+    return dict(model_digest=module_digest(model), parameters_digest=module_digest(model, parameters_only=True),
+                surrogate_digest=module_digest(surrogate))
+
+
 def score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
     """The suite (``spec`` None) or one attack, by keyword (two of one type swapped by position
-    would run another attack silently); the models frozen for the call."""
+    would run another attack silently); the models frozen for the call; on the ranks of
+    ``group`` when there are several."""
     kw = dict(kw)
-    gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
-    arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
-    m = model_args(model, device, bool(differentiable), kw.pop("output"))
-    s = model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
-    options = _wire.drop_none(_keywords.options(**{k: kw.pop(k) for k in _keywords.OPTIONS}))
-    request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
-                   out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
-                   model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
-                   model_digest=None if m["run"] else module_digest(model))
-    with frozen(m["model"]), frozen(s["model"]):
-        return _wire.run("score_model", request, arrays, device=m["device"], model=m["model"], surrogate=s["model"])[0]
+    group, timeout = _ranks.group_of(kw.pop("group")), kw.pop("group_timeout")
+    with _ranks.told(group, timeout) as reached:
+        gallery, gallery_labels = kw.pop("gallery"), kw.pop("gallery_labels")
+        arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
+        m = model_args(model, device, bool(differentiable), kw.pop("output"))
+        s = model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
+        options = _wire.drop_none(_keywords.options(**{k: kw.pop(k) for k in _keywords.OPTIONS}))
+        request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
+                       out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
+                       model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
+                       model_digest=None if m["run"] else module_digest(model),
+                       ranks=digests(model, surrogate, group))
+        with frozen(m["model"]), frozen(s["model"]):
+            reached()
+            return _wire.run("score_model", request, arrays, device=m["device"], model=m["model"],
+                             surrogate=s["model"], group=group, timeout=timeout)[0]
 
 
 def robustness(
@@ -74,6 +89,8 @@ def robustness(
     differentiable: bool = True,
     output: Any = None,
     quiet: bool = False,
+    group: Any = None,
+    group_timeout: Optional[float] = None,
 ) -> Dict[str, Any]:
     """robrank's ERS suite on your own model and images: the dict ``Run.robustness`` returns.
 
@@ -93,12 +110,20 @@ def robustness(
     written otherwise. An exception inside the model is raised as itself. ``output`` says which
     of what the model returns is the embedding: an index into a tuple (``output=0`` for a model
     returning ``(embedding, logits)``), a key of a dict, or a function of the output.
+
+    Called on every rank of a torch.distributed process group (the default one, or ``group=``;
+    ``group=False``: this rank alone), the work is split: each rank embeds and attacks its share
+    of the batches, and every rank returns the single-process dict (per-query values included),
+    ``out`` written by rank 0, progress and warnings shown once. The ranks must make the same
+    call on the same model (compared first: a rank asked otherwise, or whose model's digest
+    differs, is refused, naming it); a rank that fails makes every rank raise, naming it; a rank
+    waits at most ``group_timeout`` seconds (300 by default) for the others at each exchange.
     """
     return score(model, images, labels, None, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
         out=out, quiet=quiet, output=output,
-        gallery=gallery, gallery_labels=gallery_labels,
+        gallery=gallery, gallery_labels=gallery_labels, group=group, group_timeout=group_timeout,
     ))
 
 
@@ -128,14 +153,17 @@ def attack(
     differentiable: bool = True,
     output: Any = None,
     quiet: bool = False,
+    group: Any = None,
+    group_timeout: Optional[float] = None,
 ) -> Dict[str, Any]:
     """One attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on your own model and images:
-    the dict ``Run.attack`` returns; the keywords are ``rdml.robustness``'s."""
+    the dict ``Run.attack`` returns; the keywords are ``rdml.robustness``'s (``group=`` splits
+    it over a process group's ranks likewise)."""
     return score(model, images, labels, spec, differentiable, device, surrogate, dict(
         profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
         queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, per_query=per_query, repeats=repeats,
         out=None, quiet=quiet, output=output,
-        gallery=gallery, gallery_labels=gallery_labels,
+        gallery=gallery, gallery_labels=gallery_labels, group=group, group_timeout=group_timeout,
     ))
 
 
@@ -160,6 +188,8 @@ def certify(
     device: Any = None,
     output: Any = None,
     quiet: bool = False,
+    group: Any = None,
+    group_timeout: Optional[float] = None,
 ) -> Dict[str, Any]:
     """Certified Recall@1 of your own model by randomized smoothing of the query (Cohen,
     Rosenfeld and Kolter, ICML 2019): for each of the first ``queries`` images, the label of its
@@ -181,24 +211,40 @@ def certify(
     alone are refused, as ``rdml.metrics`` refuses them), ``seconds`` and ``route``;
     ``per_query=True`` adds each query's certificate (``item``, ``label``, ``selected``, ``count``,
     ``p_lower``, ``radius``, ``majority``, ``abstained``; centre smoothing also ``margin``, the
-    distance to the nearest other label, and ``least_bound``, the bound at ε = 0)."""
-    arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
-    m = model_args(model, device, False, output)
-    options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select, delta=delta,
-                               alpha=alpha, queries=queries, batch=batch, seed=seed, per_query=per_query)
-    request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
-                   model_digest=None if m["run"] else module_digest(model))
-    with frozen(m["model"]):
-        return _keywords.by_radius(_wire.run("certify_model", request, arrays, device=m["device"], model=m["model"])[0], radii)
+    distance to the nearest other label, and ``least_bound``, the bound at ε = 0).
+
+    ``group=`` splits the copies' batches over a process group's ranks (centre smoothing: the
+    queries), every rank returning the single-process dict, as ``rdml.robustness`` says."""
+    group = _ranks.group_of(group)
+    with _ranks.told(group, group_timeout) as reached:
+        arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
+        m = model_args(model, device, False, output)
+        options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select,
+                                            delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
+                                            per_query=per_query)
+        request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
+                       model_digest=None if m["run"] else module_digest(model), ranks=digests(model, None, group))
+        with frozen(m["model"]):
+            reached()
+            answer = _wire.run("certify_model", request, arrays, device=m["device"], model=m["model"], group=group,
+                               timeout=group_timeout)[0]
+    return _keywords.by_radius(answer, radii)
 
 
-def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None, output: Any = None) -> np.ndarray:
+def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None, output: Any = None, group: Any = None,
+          group_timeout: Optional[float] = None) -> np.ndarray:
     """The embeddings (N × D float32) of images N × C × H × W in [0, 1] (or a ``Dataset`` of
     (image, label) pairs) by your own model or an ``rdml.Run``, in batches, as ``rdml.robustness``
-    sees them."""
-    x = images_alone(images)
-    m = model_args(model, device, True, output)
-    request = dict(model_run=m["run"], shape=[int(v) for v in x.shape], batch=int(batch))
-    with frozen(m["model"]):
-        answer, (raw,) = _wire.run("embed_model", request, [x.tobytes()], device=m["device"], model=m["model"])
+    sees them. ``group=`` splits the batches over a process group's ranks, every rank returning
+    every row in order, as ``rdml.robustness`` says."""
+    group = _ranks.group_of(group)
+    with _ranks.told(group, group_timeout) as reached:
+        x = images_alone(images)
+        m = model_args(model, device, True, output)
+        request = dict(model_run=m["run"], shape=[int(v) for v in x.shape], batch=int(batch),
+                       ranks=digests(model, None, group))
+        with frozen(m["model"]):
+            reached()
+            answer, (raw,) = _wire.run("embed_model", request, [x.tobytes()], device=m["device"], model=m["model"],
+                                       group=group, timeout=group_timeout)
     return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], answer["dim"]).copy()

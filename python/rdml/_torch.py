@@ -269,18 +269,20 @@ def descend(xa: Any, x0: Any, g: Any, norm: str, eps: float, step: float) -> Any
     return d.add_(x0).clamp_(0.0, 1.0)
 
 
-def module_digest(model: Any) -> Optional[str]:
+def module_digest(model: Any, parameters_only: bool = False) -> Optional[str]:
     """``sha256:…`` of a ``torch.nn.Module``'s parameters and buffers (names, dtypes, shapes and
     bytes, in ``state_dict`` order), which a record names as ``model_digest``, as a run's records
-    name its weights'; ``None`` for a plain function."""
+    name its weights'; of its parameters alone with ``parameters_only`` (ranks whose models differ
+    are told whether only the buffers do); ``None`` for a plain function."""
     import hashlib
 
     state = getattr(model, "state_dict", None)
     if not callable(state):
         return None
     torch = _torch()
+    items = model.named_parameters() if parameters_only else state().items()
     h = hashlib.sha256()
-    for name, t in state().items():
+    for name, t in items:
         if not isinstance(t, torch.Tensor):
             continue
         t = t.detach().to("cpu").contiguous()

@@ -38,11 +38,13 @@ def open_session(kind: str, request: Dict[str, Any], device: Any) -> Any:
 
 
 def run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
-        surrogate: Any = None) -> Tuple[Any, List[bytes]]:
-    """The library's job ``job`` on ``request`` with float32 ``arrays``: the answer, and its arrays."""
+        surrogate: Any = None, group: Any = None, timeout: Any = None) -> Tuple[Any, List[bytes]]:
+    """The library's job ``job`` on ``request`` with float32 ``arrays``: the answer, and its arrays;
+    ``group`` (``_ranks.TorchGroup``) splits it over ranks, each exchange waiting ``timeout`` s."""
     follow_torch_threads()
     req = encoded(drop_none(request))
-    out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate)
+    out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate, group,
+                            None if timeout is None else float(timeout))
     return json.loads(out), arrays
 
 

@@ -4,6 +4,7 @@
 //! the GIL. Errors become the exceptions of [`words::invalid_or_raise`], with the library's
 //! messages in keywords; an exception the caller's model raised is raised again as itself.
 
+mod group;
 mod model;
 mod words;
 
@@ -43,9 +44,11 @@ fn told<T>(py: Python<'_>, answer: PyResult<T>) -> PyResult<T> {
 /// The job `job` on its `request` (JSON, the library's field names) with its float32 `arrays`,
 /// the caller's `model` and `surrogate` (objects with `embed`, `pull_back` and
 /// `differentiable`), on `device`: `(the answer as JSON, its arrays as bytes)`.
+/// `group` (a `TorchGroup`: `rank`, `size`, `all_gather`) splits a scoring job over its ranks,
+/// each exchange waiting `timeout` seconds at most.
 #[pyfunction]
-#[pyo3(signature = (job, request, arrays, device, model, surrogate))]
-#[allow(clippy::type_complexity)]
+#[pyo3(signature = (job, request, arrays, device, model, surrogate, group=None, timeout=None))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn run<'py>(
     py: Python<'py>,
     job: &str,
@@ -54,6 +57,8 @@ fn run<'py>(
     device: Option<String>,
     model: Option<Py<PyAny>>,
     surrogate: Option<Py<PyAny>>,
+    group: Option<Py<PyAny>>,
+    timeout: Option<f64>,
 ) -> PyResult<(String, Vec<Bound<'py, PyBytes>>)> {
     let arrays = arrays
         .iter()
@@ -61,6 +66,10 @@ fn run<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let raised = Arc::new(Mutex::new(None));
     let held = |m: Option<Py<PyAny>>| m.map(|m| model::PyModel::boxed(py, m, &raised)).transpose();
+    let ranks = match group {
+        Some(g) => group::PyGroup::ranks(py, g, timeout, &raised)?,
+        None => rdml::ranks::Ranks::alone(),
+    };
     let c = Call {
         job,
         request,
@@ -69,6 +78,7 @@ fn run<'py>(
         surrogate: held(surrogate)?,
         device: device.as_deref(),
         words: Words::Python,
+        ranks,
     };
     let answer = told(py, py.allow_threads(|| call(c)).map_err(|e| model::kept_or(&raised, e)))?;
     let arrays = answer.arrays.iter().map(|a| to_bytes(py, a)).collect::<PyResult<_>>()?;
@@ -168,6 +178,17 @@ impl Session {
     }
 }
 
+/// Tells the other ranks of `group` that this rank failed (`reason`) before its call reached the
+/// library (its input refused in Python), so that they stop rather than wait.
+#[pyfunction]
+#[pyo3(signature = (group, reason, timeout=None))]
+fn tell_failure(py: Python<'_>, group: Py<PyAny>, reason: &str, timeout: Option<f64>) -> PyResult<()> {
+    let ranks = group::PyGroup::ranks(py, group, timeout, &Arc::new(Mutex::new(None)))?;
+    let e = anyhow::anyhow!("{reason}");
+    py.allow_threads(|| ranks.tell_failure(&e));
+    Ok(())
+}
+
 /// PyTorch's thread count `n`, told before rdml's first CPU work; the library decides whether its
 /// pool follows ([`rdml::device::cpu_threads_beside`]): whether it did.
 #[pyfunction]
@@ -196,6 +217,7 @@ fn _rdml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_threads, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_pool, m)?)?;
+    m.add_function(wrap_pyfunction!(tell_failure, m)?)?;
     m.add_class::<Session>()?;
     Ok(())
 }

@@ -60,3 +60,19 @@ impl Crossed {
         }
     }
 }
+
+/// What crossed on every rank of `ranks` (`this` rank's among them), summed: a split job's route
+/// is the whole job's, the same on every rank.
+pub fn across(ranks: &crate::ranks::Ranks, this: Option<Crossed>) -> anyhow::Result<Option<Crossed>> {
+    if !ranks.split() {
+        return Ok(this);
+    }
+    Ok(ranks
+        .gather(&this)?
+        .into_iter()
+        .reduce(|a, b| match (a, b) {
+            (Some(a), Some(b)) => Some(a.plus(b)),
+            (a, b) => a.or(b),
+        })
+        .flatten())
+}

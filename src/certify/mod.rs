@@ -130,15 +130,17 @@ pub fn certify(
     let rows = match s.method {
         Method::Cohen => cohen(ctx, &items, s, batch, seed, progress)?,
         Method::Center { delta } => {
+            // On ranks, each certifies its share of the queries.
+            let own = ctx.ranks.share(items.len());
             let mut noisy = Noisy::new(ctx, seed, s.sigma);
-            let mut bar = crate::progress::Progress::new("certify", items.len(), progress);
-            let mut rows = Vec::with_capacity(items.len());
-            for q in 0..items.len() {
+            let mut bar = crate::progress::Progress::new("certify", own.len(), progress);
+            let mut rows = Vec::with_capacity(own.len());
+            for q in own {
                 rows.push(center::certificate(ctx, &mut noisy, (&items, q), s, delta, batch)?);
-                bar.set(q + 1, "queries");
+                bar.set(rows.len(), "queries");
             }
             bar.finish();
-            rows
+            ctx.ranks.gather(&rows)?.into_iter().flatten().collect()
         }
     };
     Ok(Certification {
@@ -162,8 +164,12 @@ fn cohen(
     let mut counts: Vec<Counts> = vec![Default::default(); items.len()];
     let mut noisy = Noisy::new(ctx, seed, s.sigma);
     let batches = total.div_ceil(batch.max(1));
-    let mut bar = crate::progress::Progress::new("certify", batches, progress);
-    for (bi, start) in (0..total).step_by(batch.max(1)).enumerate() {
+    // On ranks, each embeds its share of the single process's batches of copies (a query's
+    // copies may fall to two ranks: its counts are summed).
+    let own = ctx.ranks.share(batches);
+    let mut bar = crate::progress::Progress::new("certify", own.len(), progress);
+    for bi in own.clone() {
+        let start = bi * batch.max(1);
         let rows: Vec<(usize, usize)> = (start..total.min(start + batch)).map(|k| (k / per, k % per)).collect();
         let emb = noisy.embed(items, &rows)?;
         let d = crate::host::read(&dist_to_all(emb, &ctx.cand, &ctx.cand_sq))?;
@@ -173,10 +179,25 @@ fn cohen(
             let stage = usize::from(j >= s.select);
             *counts[q][stage].entry(ctx.ranked_labels()[top]).or_default() += 1;
         }
-        bar.set(bi + 1, "batches");
+        bar.set(bi + 1 - own.start, "batches");
         crate::progress::between_batches()?;
     }
     bar.finish();
+    if ctx.ranks.split() {
+        counts = ctx
+            .ranks
+            .gather(&counts)?
+            .into_iter()
+            .reduce(|mut all, theirs| {
+                for (a, t) in all.iter_mut().flatten().zip(theirs.iter().flatten()) {
+                    for (&l, &n) in t {
+                        *a.entry(l).or_default() += n;
+                    }
+                }
+                all
+            })
+            .unwrap_or(counts);
+    }
     Ok(items
         .iter()
         .zip(&counts)
@@ -232,8 +253,8 @@ pub(crate) struct Noisy<'c> {
     ctx: &'c Context,
     seed: u64,
     sigma: f32,
-    /// The query whose copies are being drawn, its pixels and its stream.
-    current: Option<(usize, Vec<f32>, ChaCha8Rng)>,
+    /// The query whose copies are being drawn, its pixels, its stream and the copies drawn.
+    current: Option<(usize, Vec<f32>, ChaCha8Rng, usize)>,
     /// The streams (query items) whose pixels the model side holds, where it draws the noise.
     sent: std::collections::BTreeSet<u64>,
 }
@@ -280,17 +301,25 @@ impl<'c> Noisy<'c> {
         let [c, h, w] = self.ctx.set.item_shape();
         let per = c * h * w;
         let mut data = Vec::with_capacity(rows.len() * per);
-        for &(q, _) in rows {
-            let (_, pixels, rng) = match &mut self.current {
-                Some(cur) if cur.0 == q => cur,
+        for &(q, j) in rows {
+            let (_, pixels, rng, drawn) = match &mut self.current {
+                Some(cur) if cur.0 == q && cur.3 <= j => cur,
                 slot => {
                     let item = items[q];
                     let pixels = crate::data::loader::load_batch(&self.ctx.set, &[item], None)?.images;
                     let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
                     rng.set_stream(item as u64);
-                    slot.insert((q, pixels, rng))
+                    slot.insert((q, pixels, rng, 0))
                 }
             };
+            // Copy `j` is the stream's `j`-th: a rank whose share starts inside a query's copies
+            // draws the earlier ones first.
+            for _ in *drawn..j {
+                for _ in 0..pixels.len() {
+                    let _: f32 = StandardNormal.sample(rng);
+                }
+            }
+            *drawn = j + 1;
             data.extend(pixels.iter().map(|&p| {
                 let z: f32 = StandardNormal.sample(rng);
                 p + self.sigma * z
@@ -328,6 +357,39 @@ mod tests {
             samples: 2000,
             alpha: 0.001,
             method: Method::Cohen,
+        }
+    }
+
+    /// Certified on two and three ranks (each its share of the batches of copies, a query's
+    /// copies falling to two ranks; or of the queries, for centre smoothing), every rank holds
+    /// the single process's certificates, to the last bit.
+    #[test]
+    fn certificates_split_over_ranks_are_the_single_process_ones() {
+        use crate::ranks::{Ranks, tests::on_ranks};
+        let points = [0.10f32, 0.12, 0.14, 0.60, 0.62, 0.64, 0.3];
+        let labels = [0, 0, 0, 1, 1, 1, 2];
+        let on = |ranks: &Ranks, method: Method| {
+            let ctx = crate::attack::units::pixels::context_on(&points, 1, &labels, false, ranks);
+            // Noise enough to flip many copies' top-1: a copy drawn from another place of its
+            // stream would change the counts.
+            let s = Smoothing {
+                sigma: 0.4,
+                select: 7,
+                samples: 40,
+                alpha: 0.001,
+                method,
+            };
+            certify(&ctx, 7, &s, 16, 3, false).unwrap()
+        };
+        for method in [Method::Cohen, Method::Center { delta: 0.05 }] {
+            let one = on(&Ranks::alone(), method);
+            assert_eq!((one.rows.len(), one.lone), (6, 1));
+            for k in [2, 3] {
+                for got in on_ranks(k, |r| on(&r, method)) {
+                    assert_eq!(got.rows, one.rows, "{method:?} on {k} ranks");
+                    assert_eq!((got.lone, got.queries), (one.lone, one.queries));
+                }
+            }
         }
     }
 

@@ -191,6 +191,12 @@ impl ResolvedCertify<'_> {
         let (o, smoothing) = (self.options, &self.smoothing);
         let t0 = std::time::Instant::now();
         let c = certify(ctx, o.queries, smoothing, o.batch, o.seed, progress)?;
+        // On ranks, the slowest rank's time: every rank's record the same.
+        let seconds = ctx
+            .ranks
+            .gather(&t0.elapsed().as_secs_f64())?
+            .into_iter()
+            .fold(0.0, f64::max);
         Ok(CertifyRecord::of(
             c,
             Setting {
@@ -201,7 +207,7 @@ impl ResolvedCertify<'_> {
                 queries: o.queries,
                 radii: &o.radii,
                 per_query: o.per_query,
-                seconds: t0.elapsed().as_secs_f64(),
+                seconds,
             },
         ))
     }

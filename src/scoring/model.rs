@@ -80,6 +80,8 @@ pub struct ModelScoring {
     pub progress: bool,
     /// The digest of a model outside rdml (its parameters and buffers), for the record.
     pub model_digest: Option<String>,
+    /// The ranks the work is split over (each its share of the batches; `out` written by rank 0).
+    pub ranks: crate::ranks::Ranks,
 }
 
 impl Default for ModelScoring {
@@ -91,6 +93,7 @@ impl Default for ModelScoring {
             out: None,
             progress: true,
             model_digest: None,
+            ranks: Default::default(),
         }
     }
 }
@@ -146,7 +149,13 @@ impl ModelScoring {
         let (set, gallery) = Images::sets(images, self.gallery.clone())?;
         let context = |m: Model| -> Result<Context> {
             let oracle = m.oracle(set.item_shape(), device)?;
-            let ctx = Context::of(oracle, &set, options.batch, device, options.robrank_compat)?;
+            let ctx = Context::of_ranked(
+                oracle,
+                &set,
+                (options.batch, &self.ranks),
+                device,
+                options.robrank_compat,
+            )?;
             match &gallery {
                 Some((g, own)) => ctx.with_gallery(g, own.clone(), options.batch),
                 None => Ok(ctx),
@@ -175,9 +184,11 @@ impl ModelScoring {
         device: &Device,
     ) -> Result<ModelScored> {
         let options = self.resolve(Default::default(), self.repeats)?;
+        // On ranks, rank 0 writes the record and its page.
         let out = self
             .out
             .as_ref()
+            .filter(|_| self.ranks.rank() == 0)
             .map(|o| out_folder::check(o, &OUT_FILES))
             .transpose()?;
         let session = self.session(&options, (model, surrogate), images, device)?;
@@ -282,8 +293,15 @@ pub fn attack_json(runs: &[AttackResult]) -> Result<serde_json::Value> {
     })
 }
 
-/// The embeddings of the caller's images by the caller's model, `batch` at a time.
-pub fn embed(model: Model, images: &[f32], shape: [usize; 4], batch: usize, device: &Device) -> Result<Embeddings> {
+/// The embeddings of the caller's images by the caller's model, `batch` at a time; on ranks,
+/// each rank embeds its share of the batches and every rank gets them all.
+pub fn embed(
+    model: Model,
+    images: &[f32],
+    (shape, batch): ([usize; 4], usize),
+    device: &Device,
+    ranks: &crate::ranks::Ranks,
+) -> Result<Embeddings> {
     crate::ensure_input!(batch >= 1, "batch must be ≥ 1");
     let [n, c, h, w] = shape;
     if let (0, Model::Run(dir)) = (n, &model) {
@@ -297,7 +315,8 @@ pub fn embed(model: Model, images: &[f32], shape: [usize; 4], batch: usize, devi
     let per = c * h * w;
     let mut data = Vec::with_capacity(n);
     let mut dim = 0;
-    for start in (0..n).step_by(batch) {
+    let own = ranks.share(n.div_ceil(batch));
+    for start in (own.start * batch..(own.end * batch).min(n)).step_by(batch) {
         let m = batch.min(n - start);
         let x = burn::tensor::Tensor::<4>::from_data(
             burn::tensor::TensorData::new(images[start * per..(start + m) * per].to_vec(), [m, c, h, w]),
@@ -308,6 +327,7 @@ pub fn embed(model: Model, images: &[f32], shape: [usize; 4], batch: usize, devi
         data.extend(crate::host::read(&e)?);
         crate::progress::between_batches()?;
     }
+    let (data, dim) = ranks.gather_rows(&data, dim)?;
     Embeddings::new(data, n, dim)
 }
 
@@ -320,14 +340,15 @@ pub fn certify(
     options: &crate::certify::options::CertifyOptions,
     (model_digest, progress): (Option<String>, bool),
     device: &Device,
+    ranks: &crate::ranks::Ranks,
 ) -> Result<crate::certify::record::CertifyRecord> {
     let certification = options.resolve()?;
     let (scored, digest) = model.record_of(model_digest.as_ref())?;
     let (set, gallery) = Images::sets(images, gallery)?;
-    let ctx = Context::of(
+    let ctx = Context::of_ranked(
         model.oracle(set.item_shape(), device)?,
         &set,
-        options.batch,
+        (options.batch, ranks),
         device,
         false,
     )?;
@@ -336,6 +357,6 @@ pub fn certify(
         None => ctx,
     };
     let mut record = certification.run(&ctx, scored, digest, progress)?;
-    record.route = ctx.model.crossed();
+    record.route = crate::attack::crossing::across(&ctx.ranks, ctx.model.crossed())?;
     Ok(record)
 }

@@ -66,20 +66,21 @@ impl<'o> Session<'o> {
     pub fn attack(&self, attack: &dyn Attack, sink: Option<&mut dyn AdversarialSink>) -> Result<Vec<AttackResult>> {
         let mut runs = run_repeated(&self.setup(self.options.queries), attack, self.options.repeats, sink)?;
         if let [one] = runs.as_mut_slice() {
-            one.route = self.route();
+            one.route = self.route()?;
         }
         Ok(runs)
     }
 
     /// What crossed between rdml and the models held outside it (the target and a surrogate)
-    /// so far; `None` where both are rdml's own networks.
-    pub fn route(&self) -> Option<crate::attack::oracle::Crossed> {
+    /// so far, on every rank of a split job; `None` where both are rdml's own networks.
+    pub fn route(&self) -> Result<Option<crate::attack::oracle::Crossed>> {
         let of = |c: &Context| c.model.crossed();
         let s = self.surrogate.as_ref().and_then(of);
-        match (of(&self.target), s) {
+        let this = match (of(&self.target), s) {
             (Some(a), Some(b)) => Some(a.plus(b)),
             (a, b) => a.or(b),
-        }
+        };
+        crate::attack::crossing::across(&self.target.ranks, this)
     }
 
     /// `attack` run once, its adversarial images given to `sink`; `every`: every item the
@@ -92,7 +93,7 @@ impl<'o> Session<'o> {
     ) -> Result<AttackResult> {
         let queries = if every { usize::MAX } else { self.options.queries };
         let mut result = run_saving(&self.setup(queries), attack, sink)?;
-        result.route = self.route();
+        result.route = self.route()?;
         Ok(result)
     }
 
@@ -114,7 +115,7 @@ impl<'o> Session<'o> {
             seed: Some(o.seed),
             robrank_compat: o.robrank_compat,
             gallery: self.target.gallery.as_ref().map(|g| g.set.len()),
-            route: self.route(),
+            route: self.route()?,
             table: runs[0].clone(),
             repeats: (o.repeats > 1).then(|| serde_json::json!({"runs": runs, "mean_std": spread})),
         };

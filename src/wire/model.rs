@@ -88,7 +88,15 @@ pub(super) fn certify(r: CertifyModel, c: Call, open: impl FnOnce() -> Result<De
     let images = r.images.with(arrays.next());
     let gallery = r.gallery.map(|g| g.with(arrays.next()));
     let dev = open()?;
-    let record = crate::scoring::model::certify(m, images, gallery, &r.options, (r.model_digest, r.progress), &dev)?;
+    let record = crate::scoring::model::certify(
+        m,
+        images,
+        gallery,
+        &r.options,
+        (r.model_digest, r.progress),
+        &dev,
+        &c.ranks,
+    )?;
     Answer::of(&record)
 }
 
@@ -118,6 +126,7 @@ pub(super) fn score(r: Score, c: Call, open: impl FnOnce() -> Result<Device>) ->
         out: r.out,
         progress: r.progress,
         model_digest: r.model_digest,
+        ranks: c.ranks.clone(),
     };
     let dev = open()?;
     if r.adversarial {
@@ -173,7 +182,7 @@ fn batch() -> usize {
 pub(super) fn embed_model(r: EmbedModel, c: Call, open: impl FnOnce() -> Result<Device>) -> Result<Answer> {
     let m = model(r.model_run, c.model, "model")?.ok_or_else(|| crate::input_error("model: missing"))?;
     let images = c.arrays.into_iter().next().unwrap_or_default();
-    let e = crate::scoring::model::embed(m, &images, r.shape, r.batch, &open()?)?;
+    let e = crate::scoring::model::embed(m, &images, (r.shape, r.batch), &open()?, &c.ranks)?;
     Ok(Answer {
         arrays: vec![e.data],
         ..Answer::of(&json!({"dim": e.dim}))?
