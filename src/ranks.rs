@@ -277,8 +277,8 @@ fn agreement_error(field: &str, r: usize, first: &serde_json::Value, theirs: &se
         }
     };
     if field == "model_digest" {
-        let params = |v: &serde_json::Value| v.get("parameters_digest").cloned();
-        let why = if params(first) == params(theirs) {
+        let params = |v: &serde_json::Value| v.get("parameters_digest").filter(|p| !p.is_null()).cloned();
+        let why = if params(first).is_some() && params(first) == params(theirs) {
             "the same parameters but other buffers: batch-norm statistics left by each rank's last \
              training-mode forward (DDP broadcasts buffers before a forward, not after). Broadcast rank 0's \
              buffers first (for b in model.buffers(): torch.distributed.broadcast(b, 0)), or score after one \

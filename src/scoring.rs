@@ -48,15 +48,16 @@ pub fn open_run<'o>(dir: &Path, run: &RunScoring, options: &'o Resolved, device:
     {
         crate::notes::note(note);
     }
-    let ctx = target.context(device, options.robrank_compat, options.batch)?;
+    let ctx = target.context_on(device, options.robrank_compat, options.batch, &run.ranks)?;
     let surrogate = match &run.surrogate {
         Some(sur) => {
             let set = &target.run.test.query;
             let (_, net) = crate::train::load_model(sur, set.item_shape(), device).context("⟨surrogate⟩")?;
-            Some(Context::embedded_by(
-                &net,
+            let oracle = std::sync::Arc::new(crate::attack::oracle::Net::new(&net, 0));
+            Some(Context::of_ranked(
+                oracle,
                 set,
-                options.batch,
+                (options.batch, &run.ranks),
                 device,
                 options.robrank_compat,
             )?)

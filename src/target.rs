@@ -31,9 +31,20 @@ impl Target {
     /// The attack context on the test queries, reporting ES:D in the run's `loss.distance`, its
     /// clean embeddings made `batch` items at a time (the attack's `--batch`).
     pub fn context(&self, device: &Device, robrank_compat: bool, batch: usize) -> Result<Context> {
-        Ok(
-            Context::embedded_by(&self.run.net, &self.run.test.query, batch, device, robrank_compat)?
-                .with_distance(self.run.exp.loss.distance()),
-        )
+        self.context_on(device, robrank_compat, batch, &crate::ranks::Ranks::alone())
+    }
+
+    /// [`Target::context`], its clean embeddings (and every attack on it) split over `ranks`.
+    pub fn context_on(
+        &self,
+        device: &Device,
+        robrank_compat: bool,
+        batch: usize,
+        ranks: &crate::ranks::Ranks,
+    ) -> Result<Context> {
+        let oracle = std::sync::Arc::new(crate::attack::oracle::Net::new(&self.run.net, 0));
+        let set = &self.run.test.query;
+        Ok(Context::of_ranked(oracle, set, (batch, ranks), device, robrank_compat)?
+            .with_distance(self.run.exp.loss.distance()))
     }
 }

@@ -100,11 +100,13 @@ fn dispatch(mut c: Call) -> Result<Answer> {
             }
         }
         "attack" => {
-            let job: AttackJob = read(c.request)?;
+            let mut job: AttackJob = read(c.request)?;
+            job.run.ranks = c.ranks.clone();
             Answer::of(&job.run(open)?.json()?)?
         }
         "robustness" => {
-            let job: RobustnessJob = read(c.request)?;
+            let mut job: RobustnessJob = read(c.request)?;
+            job.run.ranks = c.ranks.clone();
             Answer::of(&job.run(open)?.scored.record)?
         }
         "import" => Answer::of(&crate::import::import(&read(c.request)?).map_err(the_callers)?)?,
@@ -119,7 +121,11 @@ fn dispatch(mut c: Call) -> Result<Answer> {
         }
         "score_model" => model::score(read(c.request)?, c, open)?,
         "certify_model" => model::certify(read(c.request)?, c, open)?,
-        "certify" => Answer::of(&read::<crate::job::CertifyJob>(c.request)?.run(open)?.record)?,
+        "certify" => {
+            let mut job: crate::job::CertifyJob = read(c.request)?;
+            job.ranks = c.ranks.clone();
+            Answer::of(&job.run(open)?.record)?
+        }
         "trainer_step" => harden::trainer_step(read(c.request)?, c.arrays, open)?,
         "preset_tables" => harden::preset_tables(&read::<harden::Preset>(c.request)?.name)?,
         "embed_model" => model::embed_model(read(c.request)?, c, open)?,
@@ -128,7 +134,14 @@ fn dispatch(mut c: Call) -> Result<Answer> {
 }
 
 /// The jobs whose work is split over ranks.
-const SPLIT: [&str; 3] = ["score_model", "certify_model", "embed_model"];
+const SPLIT: [&str; 6] = [
+    "score_model",
+    "certify_model",
+    "embed_model",
+    "robustness",
+    "attack",
+    "certify",
+];
 
 /// A scoring job on every rank of a process group: the ranks' requests compared first (the
 /// request, its arrays' digests and the caller's model digests under `ranks`), the work split,
@@ -158,6 +171,13 @@ fn split(c: Call) -> Result<Answer> {
         f.extend(d.clone());
         let arrays: Vec<String> = c.arrays.iter().map(|a| crate::ranks::digest(a)).collect();
         f.insert("arrays".into(), json!(arrays));
+        // A run folder's weights, read by each rank (a copy of its own on another machine).
+        let run = ["model", "model_run"]
+            .iter()
+            .find_map(|k| f.get(*k).and_then(Value::as_str));
+        if let Some(dir) = run.map(std::path::Path::new).filter(|d| d.is_dir()) {
+            f.insert("model_digest".into(), json!(crate::run_dir::model_digest(dir).ok()));
+        }
     }
     let ranks = c.ranks.clone();
     ranks.run(&asked, || dispatch(Call { request: &text, ..c }))

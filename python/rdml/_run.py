@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _keywords, _wire
+from . import _keywords, _ranks, _wire
 from ._inputs import images_alone
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -114,14 +114,20 @@ class Run:
         repeats: int = 1,
         per_query: bool = False,
         bn_set: int = 0,
+        group: Any = None,
+        group_timeout: Optional[float] = None,
     ) -> Dict[str, Any]:
-        """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the test split."""
-        options, run = self._attack_args(
-            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
-            queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
-            repeats=repeats, per_query=per_query)
-        request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
-        return _wire.run("attack", request, device=self.device)[0]
+        """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the
+        test split; ``group=`` splits it over a process group's ranks (``rdml.robustness``'s)."""
+        group = _ranks.group_of(group)
+        with _ranks.told(group, group_timeout) as reached:
+            options, run = self._attack_args(
+                profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+                queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
+                repeats=repeats, per_query=per_query)
+            request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
+            reached()
+            return _wire.run("attack", request, device=self.device, group=group, timeout=group_timeout)[0]
 
     def robustness(
         self,
@@ -140,14 +146,21 @@ class Run:
         surrogate: Optional[PathLike] = None,
         repeats: int = 1,
         per_query: bool = False,
+        group: Any = None,
+        group_timeout: Optional[float] = None,
     ) -> Dict[str, Any]:
         """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
-        ``rows``) is also written to the run folder's robustness.json and its report."""
-        options, run = self._attack_args(
-            profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
-            queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
-            repeats=repeats, per_query=per_query)
-        return _wire.run("robustness", dict(model=self.path, options=options, run=run), device=self.device)[0]
+        ``rows``) is also written to the run folder's robustness.json and its report (by rank 0
+        when ``group=`` splits it over a process group's ranks, as ``rdml.robustness`` says)."""
+        group = _ranks.group_of(group)
+        with _ranks.told(group, group_timeout) as reached:
+            options, run = self._attack_args(
+                profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
+                queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
+                repeats=repeats, per_query=per_query)
+            reached()
+            return _wire.run("robustness", dict(model=self.path, options=options, run=run), device=self.device,
+                             group=group, timeout=group_timeout)[0]
 
     def certify(
         self,
@@ -163,14 +176,21 @@ class Run:
         seed: int = 0,
         batch: int = 256,
         per_query: bool = False,
+        group: Any = None,
+        group_timeout: Optional[float] = None,
     ) -> Dict[str, Any]:
         """``rdml certify``: certified Recall@1 of the run's model on its test split (the keywords
-        are ``rdml.certify``'s); the record is also written to the run folder's certify.json."""
-        options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select,
-                                   delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
-                                   per_query=per_query)
-        request = dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
-        return _keywords.by_radius(_wire.run("certify", request, device=self.device)[0], radii)
+        are ``rdml.certify``'s, ``group=`` too); the record is also written to the run folder's
+        certify.json (by rank 0 on ranks)."""
+        group = _ranks.group_of(group)
+        with _ranks.told(group, group_timeout) as reached:
+            options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select,
+                                                delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
+                                                per_query=per_query)
+            request = dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
+            reached()
+            answer = _wire.run("certify", request, device=self.device, group=group, timeout=group_timeout)[0]
+        return _keywords.by_radius(answer, radii)
 
     def _attack_args(self, *, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                      robrank_compat, surrogate, repeats, per_query) -> Tuple[Dict[str, Any], Dict[str, Any]]:

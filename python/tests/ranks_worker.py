@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rdml  # noqa: E402
-from test_ranks import CALLS, Counted, bn_model, data, tiny  # noqa: E402
+from test_ranks import CALLS, RUN_CALLS, Counted, bn_model, data, tiny  # noqa: E402
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -39,6 +39,9 @@ def attempt(name, f, model=None):
 model = Counted(tiny())
 for name, call in CALLS.items():
     attempt(name, lambda: call(model), model)
+run = rdml.open(os.environ["RUN"], quiet=True)
+for name, call in RUN_CALLS.items():
+    attempt(name, lambda: call(run))
 
 # One rank's model raising inside the work: both raise, the other naming it.
 failing = Counted(tiny(), fail_on_rank=1, fail_after=3)

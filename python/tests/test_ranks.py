@@ -23,7 +23,7 @@ import rdml  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_model import fashion  # noqa: E402
+from test_model import L2, c2f2, fashion  # noqa: E402
 
 #: Numbers that are times, or what crossed on one process against the ranks' sum.
 UNTIMED = ("seconds", "metric_seconds", "route")
@@ -97,6 +97,25 @@ def _embed(m):
 CALLS = dict(robustness=_robustness, attack=_attack, certify=_certify, embed=_embed)
 
 
+def run_folder(d):
+    """An rdml run of a PyTorch C2F2 (imported: no training), scored on its Fashion-MNIST test split."""
+    torch.manual_seed(0)
+    torch.save(L2(c2f2(16)).state_dict(), d / "c2f2.pth")
+    return rdml.import_torch(d / "c2f2.pth", d / "run", arch="c2f2", quiet=True)
+
+
+def _run_robustness(run):
+    return run.robustness(queries=16, batch=8, per_query=True)
+
+
+def _run_certify(run):
+    return run.certify(queries=4, samples=100, select=10, batch=128, per_query=True)
+
+
+#: The same jobs on a run folder (`Run.robustness`, `Run.certify`): its record kept by rank 0.
+RUN_CALLS = dict(run_robustness=_run_robustness, run_certify=_run_certify)
+
+
 def untimed(v):
     if isinstance(v, dict):
         return {k: untimed(x) for k, x in v.items() if k not in UNTIMED}
@@ -109,7 +128,8 @@ def untimed(v):
 def ranks(tmp_path_factory):
     """Each rank's answers, and the wall time of the two-rank run."""
     out = tmp_path_factory.mktemp("ranks")
-    env = dict(os.environ, OUT=str(out), OMP_NUM_THREADS="1")
+    run = run_folder(out)
+    env = dict(os.environ, OUT=str(out), RUN=run.path, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29521",
            str(HERE / "ranks_worker.py")]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -129,6 +149,10 @@ def alone(tmp_path_factory):
             m = Counted(tiny())
             t0 = time.perf_counter()
             said[name] = dict(value=call(m), rows=m.rows, seconds=time.perf_counter() - t0)
+        run = rdml.open(run_folder(d).path, quiet=True)
+        for name, call in RUN_CALLS.items():
+            t0 = time.perf_counter()
+            said[name] = dict(value=call(run), seconds=time.perf_counter() - t0)
     finally:
         os.chdir(here)
     return json.loads(json.dumps(said))
@@ -147,6 +171,19 @@ def test_every_rank_returns_the_single_process_result_and_half_the_rows(ranks, a
         assert 0.35 * whole <= r["rows"] <= 0.65 * whole, (name, r["rows"], whole)
     assert abs(r0["rows"] + r1["rows"] - whole) <= 8, (name, r0["rows"], r1["rows"], whole)
     print(f"{name}: 2 ranks {max(r0['seconds'], r1['seconds']):.2f} s, one process {alone[name]['seconds']:.2f} s")
+
+
+@pytest.mark.parametrize("name", list(RUN_CALLS))
+def test_a_run_scored_on_every_rank_returns_the_single_process_record(ranks, alone, name):
+    out, said, _ = ranks
+    r0, r1 = said[0][name], said[1][name]
+    assert "error" not in r0 and "error" not in r1, (r0, r1)
+    assert r0["value"] == r1["value"]
+    # The same weights in another folder (the single process scored a copy).
+    mine, its = (dict(untimed(r["value"]), model=None) for r in (r0, alone[name]))
+    assert mine == its
+    kept = json.loads((out / "run" / f"{name[4:]}.json").read_text())
+    assert untimed(kept) == untimed(r0["value"])
 
 
 def test_the_record_is_written_by_rank_0_alone_and_per_query_values_are_kept(ranks):
@@ -197,5 +234,7 @@ def test_a_rank_never_asked_is_not_waited_on_forever(ranks):
 def test_warnings_are_told_once(ranks):
     _, said, stderr = ranks
     assert "error" not in said[0]["warned"] and said[0]["warned"]["value"] == said[1]["warned"]["value"]
-    # The one warning of the run (the gallery holds the queries' own images), from rank 0 alone.
-    assert stderr.count("RdmlWarning") == 1, stderr[-3000:]
+    # The run's warnings (the gallery holds the queries' own images; a run imported without a
+    # config), from rank 0 alone.
+    assert stderr.count("the gallery holds 12 of the 12 queries' own items") == 1, stderr[-3000:]
+    assert stderr.count("was imported without a config") == 1, stderr[-3000:]

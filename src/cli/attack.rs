@@ -59,6 +59,7 @@ pub fn attack(args: AttackArgs, flag: Option<&str>, quiet: bool) -> Result<Outco
             repeats: args.repeats,
             bn_set: args.bn_set,
             progress: !quiet && !json,
+            ..Default::default()
         },
         model: args.model.clone(),
         attack: args.attack,
@@ -161,6 +162,7 @@ pub fn robustness(args: RobustnessArgs, flag: Option<&str>, quiet: bool) -> Resu
             repeats,
             bn_set: 0,
             progress: !quiet && !json,
+            ..Default::default()
         },
         out: args.out.clone(),
         overwrite: args.overwrite,

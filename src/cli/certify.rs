@@ -84,6 +84,7 @@ pub fn certify(args: CertifyArgs, flag: Option<&str>, quiet: bool) -> Result<Out
         out: args.out,
         overwrite: args.overwrite,
         progress: !quiet && !json,
+        ranks: Default::default(),
     };
     let done = job.run(|| open_device(flag, &[], quiet || json))?;
     let r = &done.record;

@@ -49,6 +49,10 @@ impl AttackJob {
             .map_err(|e| crate::input_error(format!("{e:#}")))?;
         let options = self.options.resolve(spec_budget, self.run.repeats)?;
         crate::ensure_input!(
+            !self.run.ranks.split() || self.save_examples.is_none(),
+            "⟨save_examples⟩ writes one process's images: attack on one rank (without a group) to save them"
+        );
+        crate::ensure_input!(
             options.repeats == 1 || self.save_examples.is_none(),
             "⟨save_examples⟩ writes the images of one run: use it with ⟨repeats⟩ 1"
         );

@@ -27,6 +27,9 @@ pub struct CertifyJob {
     pub overwrite: bool,
     #[serde(default = "crate::field::yes")]
     pub progress: bool,
+    /// The ranks the copies are split over (the caller's process group, not a request field).
+    #[serde(skip)]
+    pub ranks: crate::ranks::Ranks,
 }
 
 /// The record, and whether it was kept in the run folder.
@@ -41,18 +44,20 @@ impl CertifyJob {
     /// is a warning, as for `robustness.json`; a model retrained meanwhile is an error).
     pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Certified> {
         let certification = self.options.resolve()?;
-        if let Some(o) = &self.out {
+        // On ranks, rank 0 writes the files; every rank returns the record.
+        let writes = self.ranks.rank() == 0;
+        if let Some(o) = self.out.as_ref().filter(|_| writes) {
             crate::output::check(o, self.overwrite).context("⟨out⟩")?;
         }
         crate::run_dir::check_finished(&self.model)?;
         let device = device()?;
         let target = crate::target::Target::open(&self.model, self.data.as_deref(), 0, &device)?;
-        let ctx = target.context(&device, false, self.options.batch)?;
+        let ctx = target.context_on(&device, false, self.options.batch, &self.ranks)?;
         let record = certification.run(&ctx, self.model.clone(), Some(target.digest.clone()), self.progress)?;
-        if let Some(o) = &self.out {
+        if let Some(o) = self.out.as_ref().filter(|_| writes) {
             crate::output::write_json(o, &record, self.overwrite).context("⟨out⟩")?;
         }
-        let stored = crate::run_dir::keep_record(&self.model, Some(&target.digest), FILE, &record)?;
+        let stored = writes && crate::run_dir::keep_record(&self.model, Some(&target.digest), FILE, &record)?;
         if stored && let Err(e) = crate::html::write(&self.model) {
             crate::notes::warn(format!("{}/report.html not written: {e:#}", self.model.display()));
         }

@@ -41,7 +41,9 @@ impl RobustnessJob {
     /// `out`, keeps the record in the run folder and refreshes its report.
     pub fn run(&self, device: impl FnOnce() -> Result<Device>) -> Result<Assessed> {
         let options = self.options.resolve(Default::default(), self.run.repeats)?;
-        if let Some(o) = &self.out {
+        // On ranks, rank 0 writes the files; every rank returns the record.
+        let writes = self.run.ranks.rank() == 0;
+        if let Some(o) = self.out.as_ref().filter(|_| writes) {
             crate::output::check(o, self.overwrite).context("⟨out⟩")?;
         }
         // The run folder before the device: a wrong folder is said at once.
@@ -53,10 +55,10 @@ impl RobustnessJob {
                 "the embeddings are not L2-normalised; ES:D (and so ERS) is only meaningful on the unit sphere",
             );
         }
-        if let Some(o) = &self.out {
+        if let Some(o) = self.out.as_ref().filter(|_| writes) {
             crate::output::write_json(o, &scored.record, self.overwrite).context("⟨out⟩")?;
         }
-        let stored = scored.store()?;
+        let stored = writes && scored.store()?;
         let report = if stored { self.refresh_report(&device) } else { None };
         Ok(Assessed {
             scored,

@@ -139,6 +139,9 @@ pub struct RunScoring {
     /// Attack and score the model as it infers with this batch-norm set.
     pub bn_set: usize,
     pub progress: bool,
+    /// The ranks the work is split over (the caller's process group, not a request field).
+    #[serde(skip)]
+    pub ranks: crate::ranks::Ranks,
 }
 
 impl Default for RunScoring {
@@ -149,6 +152,7 @@ impl Default for RunScoring {
             repeats: defaults::REPEATS,
             bn_set: 0,
             progress: true,
+            ranks: Default::default(),
         }
     }
 }
