@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rdml  # noqa: E402
-from test_ddp import DEFENSE, LOSS, tiny  # noqa: E402
+from test_ddp import DEFENSE, HM, LOSS, tiny  # noqa: E402
 from test_loop import BnNet, bn_state, spc2  # noqa: E402
 
 dist.init_process_group("gloo")
@@ -45,5 +45,11 @@ rdml.Defense(**DEFENSE)(ddp_bn, xs, ys).backward()
 out["bn_inner_modes"] = [t for t, _ in seen[:-1]]
 out["bn_outer_saw_before"] = seen[-1][0] and all(torch.equal(seen[-1][1][k], before[k]) for k in before)
 out["bn_after"] = bn.training and all(p.requires_grad for p in bn.parameters())
+# A defense's memory under DDP is the rank's own: HM's LGA remembers this rank's last
+# adversarial loss (robrank's per-process module does the same).
+hm = rdml.Defense("hm", seed=7, **HM)
+for _ in range(2):
+    hm(ddp, xs, ys).backward()
+out["hm_state"] = hm.state_dict()["state"]
 torch.save(out, os.path.join(os.environ["OUT"], f"rank{rank}.pt"))
 dist.destroy_process_group()

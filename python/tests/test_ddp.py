@@ -2,7 +2,8 @@
 CPU; python/tests/ddp_worker.py is each rank): a defended step's averaged gradient is the mean
 of the single-process steps on each rank's half of the batch (each rank perturbs and mines its
 own, robrank's behaviour); a gathered loss's gradient is the single-process loss's on the whole
-batch; the model's modes, flags and batch-norm statistics are as documented after each step."""
+batch; the model's modes, flags and batch-norm statistics are as documented after each step; a
+defense's memory (HM's LGA) is each rank's own."""
 
 import os
 import subprocess
@@ -18,6 +19,7 @@ import rdml  # noqa: E402
 
 DEFENSE = dict(kind="act", eps=0.1, step=0.02, steps=4, seed=3)
 LOSS = dict(kind="triplet", miner="semihard", seed=5)
+HM = dict(eps=0.1, step=0.02, steps=4, source="random", destination="lga", ics=0.5)
 
 
 def tiny():
@@ -73,6 +75,15 @@ def test_a_defended_step_and_a_gathered_loss_under_ddp(tmp_path):
     for r in ranks:
         assert r["bn_inner_modes"] and not any(r["bn_inner_modes"])
         assert r["bn_outer_saw_before"] and r["bn_after"]
+    # A defense's memory is per rank: HM's LGA after two steps on each rank's half is the single
+    # process's after two steps on that half (from the weights DDP left after the first step).
+    assert ranks[0]["hm_state"]["prev_loss"] != ranks[1]["hm_state"]["prev_loss"]
+    for k, r in enumerate(ranks):
+        alone = rdml.Defense("hm", seed=7, **HM)
+        for _ in range(2):
+            alone(model, xt[k * n:(k + 1) * n], yt[k * n:(k + 1) * n]).backward()
+        assert r["hm_state"]["steps_done"] == 2
+        assert r["hm_state"]["prev_loss"] == pytest.approx(alone.state_dict()["state"]["prev_loss"], rel=1e-5)
 
 
 def test_the_readme_ddp_example_runs_under_torchrun():
