@@ -20,10 +20,23 @@ def _gathered(e: Any, labels: List[int]) -> Tuple[Any, List[int], int]:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return e, labels, 1
     world, rank = dist.get_world_size(), dist.get_rank()
-    n = torch.tensor([e.shape[0]], device=e.device)
-    counts = [torch.zeros_like(n) for _ in range(world)]
-    dist.all_gather(counts, n)
-    counts = [int(c.item()) for c in counts]
+    # Each rank's rows, and the rest of its shape and its dtype: ranks that would gather tensors
+    # of other shapes (which gloo aborts on, and NCCL waits on) are refused on every rank first.
+    rest = tuple(e.shape[1:])
+    floats = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+    kind = floats.index(e.dtype) if e.dtype in floats else len(floats)
+    said = torch.tensor([e.shape[0], e.dim(), kind] + list(rest[:4]) + [0] * (4 - len(rest[:4])), device=e.device)
+    shapes = [torch.zeros_like(said) for _ in range(world)]
+    dist.all_gather(shapes, said)
+    shapes = [s.tolist() for s in shapes]
+    for r, s in enumerate(shapes):
+        if s[1:] != shapes[0][1:]:
+            def words(v):
+                dtype = floats[v[2]] if v[2] < len(floats) else "another dtype"
+                return f"{v[1]}-d rows of shape {tuple(v[3:3 + max(v[1] - 1, 0)])} in {dtype}"
+            raise ValueError(f"embeddings: rank {r} gives {words(s)}, rank 0 {words(shapes[0])}; every rank's "
+                             "embeddings must have one width and dtype to be gathered")
+    counts = [s[0] for s in shapes]
     most = max(counts)
     pad = torch.zeros((most - e.shape[0],) + tuple(e.shape[1:]), dtype=e.dtype, device=e.device)
     parts = [torch.empty((most,) + tuple(e.shape[1:]), dtype=e.dtype, device=e.device) for _ in range(world)]

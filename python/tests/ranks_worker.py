@@ -60,6 +60,9 @@ attempt("bn_broadcast", lambda: rdml.embed(bn, x, batch=8).tolist())
 # A warning (a gallery holding the queries' own images): told by rank 0 alone.
 attempt("warned", lambda: rdml.attack(model, x[:12], y[:12], "CA+", gallery=x[:24], gallery_labels=y[:24], queries=12,
                                       batch=4, quiet=True))
+# A gathered loss whose ranks' embeddings differ in width: refused on both, not aborted in gloo.
+attempt("loss_widths", lambda: float(rdml.Loss(gather=True)(torch.nn.functional.normalize(
+    torch.randn(8, 16 if rank == 0 else 8, requires_grad=True), dim=1), torch.arange(8) % 4)))
 # The group is still whole after every refusal: one more split call.
 attempt("after", lambda: CALLS["embed"](model), model)
 # A rank that is not asked: rank 0 waits at most group_timeout.

@@ -224,6 +224,14 @@ def test_models_whose_batch_norm_statistics_differ_are_refused_until_broadcast(r
     assert said[0]["bn_broadcast"]["value"] == rdml.embed(bn_model(0), x, batch=8).tolist()
 
 
+def test_a_gathered_loss_of_other_widths_is_refused_on_every_rank(ranks):
+    _, said, _ = ranks
+    for k in range(2):
+        s = said[k]["loss_widths"]
+        assert s["error"] == "ValueError" and s["text"].startswith("embeddings: rank 1 gives 2-d rows of shape (8,)"), s
+        assert "rank 0 2-d rows of shape (16,) in torch.float32" in s["text"], s
+
+
 def test_a_rank_never_asked_is_not_waited_on_forever(ranks):
     _, said, _ = ranks
     s = said[0]["alone_asked"]
