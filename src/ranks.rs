@@ -14,12 +14,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// How long a rank waits for the others at one exchange, unless the caller says: the ranks reach
-/// a scoring call within the imbalance of their last step, and a rank that was never asked must
-/// not keep the others waiting for the process group's own timeout (30 minutes for gloo).
+/// How long a rank waits for the others to join a job (the first exchange), unless the caller
+/// says: the ranks reach a scoring call within the imbalance of their last step, and a rank that
+/// was never asked must not keep the others waiting for the process group's own timeout (30
+/// minutes for gloo). Once every rank has joined, an exchange waits for the others' work, which
+/// may take as long as it takes, within the group's own timeout.
 pub const WAIT_SECONDS: f64 = 300.0;
 
 /// The caller's process group: its rank, its size and an all-gather of bytes.
@@ -27,8 +29,8 @@ pub trait Group: Send + Sync {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
     /// Every rank's `bytes` in rank order (this rank's among them), waiting at most `wait` for
-    /// the others.
-    fn all_gather(&self, bytes: &[u8], wait: Duration) -> Result<Vec<Vec<u8>>>;
+    /// the others (`None`: the group's own timeout).
+    fn all_gather(&self, bytes: &[u8], wait: Option<Duration>) -> Result<Vec<Vec<u8>>>;
     /// The words this rank's failure `e` is told to the others in (the binding names the
     /// exception a caller's model raised).
     fn reason(&self, e: &anyhow::Error) -> String {
@@ -40,7 +42,11 @@ pub trait Group: Send + Sync {
 #[derive(Clone)]
 pub struct Ranks {
     group: Option<Arc<dyn Group>>,
-    wait: Duration,
+    /// The caller's `group_timeout` (checked when a job starts, so that every rank hears of it).
+    wait_s: f64,
+    /// Whether every rank has joined the job under way: its exchanges then wait for the others'
+    /// work without the joining bound.
+    joined: Arc<AtomicBool>,
 }
 
 impl Default for Ranks {
@@ -67,6 +73,10 @@ impl std::fmt::Display for Told {
 
 impl std::error::Error for Told {}
 
+fn is_told(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Told>().is_some() || e.chain().any(|c| c.is::<Told>())
+}
+
 /// Exchanges' status bytes.
 const OK: u8 = 0;
 const FAILED: u8 = 1;
@@ -81,29 +91,45 @@ pub fn speaks() -> bool {
     SILENT.load(Ordering::SeqCst) == 0
 }
 
+/// A job's silence on a rank other than 0, lifted however the job ends (a panic included).
+struct Silence(bool);
+
+impl Silence {
+    fn of(rank: usize) -> Self {
+        if rank != 0 {
+            SILENT.fetch_add(1, Ordering::SeqCst);
+        }
+        Self(rank != 0)
+    }
+}
+
+impl Drop for Silence {
+    fn drop(&mut self) {
+        if self.0 {
+            SILENT.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Ranks {
     /// This process alone: no exchange, every share the whole.
     pub fn alone() -> Self {
         Self {
             group: None,
-            wait: Duration::from_secs_f64(WAIT_SECONDS),
+            wait_s: WAIT_SECONDS,
+            joined: Default::default(),
         }
     }
 
-    /// The ranks of `group`, each exchange waiting at most `wait_s` seconds (default
-    /// [`WAIT_SECONDS`]); a group of one is this process alone.
-    pub fn over(group: Arc<dyn Group>, wait_s: Option<f64>) -> Result<Self> {
-        let wait_s = wait_s.unwrap_or(WAIT_SECONDS);
-        crate::ensure_input!(
-            wait_s.is_finite() && wait_s > 0.0,
-            "group_timeout: {wait_s}; expected a number of seconds above 0"
-        );
+    /// The ranks of `group`, the first exchange of a job waiting at most `wait_s` seconds
+    /// (default [`WAIT_SECONDS`]) for every rank to join; a group of one is this process alone.
+    pub fn over(group: Arc<dyn Group>, wait_s: Option<f64>) -> Self {
         let n = group.size();
-        crate::ensure_input!(group.rank() < n, "group: rank {} of a group of {n}", group.rank());
-        Ok(Self {
-            group: (n > 1).then_some(group),
-            wait: Duration::from_secs_f64(wait_s),
-        })
+        Self {
+            group: (n > 1 && group.rank() < n).then_some(group),
+            wait_s: wait_s.unwrap_or(WAIT_SECONDS),
+            joined: Default::default(),
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -119,9 +145,13 @@ impl Ranks {
         self.group.is_some()
     }
 
-    /// How long an exchange waits for the others.
-    pub fn wait(&self) -> Duration {
-        self.wait
+    /// How long the next exchange waits for the others: the joining bound until every rank has
+    /// joined, then the group's own (a valid `group_timeout` is checked at a job's start).
+    fn wait(&self) -> Option<Duration> {
+        match self.joined.load(Ordering::SeqCst) {
+            true => None,
+            false => Some(Duration::try_from_secs_f64(self.wait_s).unwrap_or(Duration::from_secs_f64(WAIT_SECONDS))),
+        }
     }
 
     /// This rank's share of `n` units (batches, queries): a run of consecutive ones, the ranks'
@@ -140,14 +170,14 @@ impl Ranks {
         let mut sent = Vec::with_capacity(payload.len() + 1);
         sent.push(OK);
         sent.extend_from_slice(payload);
+        let here = format!("rank {} of {}", g.rank(), g.size());
+        // The group's own error stays in the chain (an interrupt is said as one).
         let got = g
-            .all_gather(&sent, self.wait)
-            .map_err(|e| anyhow!(Told(format!("rank {} of {}: {e:#}", g.rank(), g.size()))))?;
+            .all_gather(&sent, self.wait())
+            .map_err(|e| e.context(Told(format!("{here}: the exchange failed"))))?;
         if got.len() != g.size() {
             return Err(anyhow!(Told(format!(
-                "rank {} of {}: the group answered {} ranks' messages",
-                g.rank(),
-                g.size(),
+                "{here}: the group answered {} ranks' messages",
                 got.len()
             ))));
         }
@@ -159,10 +189,8 @@ impl Ranks {
             .collect();
         if !failed.is_empty() {
             return Err(anyhow!(Told(format!(
-                "{} (this is rank {} of {}; every rank stops)",
-                failed.join("; "),
-                g.rank(),
-                g.size()
+                "{} (this is {here}; every rank stops)",
+                failed.join("; ")
             ))));
         }
         Ok(got.into_iter().map(|mut m| m.split_off(1)).collect())
@@ -189,18 +217,25 @@ impl Ranks {
         let mut bytes = Vec::with_capacity(8 + rows.len() * 4);
         bytes.extend_from_slice(&(dim as u64).to_le_bytes());
         bytes.extend(rows.iter().flat_map(|v| v.to_le_bytes()));
-        let (mut all, mut width) = (vec![], None::<usize>);
+        let (mut all, mut width) = (vec![], None::<(usize, usize)>);
         for (r, m) in self.exchange(&bytes)?.iter().enumerate() {
             let (d, values) = m
                 .split_at_checked(8)
                 .ok_or_else(|| anyhow!("rank {r}'s rows: no width"))?;
             let d = u64::from_le_bytes(d.try_into()?) as usize;
+            anyhow::ensure!(
+                values.len() % 4 == 0 && (d == 0 || (values.len() / 4).is_multiple_of(d)),
+                "rank {r}'s rows: {} bytes for rows of {d} values",
+                values.len()
+            );
             if values.is_empty() {
                 continue;
             }
             match width {
-                Some(w) if w != d => anyhow::bail!("rank {r} embeds in {d} dimensions, rank 0's share in {w}"),
-                _ => width = Some(d),
+                Some((w, first)) if w != d => {
+                    anyhow::bail!("the model embeds in {d} dimensions on rank {r} and in {w} on rank {first}")
+                }
+                _ => width = Some((d, r)),
             }
             all.extend(
                 values
@@ -208,29 +243,35 @@ impl Ranks {
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
             );
         }
-        Ok((all, width.unwrap_or(dim)))
+        Ok((all, width.map_or(dim, |w| w.0)))
     }
 
     /// Checks that every rank was asked the same (`asked`: the request, digests of its arrays
     /// and models), naming the first field that differs; then runs `body`, telling the others
-    /// when it fails, and ends with an exchange that says every rank finished.
+    /// when it fails (a panic too), and ends with an exchange that says every rank finished.
     pub fn run<T>(&self, asked: &serde_json::Value, body: impl FnOnce() -> Result<T>) -> Result<T> {
         if !self.split() {
             return body();
         }
-        let silent = self.rank() != 0;
-        if silent {
-            SILENT.fetch_add(1, Ordering::SeqCst);
-        }
-        let out = (|| {
+        let _silence = Silence::of(self.rank());
+        self.joined.store(false, Ordering::SeqCst);
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<T> {
+            crate::ensure_input!(
+                self.wait_s.is_finite() && self.wait_s > 0.0 && self.wait_s < 1e9,
+                "group_timeout: {}; expected a number of seconds above 0",
+                self.wait_s
+            );
             self.agree(asked)?;
+            self.joined.store(true, Ordering::SeqCst);
             let v = body()?;
             self.exchange(&[])?;
             Ok(v)
-        })();
-        if silent {
-            SILENT.fetch_sub(1, Ordering::SeqCst);
-        }
+        }));
+        let out = out.unwrap_or_else(|panic| {
+            self.tell_failure(&anyhow!("rdml panicked (a bug: please report it)"));
+            std::panic::resume_unwind(panic)
+        });
+        self.joined.store(false, Ordering::SeqCst);
         out.inspect_err(|e| self.tell_failure(e))
     }
 
@@ -238,13 +279,13 @@ impl Ranks {
     /// they told, or the group's own): they receive it wherever they wait.
     pub fn tell_failure(&self, e: &anyhow::Error) {
         let Some(g) = &self.group else { return };
-        if e.chain().any(|c| c.is::<Told>()) {
+        if is_told(e) {
             return;
         }
         let mut sent = vec![FAILED];
         sent.extend_from_slice(g.reason(e).as_bytes());
         // Best effort: the failure itself is this rank's error either way.
-        let _ = g.all_gather(&sent, self.wait);
+        let _ = g.all_gather(&sent, self.wait());
     }
 
     /// Every rank's `asked` compared with rank 0's.
@@ -281,13 +322,26 @@ fn agreement_error(field: &str, r: usize, first: &serde_json::Value, theirs: &se
         let why = if params(first).is_some() && params(first) == params(theirs) {
             "the same parameters but other buffers: batch-norm statistics left by each rank's last \
              training-mode forward (DDP broadcasts buffers before a forward, not after). Broadcast rank 0's \
-             buffers first (for b in model.buffers(): torch.distributed.broadcast(b, 0)), or score after one \
-             eval-mode forward of the DDP module"
+             buffers first: for b in model.buffers(): torch.distributed.broadcast(b, 0)"
         } else {
-            "other parameters: each rank must score the same weights (load the checkpoint on every rank, or \
-             score the DDP module's own model)"
+            "other weights: each rank must score the same ones (load the same checkpoint on every rank; DDP \
+             keeps its parameters equal)"
         };
         return format!("model: rank {r} holds another model than rank 0, with {why}");
+    }
+    if let Some(what) = ["images", "gallery", "surrogate"]
+        .iter()
+        .find(|w| field.starts_with(&format!("{w}_digest")))
+    {
+        return format!(
+            "{what}: rank {r} was given other {} than rank 0; every rank passes the same ones (rdml splits \
+             the work over the ranks), or group=False scores each rank's own alone",
+            if *what == "surrogate" {
+                "surrogate weights"
+            } else {
+                "images or labels"
+            }
+        );
     }
     format!(
         "{}: rank 0 and rank {r} were asked different things ({} on rank 0, {} on rank {r}); every rank must \
@@ -333,148 +387,4 @@ pub fn digest(values: &[f32]) -> String {
 }
 
 #[cfg(test)]
-pub mod tests {
-    use super::*;
-    use std::sync::{Barrier, Mutex};
-
-    /// Two barriers around the slots every rank's message is put in.
-    type Slots = (Barrier, Mutex<Vec<Vec<u8>>>, Barrier);
-
-    /// Ranks as threads of one process, exchanging through shared slots.
-    pub struct Threads {
-        rank: usize,
-        size: usize,
-        shared: Arc<Slots>,
-    }
-
-    impl Threads {
-        pub fn group(n: usize) -> Vec<Arc<dyn Group>> {
-            let shared = Arc::new((Barrier::new(n), Mutex::new(vec![vec![]; n]), Barrier::new(n)));
-            (0..n)
-                .map(|rank| {
-                    Arc::new(Threads {
-                        rank,
-                        size: n,
-                        shared: shared.clone(),
-                    }) as Arc<dyn Group>
-                })
-                .collect()
-        }
-    }
-
-    impl Group for Threads {
-        fn rank(&self) -> usize {
-            self.rank
-        }
-        fn size(&self) -> usize {
-            self.size
-        }
-        fn all_gather(&self, bytes: &[u8], _wait: Duration) -> Result<Vec<Vec<u8>>> {
-            self.shared.1.lock().unwrap()[self.rank] = bytes.to_vec();
-            self.shared.0.wait();
-            let all = self.shared.1.lock().unwrap().clone();
-            self.shared.2.wait();
-            Ok(all)
-        }
-    }
-
-    /// Runs `f` on every rank of a group of `n` threads; their results in rank order.
-    pub fn on_ranks<T: Send>(n: usize, f: impl Fn(Ranks) -> T + Sync) -> Vec<T> {
-        let groups = Threads::group(n);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = groups
-                .into_iter()
-                .map(|g| {
-                    let f = &f;
-                    s.spawn(move || f(Ranks::over(g, None).unwrap()))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
-
-    #[test]
-    fn shares_cover_the_units_in_rank_order() {
-        let shares = on_ranks(3, |r| r.share(10));
-        assert_eq!(shares, vec![0..3, 3..6, 6..10]);
-        assert_eq!(on_ranks(2, |r| r.share(1)), vec![0..0, 0..1]);
-    }
-
-    #[test]
-    fn rows_gather_in_rank_order_and_a_rank_without_rows_has_no_say_on_the_width() {
-        let got = on_ranks(3, |r| {
-            let rows: Vec<f32> = match r.rank() {
-                0 => vec![],
-                k => vec![k as f32; 4],
-            };
-            r.gather_rows(&rows, if r.rank() == 0 { 0 } else { 2 }).unwrap()
-        });
-        for g in &got {
-            assert_eq!(g, &(vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0], 2));
-        }
-    }
-
-    /// One rank failing in its work is every rank's error, naming it; the failing rank keeps its
-    /// own error.
-    #[test]
-    fn a_failure_on_one_rank_is_told_to_every_rank() {
-        let asked = serde_json::json!({"seed": 0});
-        let got = on_ranks(3, |r| {
-            r.run(&asked, || {
-                if r.rank() == 1 {
-                    anyhow::bail!("the model raised ValueError: boom");
-                }
-                r.exchange(b"result")?;
-                Ok(())
-            })
-            .map_err(|e| format!("{e:#}"))
-        });
-        assert_eq!(got[1].as_ref().unwrap_err(), "the model raised ValueError: boom");
-        for k in [0, 2] {
-            let e = got[k].as_ref().unwrap_err();
-            assert!(e.contains("rank 1: the model raised ValueError: boom"), "{e}");
-            assert!(e.contains(&format!("this is rank {k} of 3")), "{e}");
-        }
-    }
-
-    /// A failure after the last result (a record not written on rank 0) reaches the others at
-    /// the job's last exchange.
-    #[test]
-    fn a_late_failure_reaches_the_others_at_the_last_exchange() {
-        let got = on_ranks(2, |r| {
-            r.run(&serde_json::json!({}), || {
-                r.exchange(b"x")?;
-                anyhow::ensure!(r.rank() != 0, "out: cannot write");
-                Ok(())
-            })
-            .map_err(|e| format!("{e:#}"))
-        });
-        assert!(got[1].as_ref().unwrap_err().contains("rank 0: out: cannot write"));
-    }
-
-    /// Ranks asked different things are refused before any work, naming the field; models that
-    /// differ only in their buffers are said as batch-norm statistics.
-    #[test]
-    fn ranks_asked_different_things_are_refused_naming_the_field() {
-        let got = on_ranks(2, |r| {
-            let asked = serde_json::json!({"options": {"seed": r.rank(), "eps": 0.1}});
-            r.run(&asked, || Ok(())).map_err(|e| format!("{e:#}"))
-        });
-        for g in &got {
-            let e = g.as_ref().unwrap_err();
-            assert!(
-                e.starts_with("options.seed: rank 0 and rank 1 were asked different things (0 on rank 0, 1 on rank 1)"),
-                "{e}"
-            );
-        }
-        let got = on_ranks(2, |r| {
-            let asked =
-                serde_json::json!({"model_digest": format!("sha256:{}", r.rank()), "parameters_digest": "sha256:p"});
-            r.run(&asked, || Ok(())).map_err(|e| format!("{e:#}"))
-        });
-        assert!(
-            got[0].as_ref().unwrap_err().contains("batch-norm statistics"),
-            "{got:?}"
-        );
-    }
-}
+pub mod tests;

@@ -144,9 +144,24 @@ const SPLIT: [&str; 6] = [
 ];
 
 /// A scoring job on every rank of a process group: the ranks' requests compared first (the
-/// request, its arrays' digests and the caller's model digests under `ranks`), the work split,
-/// every rank answering the same.
+/// request, its arrays' digests, the caller's model digests under `ranks` and the run folders'
+/// weights), the work split, every rank answering the same. A request this rank cannot read is
+/// told to the others, as a failure in the work is.
 fn split(c: Call) -> Result<Answer> {
+    let (text, asked) = match asked(&c) {
+        Ok(p) => p,
+        Err(e) => {
+            c.ranks.tell_failure(&e);
+            return Err(e);
+        }
+    };
+    let ranks = c.ranks.clone();
+    ranks.run(&asked, || dispatch(Call { request: &text, ..c }))
+}
+
+/// The request as the job reads it (the comparison's fields taken out), and what the ranks
+/// compare.
+fn asked(c: &Call) -> Result<(String, Value)> {
     crate::ensure_input!(
         SPLIT.contains(&c.job),
         "group: {} is not split over ranks; call it on one rank (or without a group)",
@@ -164,23 +179,44 @@ fn split(c: Call) -> Result<Answer> {
     // Fields for the comparison alone: the caller's digests of its model.
     let digests = obj.remove("ranks").unwrap_or_else(|| json!({}));
     let text = serde_json::to_string(&request)?;
-    let mut asked = request;
-    if let (Some(f), Some(d)) = (asked.as_object_mut(), digests.as_object()) {
-        // Each rank shows its own progress or none; the work is rank 0's to show either way.
-        f.remove("progress");
-        f.extend(d.clone());
-        let arrays: Vec<String> = c.arrays.iter().map(|a| crate::ranks::digest(a)).collect();
-        f.insert("arrays".into(), json!(arrays));
-        // A run folder's weights, read by each rank (a copy of its own on another machine).
-        let run = ["model", "model_run"]
-            .iter()
-            .find_map(|k| f.get(*k).and_then(Value::as_str));
-        if let Some(dir) = run.map(std::path::Path::new).filter(|d| d.is_dir()) {
-            f.insert("model_digest".into(), json!(crate::run_dir::model_digest(dir).ok()));
+    let mut asked = json!({"job": c.job});
+    let f = asked.as_object_mut().ok_or_else(|| anyhow::anyhow!("an object"))?;
+    f.extend(without_progress(request).as_object().cloned().unwrap_or_default());
+    f.extend(digests.as_object().cloned().unwrap_or_default());
+    for (name, a) in ["images_digest", "gallery_digest"].iter().zip(&c.arrays) {
+        f.insert(name.to_string(), json!(crate::ranks::digest(a)));
+    }
+    // Run folders' weights, read by each rank (a copy of its own on another machine).
+    let path = |v: Option<&Value>| v.and_then(Value::as_str).map(PathBuf::from);
+    let runs = [
+        ("model_digest", path(f.get("model")).or(path(f.get("model_run")))),
+        (
+            "surrogate_digest",
+            path(f.get("surrogate_run")).or(path(f.get("run").and_then(|r| r.get("surrogate")))),
+        ),
+    ];
+    for (name, dir) in runs {
+        if let Some(dir) = dir.filter(|d| d.is_dir()) {
+            let digest =
+                crate::run_dir::model_digest(&dir).map_err(|e| e.context(format!("the run {}", dir.display())))?;
+            f.insert(name.to_string(), json!(digest));
         }
     }
-    let ranks = c.ranks.clone();
-    ranks.run(&asked, || dispatch(Call { request: &text, ..c }))
+    Ok((text, asked))
+}
+
+/// `v` without its `progress` fields (each rank shows its own progress or none; the work is
+/// rank 0's to show either way).
+fn without_progress(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(k, _)| k != "progress")
+                .map(|(k, v)| (k, without_progress(v)))
+                .collect(),
+        ),
+        v => v,
+    }
 }
 
 /// The device the caller named, else the one the configs name (a wrong name is the caller's).

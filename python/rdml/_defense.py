@@ -11,7 +11,7 @@ from ._bn import _sets_of, batch_norm_set
 from ._inputs import image_tensor, images_and_labels, labels as label_list, tensor_like, to_bytes, triplet_rows
 from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._loss import Loss
-from ._torch import TorchModel, _torch, check_output, embedding_of
+from ._torch import TorchModel, _torch, check_output, embedding_of, unwrapped
 from ._wire import open_session, run, session_call
 
 
@@ -59,14 +59,6 @@ def _like(x: Any, images: Any) -> Any:
     if not images.is_contiguous() and images.is_contiguous(memory_format=torch.channels_last):
         x = x.contiguous(memory_format=torch.channels_last)
     return x
-
-
-def _unwrapped(model: Any) -> Any:
-    """The module inside a DistributedDataParallel (or DataParallel) wrapper: attacking through
-    it leaves the wrapper's gradient hooks and buffer broadcasts alone."""
-    torch = _torch()
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
 
 
 class Defense:
@@ -174,7 +166,7 @@ class Defense:
             request["indices"] = label_list(indices, n, "indices")
         if triplets is not None:
             request["triplets"] = triplet_rows(triplets)
-        inner = _unwrapped(model)
+        inner = unwrapped(model)
         return images, request, inner, self._models(inner)
 
     def perturb(self, model: Any, images: Any, labels: Any, *, indices: Any = None, triplets: Any = None) -> Any:
@@ -274,7 +266,7 @@ class Defense:
             request["training_set"] = dict(shape=[int(s) for s in x.shape], labels=y.tolist())
             arrays.append(x.tobytes())
         if model is not None:
-            inner = _unwrapped(model)
+            inner = unwrapped(model)
             models.append(_SetModel(inner, 0, self.output))
             # The training set's features as rdml's trainer takes them: evaluation mode, clean set.
             with _attacking(inner, "eval"):

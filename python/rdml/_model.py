@@ -13,7 +13,7 @@ import numpy as np
 from . import _keywords, _ranks, _wire
 from ._inputs import images_alone, queries_and_gallery
 from ._run import PathLike, Run
-from ._torch import TorchModel, module_digest
+from ._torch import TorchModel, module_digest, unwrapped
 
 
 def model_args(model, device, differentiable=True, output=None) -> Dict[str, Any]:
@@ -23,7 +23,8 @@ def model_args(model, device, differentiable=True, output=None) -> Dict[str, Any
         if output is not None:
             raise ValueError("output: an rdml.Run returns its embeddings; output= is for a model of your own")
         return dict(model=None, run=model.path, device=model.device)
-    return dict(model=TorchModel(model, device, differentiable, output), run=None, device=None)
+    # Scored through a DDP wrapper, each forward would broadcast buffers on the group rdml uses.
+    return dict(model=TorchModel(unwrapped(model), device, differentiable, output), run=None, device=None)
 
 
 def frozen(m):
@@ -31,13 +32,16 @@ def frozen(m):
     return m.frozen() if m is not None else contextlib.nullcontext()
 
 
-def digests(model, surrogate=None, group=None) -> Optional[Dict[str, Any]]:
-    """What ranks compare of the models beyond the request (``None`` on one process): the
-    digests of every rank's model (its parameters alone too, to tell buffers that differ)."""
+def digests(model, surrogate=None, group=None) -> Dict[str, Any]:
+    """The digest a record names (``model_digest``), and under ``ranks`` what ranks compare of
+    the models beyond the request (none on one process): the digests of every rank's model (its
+    parameters alone too, to tell buffers that differ) and surrogate."""
+    model, surrogate = unwrapped(model), None if surrogate is None else unwrapped(surrogate)
+    whole = module_digest(model)
     if group is None:
-        return None
-    return dict(model_digest=module_digest(model), parameters_digest=module_digest(model, parameters_only=True),
-                surrogate_digest=module_digest(surrogate))
+        return dict(model_digest=whole, ranks=None)
+    return dict(model_digest=whole, ranks=dict(model_digest=whole, surrogate_digest=module_digest(surrogate),
+                                               parameters_digest=module_digest(model, parameters_only=True)))
 
 
 def score(model, images, labels, spec, differentiable, device, surrogate, kw) -> Dict[str, Any]:
@@ -55,12 +59,10 @@ def score(model, images, labels, spec, differentiable, device, surrogate, kw) ->
         request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
                        out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
                        model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
-                       model_digest=None if m["run"] else module_digest(model),
-                       ranks=digests(model, surrogate, group))
+                       **(dict(ranks=None, model_digest=None) if m["run"] else digests(model, surrogate, group)))
         with frozen(m["model"]), frozen(s["model"]):
-            reached()
             return _wire.run("score_model", request, arrays, device=m["device"], model=m["model"],
-                             surrogate=s["model"], group=group, timeout=timeout)[0]
+                             surrogate=s["model"], group=group, timeout=timeout, reached=reached)[0]
 
 
 def robustness(
@@ -223,11 +225,10 @@ def certify(
                                             delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
                                             per_query=per_query)
         request = dict(options=options, progress=not quiet, model_run=m["run"], images=shaped, gallery=g,
-                       model_digest=None if m["run"] else module_digest(model), ranks=digests(model, None, group))
+                       **(dict(ranks=None, model_digest=None) if m["run"] else digests(model, None, group)))
         with frozen(m["model"]):
-            reached()
             answer = _wire.run("certify_model", request, arrays, device=m["device"], model=m["model"], group=group,
-                               timeout=group_timeout)[0]
+                               timeout=group_timeout, reached=reached)[0]
     return _keywords.by_radius(answer, radii)
 
 
@@ -242,9 +243,8 @@ def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None, outp
         x = images_alone(images)
         m = model_args(model, device, True, output)
         request = dict(model_run=m["run"], shape=[int(v) for v in x.shape], batch=int(batch),
-                       ranks=digests(model, None, group))
+                       ranks=None if m["run"] or group is None else digests(model, None, group)["ranks"])
         with frozen(m["model"]):
-            reached()
             answer, (raw,) = _wire.run("embed_model", request, [x.tobytes()], device=m["device"], model=m["model"],
-                                       group=group, timeout=group_timeout)
+                                       group=group, timeout=group_timeout, reached=reached)
     return np.frombuffer(raw, dtype="<f4").reshape(x.shape[0], answer["dim"]).copy()

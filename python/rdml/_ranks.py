@@ -17,7 +17,8 @@ from . import _rdml
 
 class TorchGroup:
     """A torch.distributed process group as the library calls it: ``rank``, ``size`` and
-    ``all_gather(bytes, timeout) -> list[bytes]``."""
+    ``all_gather(bytes, timeout) -> list[bytes]``. Under NCCL the bytes travel on the current
+    CUDA device (``torch.cuda.set_device(local_rank)`` first, as torch's NCCL collectives need)."""
 
     def __init__(self, group: Any):
         import torch
@@ -29,11 +30,14 @@ class TorchGroup:
         nccl = str(dist.get_backend(group)).lower() == "nccl"
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
 
-    def all_gather(self, payload: bytes, timeout: float) -> List[bytes]:
+    def all_gather(self, payload: bytes, timeout: Optional[float]) -> List[bytes]:
+        """Every rank's ``payload``, waiting at most ``timeout`` s in all (``None``: the group's
+        own timeout)."""
         torch, dist = self._torch, self._dist
+        deadline = None if timeout is None else time.monotonic() + timeout
         n = torch.tensor([len(payload)], dtype=torch.int64, device=self.device)
         sizes = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.size)]
-        self._wait(dist.all_gather(sizes, n, group=self.group, async_op=True), timeout)
+        self._wait(dist.all_gather(sizes, n, group=self.group, async_op=True), deadline, timeout)
         lengths = [int(s.item()) for s in sizes]
         width = max(max(lengths), 1)
         buf = torch.zeros(width, dtype=torch.uint8)
@@ -41,17 +45,18 @@ class TorchGroup:
             buf[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         buf = buf.to(self.device)
         parts = [torch.empty(width, dtype=torch.uint8, device=self.device) for _ in range(self.size)]
-        self._wait(dist.all_gather(parts, buf, group=self.group, async_op=True), timeout)
+        self._wait(dist.all_gather(parts, buf, group=self.group, async_op=True), deadline, timeout)
         return [p[:k].cpu().numpy().tobytes() for p, k in zip(parts, lengths)]
 
-    def _wait(self, work: Any, timeout: float) -> None:
-        deadline, pause = time.monotonic() + timeout, 0.0005
-        while not work.is_completed():
+    def _wait(self, work: Any, deadline: Optional[float], timeout: Optional[float]) -> None:
+        pause = 0.0005
+        while deadline is not None and not work.is_completed():
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"the other ranks did not reach this exchange within {timeout:g} s: every rank of the group "
                     "must make the same rdml call (group=False scores on this rank alone; group_timeout= waits "
-                    "longer); the process group may be unusable for further collectives")
+                    "longer); the process group may be unusable for further collectives (under NCCL its "
+                    "watchdog may end the process)")
             time.sleep(pause)
             pause = min(2 * pause, 0.05)
         work.wait()
@@ -70,7 +75,12 @@ def group_of(group: Any) -> Optional[TorchGroup]:
             return None
         raise ValueError("group: no torch.distributed process group is initialised "
                          "(torch.distributed.init_process_group first, or leave group out)")
+    if group is not None and group is not True and not isinstance(group, dist.ProcessGroup):
+        raise ValueError(f"group: expected a torch.distributed process group, True, False or None, "
+                         f"got {type(group).__name__}")
     g = TorchGroup(dist.group.WORLD if group is None or group is True else group)
+    if g.rank < 0:
+        raise ValueError("group: this process is not one of the group's ranks")
     return g if g.size > 1 else None
 
 
@@ -88,5 +98,8 @@ def told(group: Optional[TorchGroup], timeout: Optional[float]) -> Iterator[Any]
         yield reached
     except BaseException as e:
         if group is not None and not state["reached"]:
-            _rdml.tell_failure(group, f"{type(e).__name__}: {e}", timeout)
+            try:
+                _rdml.tell_failure(group, f"{type(e).__name__}: {e}", timeout)
+            except BaseException:  # noqa: BLE001 - this rank's own exception is the one raised
+                pass
         raise

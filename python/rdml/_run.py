@@ -126,8 +126,8 @@ class Run:
                 queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
                 repeats=repeats, per_query=per_query)
             request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
-            reached()
-            return _wire.run("attack", request, device=self.device, group=group, timeout=group_timeout)[0]
+            return _wire.run("attack", request, device=self.device, group=group, timeout=group_timeout,
+                             reached=reached)[0]
 
     def robustness(
         self,
@@ -158,9 +158,8 @@ class Run:
                 profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
                 queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
                 repeats=repeats, per_query=per_query)
-            reached()
             return _wire.run("robustness", dict(model=self.path, options=options, run=run), device=self.device,
-                             group=group, timeout=group_timeout)[0]
+                             group=group, timeout=group_timeout, reached=reached)[0]
 
     def certify(
         self,
@@ -188,8 +187,8 @@ class Run:
                                                 delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
                                                 per_query=per_query)
             request = dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
-            reached()
-            answer = _wire.run("certify", request, device=self.device, group=group, timeout=group_timeout)[0]
+            answer = _wire.run("certify", request, device=self.device, group=group, timeout=group_timeout,
+                               reached=reached)[0]
         return _keywords.by_radius(answer, radii)
 
     def _attack_args(self, *, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,

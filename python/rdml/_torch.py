@@ -269,6 +269,15 @@ def descend(xa: Any, x0: Any, g: Any, norm: str, eps: float, step: float) -> Any
     return d.add_(x0).clamp_(0.0, 1.0)
 
 
+def unwrapped(model: Any) -> Any:
+    """The module inside a DistributedDataParallel (or DataParallel) wrapper: attacking or
+    scoring through it leaves the wrapper's gradient hooks and buffer broadcasts (collectives of
+    their own, which rdml's would meet) alone."""
+    torch = _torch()
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
 def module_digest(model: Any, parameters_only: bool = False) -> Optional[str]:
     """``sha256:…`` of a ``torch.nn.Module``'s parameters and buffers (names, dtypes, shapes and
     bytes, in ``state_dict`` order), which a record names as ``model_digest``, as a run's records

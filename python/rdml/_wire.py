@@ -38,13 +38,17 @@ def open_session(kind: str, request: Dict[str, Any], device: Any) -> Any:
 
 
 def run(job: str, request: Dict[str, Any], arrays: Sequence[bytes] = (), *, device: Any = None, model: Any = None,
-        surrogate: Any = None, group: Any = None, timeout: Any = None) -> Tuple[Any, List[bytes]]:
+        surrogate: Any = None, group: Any = None, timeout: Any = None, reached: Any = None) -> Tuple[Any, List[bytes]]:
     """The library's job ``job`` on ``request`` with float32 ``arrays``: the answer, and its arrays;
-    ``group`` (``_ranks.TorchGroup``) splits it over ranks, each exchange waiting ``timeout`` s."""
+    ``group`` (``_ranks.TorchGroup``) splits it over ranks, every rank joining within ``timeout``
+    s; ``reached()`` is called as the library takes the call (a failure after it is the
+    library's to tell the other ranks)."""
     follow_torch_threads()
     req = encoded(drop_none(request))
-    out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate, group,
-                            None if timeout is None else float(timeout))
+    wait = None if timeout is None else float(timeout)
+    if reached is not None:
+        reached()
+    out, arrays = _rdml.run(job, req, list(arrays), device, model, surrogate, group, wait)
     return json.loads(out), arrays
 
 

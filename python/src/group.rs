@@ -18,7 +18,7 @@ pub struct PyGroup {
 
 impl PyGroup {
     /// `obj`'s ranks, with `raised` the call's models' kept exception; `timeout` (seconds) how
-    /// long an exchange waits for the others (the library's default when `None`).
+    /// long the first exchange waits for the others (the library's default when `None`).
     pub fn ranks(
         py: Python<'_>,
         obj: Py<PyAny>,
@@ -33,7 +33,7 @@ impl PyGroup {
             size,
             raised: raised.clone(),
         };
-        rdml::ranks::Ranks::over(Arc::new(g), timeout).map_err(crate::words::invalid_or_raise)
+        Ok(rdml::ranks::Ranks::over(Arc::new(g), timeout))
     }
 }
 
@@ -46,32 +46,45 @@ impl rdml::ranks::Group for PyGroup {
         self.size
     }
 
-    fn all_gather(&self, bytes: &[u8], wait: Duration) -> Result<Vec<Vec<u8>>> {
+    /// An exception the collective raised (a timeout, a Ctrl-C, the group's own error) is kept
+    /// and raised again as itself, as a model's is.
+    fn all_gather(&self, bytes: &[u8], wait: Option<Duration>) -> Result<Vec<Vec<u8>>> {
         Python::with_gil(|py| {
             let got = self
                 .obj
                 .bind(py)
-                .call_method1("all_gather", (PyBytes::new(py, bytes), wait.as_secs_f64()))
+                .call_method1("all_gather", (PyBytes::new(py, bytes), wait.map(|w| w.as_secs_f64())))
                 .and_then(|r| {
                     r.downcast::<PyList>()?
                         .iter()
                         .map(|m| Ok(m.downcast::<PyBytes>()?.as_bytes().to_vec()))
                         .collect::<PyResult<Vec<_>>>()
                 });
-            got.map_err(|e| anyhow::anyhow!("{e}"))
+            got.map_err(|e| {
+                let mut kept = self.raised.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.is_none() {
+                    *kept = Some(e);
+                }
+                anyhow::anyhow!(crate::model::PY_RAISED)
+            })
         })
     }
 
     fn reason(&self, e: &anyhow::Error) -> String {
-        let kept = self.raised.lock().unwrap_or_else(|p| p.into_inner());
-        match kept.as_ref() {
-            Some(err) => Python::with_gil(|py| {
-                format!(
+        let said = || rdml::field::render(&format!("{e:#}"), rdml::field::Words::Python);
+        if !e.chain().any(|c| c.to_string() == crate::model::PY_RAISED) {
+            return said();
+        }
+        // The GIL before the lock, in the order the model's calls take them.
+        Python::with_gil(|py| {
+            let kept = self.raised.lock().unwrap_or_else(|p| p.into_inner());
+            match kept.as_ref() {
+                Some(err) => format!(
                     "the model raised {}",
                     err.value(py).repr().map_or_else(|_| err.to_string(), |r| r.to_string())
-                )
-            }),
-            None => rdml::field::render(&format!("{e:#}"), rdml::field::Words::Python),
-        }
+                ),
+                None => said(),
+            }
+        })
     }
 }

@@ -22,7 +22,7 @@ pub struct PyModel {
 }
 
 /// The library error that stands for a Python exception kept by [`PyModel`].
-const PY_RAISED: &str = "the model raised an exception";
+pub(crate) const PY_RAISED: &str = "the model raised an exception";
 
 impl PyModel {
     /// The caller's model object, its `differentiable` read once; its exceptions kept in `raised`.

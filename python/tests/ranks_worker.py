@@ -39,7 +39,8 @@ def attempt(name, f, model=None):
 model = Counted(tiny())
 for name, call in CALLS.items():
     attempt(name, lambda: call(model), model)
-run = rdml.open(os.environ["RUN"], quiet=True)
+# Progress on rank 0 alone: the ranks' `quiet` may differ.
+run = rdml.open(os.environ["RUN"], quiet=rank != 0)
 for name, call in RUN_CALLS.items():
     attempt(name, lambda: call(run))
 
@@ -49,6 +50,8 @@ attempt("model_raises", lambda: CALLS["robustness"](failing), failing)
 # One rank's input refused before its call reaches the library.
 x, y = data()
 attempt("bad_input", lambda: rdml.embed(model, x if rank == 0 else x[:, :, :1, :1].squeeze(), batch=8))
+# Ranks given other images: named, with the way out.
+attempt("other_images", lambda: rdml.embed(model, x if rank == 0 else x[::-1].copy(), batch=8))
 # Ranks asked different things.
 attempt("other_seed", lambda: rdml.attack(model, x[:12], y[:12], "CA+", queries=12, batch=4, seed=rank, quiet=True))
 # Batch-norm statistics that differ between the ranks: refused; broadcast rank 0's, then scored.
@@ -57,6 +60,10 @@ attempt("bn_differs", lambda: rdml.embed(bn, x, batch=8))
 for b in bn.buffers():
     dist.broadcast(b, 0)
 attempt("bn_broadcast", lambda: rdml.embed(bn, x, batch=8).tolist())
+# A DDP-wrapped model (batch norm: DDP broadcasts its buffers at each forward) is scored through
+# its module, so that DDP's collectives do not meet rdml's.
+ddp = torch.nn.parallel.DistributedDataParallel(bn)
+attempt("ddp_wrapped", lambda: rdml.attack(ddp, x[:16], y[:16], "ES", queries=16, batch=4, quiet=True)["scores"])
 # A warning (a gallery holding the queries' own images): told by rank 0 alone.
 attempt("warned", lambda: rdml.attack(model, x[:12], y[:12], "CA+", gallery=x[:24], gallery_labels=y[:24], queries=12,
                                       batch=4, quiet=True))

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -214,6 +213,23 @@ def test_a_rank_refused_before_its_call_and_ranks_asked_otherwise_stop_both(rank
         assert said[k]["after"]["value"] == said[0]["embed"]["value"]
 
 
+def test_ranks_given_other_images_are_told_so(ranks):
+    _, said, _ = ranks
+    for k in range(2):
+        s = said[k]["other_images"]
+        assert s["error"] == "ValueError" and s["text"].startswith("images: rank 1 was given other images"), s
+        assert "group=False" in s["text"], s
+
+
+def test_a_ddp_wrapped_model_is_scored_through_its_module(ranks):
+    _, said, _ = ranks
+    assert "error" not in said[0]["ddp_wrapped"], said[0]["ddp_wrapped"]
+    assert said[0]["ddp_wrapped"]["value"] == said[1]["ddp_wrapped"]["value"]
+    x, y = data()
+    alone = rdml.attack(bn_model(0), x[:16], y[:16], "ES", queries=16, batch=4, quiet=True)["scores"]
+    assert untimed(said[0]["ddp_wrapped"]["value"]) == untimed(alone)
+
+
 def test_models_whose_batch_norm_statistics_differ_are_refused_until_broadcast(ranks):
     _, said, _ = ranks
     for k in range(2):
@@ -235,7 +251,7 @@ def test_a_gathered_loss_of_other_widths_is_refused_on_every_rank(ranks):
 def test_a_rank_never_asked_is_not_waited_on_forever(ranks):
     _, said, _ = ranks
     s = said[0]["alone_asked"]
-    assert s["error"] == "RuntimeError" and "did not reach this exchange within 2 s" in s["text"], s
+    assert s["error"] == "TimeoutError" and "did not reach this exchange within 2 s" in s["text"], s
     assert s["seconds"] < 10
 
 

@@ -2,7 +2,6 @@
 errors as Python exceptions. One quickstart run (1 epoch, 6 batches) is shared by the tests."""
 
 import json
-import os
 import re
 import signal
 import subprocess

@@ -41,6 +41,16 @@ impl Joined {
             seconds: None,
         }
     }
+
+    /// On ranks that each did the whole work (a fitted method), the slowest rank's seconds, the
+    /// same on every rank; alone, unchanged.
+    pub fn timed_on(mut self, ranks: &Ranks) -> Result<Self> {
+        if ranks.split() {
+            let all = ranks.gather(&self.t0.elapsed().as_secs_f64())?;
+            self.seconds = Some(all.into_iter().fold(0.0, f64::max));
+        }
+        Ok(self)
+    }
 }
 
 /// This rank's share (`tally` logged) told to every rank, and every rank's joined in rank order

@@ -167,7 +167,8 @@ pub fn run_saving(
     bar.finish();
     let shared = match ranks {
         Some(r) => super::share::joined(r, tally, attacked, model_queries, (t0, setup.per_query))?,
-        None => super::share::Joined::alone(tally, attacked, model_queries, t0),
+        // Alone, or fitted whole on each rank: the same work, the slowest rank's time.
+        None => super::share::Joined::alone(tally, attacked, model_queries, t0).timed_on(&target.ranks)?,
     };
     scored(setup, attack, &items, shared)
 }

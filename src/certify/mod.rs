@@ -140,7 +140,10 @@ pub fn certify(
                 bar.set(rows.len(), "queries");
             }
             bar.finish();
-            ctx.ranks.gather(&rows)?.into_iter().flatten().collect()
+            match ctx.ranks.split() {
+                true => ctx.ranks.gather(&rows)?.into_iter().flatten().collect(),
+                false => rows,
+            }
         }
     };
     Ok(Certification {
@@ -184,25 +187,24 @@ fn cohen(
     }
     bar.finish();
     if ctx.ranks.split() {
-        counts = ctx
-            .ranks
-            .gather(&counts)?
-            .into_iter()
-            .reduce(|mut all, theirs| {
-                for (a, t) in all.iter_mut().flatten().zip(theirs.iter().flatten()) {
-                    for (&l, &n) in t {
-                        *a.entry(l).or_default() += n;
-                    }
-                }
-                all
-            })
-            .unwrap_or(counts);
+        let all = ctx.ranks.gather(&counts)?;
+        counts = all.into_iter().reduce(summed).unwrap_or(counts);
     }
     Ok(items
         .iter()
         .zip(&counts)
         .map(|(&item, c)| certificate(item, ctx.set.labels[item], c, s))
         .collect())
+}
+
+/// Two ranks' label counts of the same queries, summed.
+fn summed(mut all: Vec<Counts>, theirs: Vec<Counts>) -> Vec<Counts> {
+    for (a, t) in all.iter_mut().flatten().zip(theirs.iter().flatten()) {
+        for (&l, &n) in t {
+            *a.entry(l).or_default() += n;
+        }
+    }
+    all
 }
 
 /// CERTIFY's decision from one query's label counts.
