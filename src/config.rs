@@ -134,37 +134,6 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "synthetic-two-gaussians",
 ];
 
-/// A toml error of a value read without its text (the config after the overrides) as one line,
-/// its table first (`loss: unknown field …`), where toml's own words end in a line "in `loss`".
-fn keyed(e: &toml::de::Error, overrides: &[String]) -> String {
-    let shown = e.to_string();
-    let shown = shown.trim_end();
-    let keys = match shown.rsplit_once("\nin `") {
-        Some((_, keys)) if e.span().is_none() => keys.trim_end_matches('`'),
-        _ => return shown.to_string(),
-    };
-    let message = e.message().trim_end();
-    if message.starts_with(&format!("{keys}.")) {
-        return message.to_string();
-    }
-    format!("{keys}: {message}{}", kind_hint(keys, message, overrides))
-}
-
-/// A key the table `keys` does not know, after an override changed only its kind, is one of
-/// the old kind's: said so, with the form that replaces the whole table.
-fn kind_hint(keys: &str, message: &str, overrides: &[String]) -> String {
-    let kind_only = overrides
-        .iter()
-        .any(|o| o.replace(' ', "").starts_with(&format!("{keys}.kind=")));
-    if !(kind_only && message.starts_with("unknown field")) {
-        return String::new();
-    }
-    format!(
-        " (⟨set⟩ {keys}.kind=… changes the kind and keeps the table's other keys, which belong to the kind \
-         before; give the whole table instead: ⟨set⟩ {keys}={{kind=…, …}})"
-    )
-}
-
 impl Experiment {
     pub fn validate(&self) -> Result<()> {
         self.data.validate()?;
@@ -229,7 +198,10 @@ impl Experiment {
     /// Parses TOML text; `origin` names it in errors (which carry the line and column).
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Self> {
         // First parse as written, so an error in the file reports its line.
-        let said = |e: toml::de::Error| anyhow::anyhow!("{origin}: {}", crate::field::plain_serde(&e.to_string()));
+        let said = |e: toml::de::Error| {
+            let shown = at_key(text, &e).unwrap_or_else(|| e.to_string());
+            anyhow::anyhow!("{origin}: {}", crate::field::plain_serde(&shown))
+        };
         let _: Experiment = toml::from_str(text).map_err(said)?;
         let mut value: toml::Value = toml::from_str(text).map_err(said)?;
         for w in repeated_overrides(overrides) {
@@ -308,7 +280,9 @@ impl Experiment {
 }
 
 mod overrides;
+mod said;
 pub use overrides::{SetKeys, apply_override, command_overrides, config_key, repeated_overrides};
+use said::{at_key, keyed};
 
 #[cfg(test)]
 mod tests {
@@ -357,6 +331,46 @@ mod tests {
         let e = said(r#"loss={kind="dro",variant="top-k"}"#);
         assert!(
             e.ends_with(r#": loss.k (number of pairs) is required by variant "top-k""#),
+            "{e}"
+        );
+    }
+
+    /// A wrong value inside a `kind` table names its key, in a file at the key's own line (not
+    /// the table's header), in an override with its table.
+    #[test]
+    fn a_wrong_value_in_a_kind_table_names_its_key_and_line() {
+        let file = "[model]\narch = \"c2f2\"\n\n[defense]\nkind = \"act\"\neps = \"big\"\nstep = 0.01\nsteps = 2\n";
+        let e = format!("{:#}", Experiment::from_toml(file, "x.toml", &[]).unwrap_err());
+        assert!(e.contains("line 6, column 7") && e.contains("6 | eps = \"big\""), "{e}");
+        assert!(
+            e.contains(r#"eps: a value of the wrong kind (string "big", where f32 was expected)"#),
+            "{e}"
+        );
+        let file = "[loss]\nmargin = [1]\nkind = \"triplet\"\n";
+        let e = format!("{:#}", Experiment::from_toml(file, "y.toml", &[]).unwrap_err());
+        assert!(
+            e.contains("line 2, column 10") && e.contains("margin: a value of the wrong kind"),
+            "{e}"
+        );
+        let said = |o: &str| {
+            format!(
+                "{:#}",
+                Experiment::load("fashion-c2f2-act", &[o.to_string()]).unwrap_err()
+            )
+        };
+        let e = said("defense.eps=big");
+        assert!(
+            e.ends_with(r#"defense.eps: a value of the wrong kind (string "big", where f32 was expected)"#),
+            "{e}"
+        );
+        let e = said("loss.margin=true");
+        assert!(
+            e.contains("loss.margin: a value of the wrong kind (boolean `true`"),
+            "{e}"
+        );
+        let e = said(r#"defense={kind=3}"#);
+        assert!(
+            e.ends_with("defense.kind: an integer, where a string naming the kind was expected"),
             "{e}"
         );
     }

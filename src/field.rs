@@ -22,6 +22,16 @@ pub fn yes() -> bool {
     true
 }
 
+/// `message` (an error read inside the table or field `keys`) with `keys` in front: joined to
+/// the key path the message starts with (`eps: …` in `defense` is `defense.eps: …`).
+pub fn in_keys(keys: &str, message: &str) -> String {
+    let named = |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || "_-.[]".contains(c));
+    match message.split_once(": ") {
+        Some((k, _)) if named(k) => format!("{keys}.{message}"),
+        _ => format!("{keys}: {message}"),
+    }
+}
+
 /// A serde message in rdml's words: the phrases serde's derive writes (`missing field`,
 /// `unknown field`, `invalid type`, `unknown variant`) said as what the user wrote wrong.
 pub fn plain_serde(msg: &str) -> String {

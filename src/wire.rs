@@ -235,7 +235,7 @@ fn read<T: DeserializeOwned>(json: &str) -> Result<T> {
         let said = said.as_str();
         match e.path().to_string().as_str() {
             "." => crate::input_error(said),
-            field => crate::input_error(format!("{field}: {said}")),
+            field => crate::input_error(crate::field::in_keys(field, said)),
         }
     })
 }
