@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 import numpy as np
 
 from ._bn import _sets_of, batch_norm_set
-from ._inputs import image_tensor, images_and_labels, labels as label_list, tensor_like, to_bytes, triplet_rows
+from ._inputs import (image_tensor, images_and_labels, integer, labels as label_list, mapping, tensor_like, to_bytes,
+                      triplet_rows)
 from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._loss import Loss
 from ._torch import TorchModel, _torch, check_output, embedding_of, unwrapped
@@ -259,7 +260,8 @@ class Defense:
                     batch: int = 128) -> None:
         """Epoch ``epoch`` (0-based) of ``epochs`` starts; a defense that embeds the training set
         there (MDProp's UX) takes ``model``, ``images`` and ``labels``."""
-        request: Dict[str, Any] = dict(epoch=int(epoch), epochs=int(epochs), batch=int(batch))
+        request: Dict[str, Any] = dict(epoch=integer(epoch, "epoch"), epochs=integer(epochs, "epochs"),
+                                       batch=integer(batch, "batch"))
         arrays, models = [], []
         if images is not None:
             x, y = images_and_labels(images, labels)
@@ -279,7 +281,7 @@ class Defense:
         return session_call(self._session, "state", {})[0]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        session_call(self._session, "load_state", dict(state))
+        session_call(self._session, "load_state", mapping(state, "state"))
 
 
 class Rows:

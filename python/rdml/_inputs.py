@@ -45,6 +45,34 @@ def matrix(a: Any, what: str) -> np.ndarray:
     return np.ascontiguousarray(m, dtype="<f4")
 
 
+def integer(v: Any, what: str) -> int:
+    """A whole number the caller passed as ``what`` (a Python or NumPy integer, or a float with
+    no fraction), said in rdml's words otherwise."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)) or (
+            isinstance(v, (float, np.floating)) and not float(v).is_integer()):
+        raise ValueError(f"{what}: expected an integer, got {v!r}")
+    return int(v)
+
+
+def path(v: Any, what: str) -> str:
+    """A file or folder path the caller passed as ``what``."""
+    import os
+
+    try:
+        return os.fspath(v)
+    except TypeError:
+        raise TypeError(f"{what}: expected a path (a str or os.PathLike), got {type(v).__name__}") from None
+
+
+def mapping(v: Any, what: str) -> dict:
+    """A dict the caller passed as ``what`` (a state that a ``state_dict()`` returned)."""
+    from collections.abc import Mapping
+
+    if not isinstance(v, Mapping):
+        raise TypeError(f"{what}: expected the dict state_dict() returned, got {type(v).__name__}")
+    return dict(v)
+
+
 def label_array(a: Any, what: str, n: Any = None) -> np.ndarray:
     """The one label rule: a 1-D sequence of integers (``n`` of them when given), as int64.
     Booleans are refused: a class is a number, and ``True``/``False`` read as 1/0 would make a
@@ -122,7 +150,8 @@ def images_and_labels(images: Any, labels: Any, names: Tuple[str, str] = ("image
     keywords they were passed as."""
     im, lb = names
     if labels is None:
-        if not hasattr(images, "__getitem__") or not hasattr(images, "__len__") or isinstance(images, np.ndarray):
+        if not hasattr(images, "__getitem__") or not hasattr(images, "__len__") or isinstance(images, np.ndarray) \
+                or is_tensor(images):
             raise ValueError(f"{lb}: missing; pass one label per image (or a Dataset of (image, label) pairs as {im})")
         pairs = [images[i] for i in range(len(images))]
         if not pairs or not all(isinstance(p, (tuple, list)) and len(p) >= 2 for p in pairs):

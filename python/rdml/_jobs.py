@@ -3,10 +3,9 @@ devices, training into a run folder and importing a PyTorch checkpoint as one.""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from ._inputs import labels as labels_of, matrix
+from ._inputs import labels as labels_of, matrix, path as path_of
 from . import _keywords, _wire
 from ._run import PathLike, Run
 
@@ -80,15 +79,15 @@ def train(
     ``"none"``. Returns the finished run.
     """
     _wire.run("train", dict(
-        config=os.fspath(config),
-        out=os.fspath(out),
+        config=path_of(config, "config"),
+        out=path_of(out, "out"),
         set=_keywords.overrides(set),
         epochs=None if epochs is None else int(epochs),
         max_batches=None if max_batches is None else int(max_batches),
         defense=defense,
         resume=bool(resume),
         overwrite=bool(overwrite),
-        data=None if data is None else os.fspath(data),
+        data=None if data is None else path_of(data, "data"),
         progress=not quiet,
     ), device=device)
     return Run(out, data=data, device=device, quiet=quiet)
@@ -128,16 +127,16 @@ def import_torch(
     rules = dict(key_map) if isinstance(key_map, Mapping) else [str(r) for r in key_map or []]
     # By name: two flags of one type swapped by position would import silently wrong.
     _wire.run("import", dict(
-        **{"from": os.fspath(path)},
-        out=os.fspath(out),
+        **{"from": path_of(path, "path")},
+        out=path_of(out, "out"),
         arch=arch,
-        embedder=None if embedder is None else os.fspath(embedder),
+        embedder=None if embedder is None else path_of(embedder, "embedder"),
         embedding_dim=None if embedding_dim is None else int(embedding_dim),
         key_map=rules,
         allow=dict(unused=bool(allow_unused), missing=bool(allow_missing)),
         l2_normalize=bool(l2_normalize),
         input_norm=input_norm,
-        config=None if config is None else os.fspath(config),
+        config=None if config is None else path_of(config, "config"),
         set=_keywords.overrides(set),
         overwrite=bool(overwrite),
     ))

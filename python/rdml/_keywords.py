@@ -15,12 +15,22 @@ OPTIONS = ("profile", "eps", "step", "steps", "norm", "random_start", "method", 
 
 def options(*, profile, eps, step, steps, norm, random_start, method, queries, batch, seed, robrank_compat,
             per_query=None) -> Dict[str, Any]:
-    """The scoring keywords under the library's field names (integers made integers; one left as
-    ``None`` is dropped by the transport and takes the library's default)."""
-    num = lambda v, t: None if v is None else t(v)
-    return dict(profile=profile, eps=num(eps, float), step=num(step, float), steps=num(steps, int), norm=norm,
-                random_start=bool(random_start), method=method, queries=num(queries, int), batch=int(batch),
-                seed=int(seed), robrank_compat=bool(robrank_compat), per_query=num(per_query, bool))
+    """The scoring keywords under the library's field names (numbers of any type made Python's: a
+    NumPy or torch scalar; one left as ``None`` is dropped by the transport and takes the
+    library's default). A value that is no number is passed as given, for the library to name
+    (``options.steps: a value of the wrong kind``)."""
+    return dict(profile=profile, eps=_num(eps, float), step=_num(step, float), steps=_num(steps, int), norm=norm,
+                random_start=bool(random_start), method=method, queries=_num(queries, int), batch=_num(batch, int),
+                seed=_num(seed, int), robrank_compat=bool(robrank_compat), per_query=_num(per_query, bool))
+
+
+def _num(v: Any, t: Any) -> Any:
+    if v is None or isinstance(v, (str, bytes)):
+        return v
+    try:
+        return t(v)
+    except (TypeError, ValueError):
+        return v
 
 
 def certify_options(*, method, sigma, radii, samples, select, delta, alpha, queries, batch, seed,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from ._inputs import labels as label_list, tensor_like, to_bytes, triplet_rows
+from ._inputs import labels as label_list, mapping, tensor_like, to_bytes, triplet_rows
 from ._loop import _Pulled, eager, embeddings_of, torch_scalar_like
 from ._torch import _torch
 from ._wire import open_session, session_call
@@ -130,7 +130,7 @@ class Loss:
         return s
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        state = dict(state)
+        state = mapping(state, "state")
         beta = state.pop("beta", None)
         session_call(self._session, "load_state", state)
         if beta is not None and self.beta is not None:

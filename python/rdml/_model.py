@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
 from . import _keywords, _ranks, _wire
-from ._inputs import images_alone, queries_and_gallery
+from ._inputs import images_alone, path as path_of, queries_and_gallery
 from ._run import PathLike, Run
 from ._torch import TorchModel, module_digest, unwrapped
 
@@ -57,7 +56,7 @@ def score(model, images, labels, spec, differentiable, device, surrogate, kw) ->
         s = model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
         options = _wire.drop_none(_keywords.options(**{k: kw.pop(k) for k in _keywords.OPTIONS}))
         request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
-                       out=None if kw["out"] is None else os.fspath(kw["out"]), progress=not kw["quiet"],
+                       out=None if kw["out"] is None else path_of(kw["out"], "out"), progress=not kw["quiet"],
                        model_run=m["run"], surrogate_run=s["run"], images=shaped, gallery=g,
                        **(dict(ranks=None, model_digest=None) if m["run"] else digests(model, surrogate, group)))
         with frozen(m["model"]), frozen(s["model"]):

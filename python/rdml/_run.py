@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _keywords, _ranks, _wire
-from ._inputs import images_alone
+from ._inputs import images_alone, path as path_of
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -26,8 +26,8 @@ class Run:
     """A finished run folder: its config and metrics, its model's embeddings, attacks on it."""
 
     def __init__(self, path: PathLike, *, data: Optional[PathLike] = None, device: Optional[str] = None, quiet: bool = False):
-        self.path = os.fspath(path)
-        self.data = None if data is None else os.fspath(data)
+        self.path = path_of(path, "run_dir")
+        self.data = None if data is None else path_of(data, "data")
         self.device = device
         self.quiet = quiet
         self._info = _wire.run("run_info", dict(dir=self.path))[0]
@@ -198,7 +198,7 @@ class Run:
         options = _keywords.options(profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start,
                            method=method, queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat,
                            per_query=per_query)
-        run = dict(surrogate=None if surrogate is None else os.fspath(surrogate), repeats=int(repeats), data=self.data,
+        run = dict(surrogate=None if surrogate is None else path_of(surrogate, "surrogate"), repeats=int(repeats), data=self.data,
                    progress=not self.quiet)
         return _wire.drop_none(options), _wire.drop_none(run)
 

@@ -511,3 +511,34 @@ def test_one_act_step_and_two_hm_steps_replay_robranks_own():
             act(model, x, y, triplets=bad)
     with pytest.raises(ValueError, match="triplets: defense est takes no triplets"):
         rdml.Defense("est", loss=loss, **budget)(model, x, y, triplets=(a, p, n))
+
+
+def test_wrong_kinds_of_input_are_said_in_rdmls_words_naming_the_keyword():
+    """Objects of the wrong kind are named by their keyword (the one adapter, `_inputs`), never
+    a raw `TypeError` or `AttributeError` from rdml's own Python."""
+    torch.manual_seed(0)
+    model = L2(c2f2(16))
+    x, y = spc2()
+    xt = torch.from_numpy(x)
+    defense = rdml.Defense("act", eps=0.1, step=0.02, steps=1)
+    cases = [
+        (lambda: defense.load_state_dict(3), TypeError, r"state: expected the dict state_dict\(\) returned, got int"),
+        (lambda: rdml.Loss().load_state_dict([1]), TypeError, r"state: expected the dict state_dict\(\) returned"),
+        (lambda: defense.start_epoch("a", 2), ValueError, "epoch: expected an integer, got 'a'"),
+        (lambda: defense.start_epoch(0, 2.5), ValueError, "epochs: expected an integer, got 2.5"),
+        (lambda: rdml.open(3), TypeError, r"run_dir: expected a path \(a str or os.PathLike\), got int"),
+        (lambda: rdml.train("quickstart", ["runs"]), TypeError, "out: expected a path"),
+        (lambda: rdml.Attack("CA+")(model, xt, None), ValueError, "labels: missing; pass one label per image"),
+        (lambda: rdml.attack(model, x, y, "CA+", steps="x", quiet=True), ValueError,
+         r'options.steps: a value of the wrong kind \(string "x", where usize was expected\)'),
+        (lambda: rdml.Defense("act", eps="big"), ValueError,
+         r'defense.eps: a value of the wrong kind \(string "big", where f32 was expected\)'),
+        (lambda: rdml.Loss(kind="triplet", margin=[1]), ValueError, "loss.margin: a value of the wrong kind"),
+    ]
+    for call, kind, said in cases:
+        with pytest.raises(kind, match=said):
+            call()
+    # Numbers of NumPy's and torch's types are numbers.
+    r = rdml.attack(model, x, y, "CA+", queries=np.int64(4), steps=torch.tensor(1), eps=np.float32(0.1), quiet=True)
+    assert r["queries"] == 4
+    defense.start_epoch(np.int64(0), 2.0)
