@@ -23,11 +23,18 @@ def is_tensor(a: Any) -> bool:
     return torch is not None and isinstance(a, torch.Tensor)
 
 
-def host(a: Any) -> np.ndarray:
+#: What a tensor on PyTorch's meta device is said as: shapes without values.
+META = ("on the meta device, which holds shapes and no values: materialise it first (model.to_empty(device=...) "
+        "and load_state_dict, or load_state_dict(..., assign=True))")
+
+
+def host(a: Any, what: str = "a tensor") -> np.ndarray:
     """``a`` as NumPy: a torch tensor as PyTorch users hold it (requiring grad, bfloat16 or
     float16, on a GPU) detached, widened to float32 and copied to the host; anything else as it
-    is (``np.asarray``)."""
+    is (``np.asarray``). A tensor on the meta device (no values) is refused, naming ``what``."""
     if is_tensor(a):
+        if a.device.type == "meta":
+            raise ValueError(f"{what}: {META}")
         t = a.detach().cpu()
         if t.is_floating_point() and t.dtype.itemsize < 4:
             t = t.float()
@@ -37,7 +44,7 @@ def host(a: Any) -> np.ndarray:
 
 def matrix(a: Any, what: str) -> np.ndarray:
     """A 2-D float32 C-contiguous copy (or view) of ``a``."""
-    m = host(a)
+    m = host(a, what)
     if m.ndim != 2:
         raise ValueError(f"{what}: expected a 2-D array (items × dimensions), got shape {m.shape}")
     if not np.issubdtype(m.dtype, np.floating) and not np.issubdtype(m.dtype, np.integer):
@@ -77,7 +84,7 @@ def label_array(a: Any, what: str, n: Any = None) -> np.ndarray:
     """The one label rule: a 1-D sequence of integers (``n`` of them when given), as int64.
     Booleans are refused: a class is a number, and ``True``/``False`` read as 1/0 would make a
     two-class problem out of a mask passed by mistake."""
-    v = host(a)
+    v = host(a, what)
     if v.ndim != 1 or (n is not None and v.shape[0] != n):
         count = "a 1-D sequence of integer labels" if n is None else f"{n} labels (one per row)"
         raise ValueError(f"{what}: expected {count}, got shape {v.shape}")
@@ -94,7 +101,7 @@ def labels(a: Any, n: Any, what: str = "labels") -> List[int]:
 def image_array(a: Any, what: str = "images") -> np.ndarray:
     """The one image rule: N × C × H × W floating values (in [0, 1]: the library checks), as
     float32 on the host."""
-    x = host(a)
+    x = host(a, what)
     if x.ndim != 4:
         raise ValueError(f"{what}: expected N × C × H × W, got shape {x.shape}")
     check_image_dtype(x.dtype, what)
@@ -197,7 +204,7 @@ def triplet_rows(triplets: Any, what: str = "triplets") -> List[List[int]]:
         raise TypeError(f"{what}: expected (anchors, positives, negatives), got {type(triplets).__name__}")
     rows = []
     for p in triplets:
-        v = host(p).reshape(-1)
+        v = host(p, what).reshape(-1)
         if v.size and (v.dtype == np.bool_ or not np.issubdtype(v.dtype, np.integer)):
             raise ValueError(f"{what}: expected integer batch rows, got dtype {v.dtype}")
         rows.append(v.astype(np.int64).tolist())

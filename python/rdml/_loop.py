@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
+from ._inputs import META
 from ._torch import _torch
 
 
@@ -54,6 +55,8 @@ def embeddings_of(e: Any, what: str) -> Any:
         raise TypeError(f"{what}: expected a torch.Tensor of N × D embeddings, got {type(e).__name__}")
     if e.ndim != 2:
         raise ValueError(f"{what}: expected N × D embeddings, got shape {tuple(e.shape)}")
+    if e.device.type == "meta":
+        raise ValueError(f"{what}: {META}")
     if not e.is_floating_point():
         raise ValueError(f"{what}: {e.dtype} values; expected floating-point embeddings")
     if torch.is_grad_enabled() and not e.requires_grad:

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from ._inputs import host, to_bytes
+from ._inputs import META, host, to_bytes
 
 
 def _torch():
@@ -35,6 +35,8 @@ def _placement(model: Any, device: Optional[Any]) -> Tuple[Any, Any]:
                 break
             if found is None:
                 found = t
+    if found is not None and found.device.type == "meta":
+        raise ValueError(f"model: its parameters are {META}")
     if found is not None and found.is_floating_point():
         dtype = found.dtype
     where = torch.device(device) if device is not None else (found.device if found is not None else torch.device("cpu"))

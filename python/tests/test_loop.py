@@ -542,3 +542,24 @@ def test_wrong_kinds_of_input_are_said_in_rdmls_words_naming_the_keyword():
     r = rdml.attack(model, x, y, "CA+", queries=np.int64(4), steps=torch.tensor(1), eps=np.float32(0.1), quiet=True)
     assert r["queries"] == 4
     defense.start_epoch(np.int64(0), 2.0)
+
+
+def test_tensors_and_models_on_the_meta_device_are_said_as_holding_no_values():
+    """PyTorch's meta device (shapes, no values: a model built before its weights are loaded),
+    refused naming the keyword wherever a tensor or model enters rdml, not a failed copy."""
+    with torch.device("meta"):
+        meta = nn.Sequential(nn.Flatten(), nn.Linear(784, 8))
+    x, y = spc2()
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    cases = [
+        (lambda: rdml.embed(meta, x), "model: its parameters are on the meta device"),
+        (lambda: rdml.Defense("act", eps=0.1, step=0.01, steps=1)(meta, xt, yt), "model: its parameters are on the meta"),
+        (lambda: rdml.Loss()(meta(xt.to("meta")), yt), "embeddings: on the meta device, which holds shapes and no values"),
+        (lambda: rdml.metrics(torch.zeros(4, 2, device="meta"), [0, 0, 1, 1]), "embeddings: on the meta device"),
+        (lambda: rdml.robustness(L2(c2f2(8)), xt.to("meta"), y, queries=4, quiet=True), "images: on the meta device"),
+        (lambda: rdml.metrics(torch.zeros(4, 2), torch.zeros(4, dtype=torch.int64, device="meta")),
+         "labels: on the meta device"),
+    ]
+    for call, said in cases:
+        with pytest.raises(ValueError, match=said):
+            call()
