@@ -54,6 +54,8 @@ def score(model, images, labels, spec, differentiable, device, surrogate, kw) ->
         arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
         m = model_args(model, device, bool(differentiable), kw.pop("output"))
         s = model_args(surrogate, device) if surrogate is not None else dict(model=None, run=None)
+        if group is not None:
+            group.beside(m["model"])
         options = _wire.drop_none(_keywords.options(**{k: kw.pop(k) for k in _keywords.OPTIONS}))
         request = dict(spec=spec, options=options, repeats=int(kw["repeats"]),
                        out=None if kw["out"] is None else path_of(kw["out"], "out"), progress=not kw["quiet"],
@@ -220,6 +222,8 @@ def certify(
     with _ranks.told(group, group_timeout) as reached:
         arrays, shaped, g = queries_and_gallery(images, labels, gallery, gallery_labels)
         m = model_args(model, device, False, output)
+        if group is not None:
+            group.beside(m["model"])
         options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select,
                                             delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
                                             per_query=per_query)
@@ -241,6 +245,8 @@ def embed(model: Any, images: Any, *, batch: int = 128, device: Any = None, outp
     with _ranks.told(group, group_timeout) as reached:
         x = images_alone(images)
         m = model_args(model, device, True, output)
+        if group is not None:
+            group.beside(m["model"])
         request = dict(model_run=m["run"], shape=[int(v) for v in x.shape], batch=int(batch),
                        ranks=None if m["run"] or group is None else digests(model, None, group)["ranks"])
         with frozen(m["model"]):

@@ -17,8 +17,9 @@ from . import _rdml
 
 class TorchGroup:
     """A torch.distributed process group as the library calls it: ``rank``, ``size`` and
-    ``all_gather(bytes, timeout) -> list[bytes]``. Under NCCL the bytes travel on the current
-    CUDA device (``torch.cuda.set_device(local_rank)`` first, as torch's NCCL collectives need)."""
+    ``all_gather(bytes, timeout) -> list[bytes]``. Under NCCL the bytes travel on the scored
+    model's CUDA device, else the current one (``torch.cuda.set_device(local_rank)`` first, as
+    torch's NCCL collectives need)."""
 
     def __init__(self, group: Any):
         import torch
@@ -27,8 +28,15 @@ class TorchGroup:
         self._torch, self._dist, self.group = torch, dist, group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
-        nccl = str(dist.get_backend(group)).lower() == "nccl"
-        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        self.nccl = str(dist.get_backend(group)).lower() == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.nccl else torch.device("cpu")
+
+    def beside(self, model: Any) -> None:
+        """Under NCCL, the bytes travel on the device of the model scored (a ``TorchModel``)
+        when it is a CUDA device, as its tensors do."""
+        where = getattr(model, "device", None)
+        if self.nccl and where is not None and getattr(where, "type", None) == "cuda":
+            self.device = where
 
     def all_gather(self, payload: bytes, timeout: Optional[float]) -> List[bytes]:
         """Every rank's ``payload``, waiting at most ``timeout`` s in all (``None``: the group's
