@@ -13,7 +13,7 @@ pub mod reference;
 
 pub use defense::{DefenseRequest, DefenseSession, Forwards, Perturbation, Saved, Stepped};
 pub use given::GivenTriplets;
-pub use loss::{Computed, LossRequest, LossSession, Tuples};
+pub use loss::{Computed, LossRequest, LossSession};
 
 use crate::data::ImageSet;
 use crate::data::set::Source;

@@ -138,9 +138,9 @@ class Loss:
                 self.beta.fill_(float(beta))
 
 
-def _tuples(t: Any) -> Dict[str, List[int]]:
-    """PML's ``indices_tuple`` of triplets: (anchors, positives, negatives)."""
-    if not isinstance(t, (tuple, list)) or len(t) != 3:
+def _tuples(t: Any) -> List[List[int]]:
+    """PML's ``indices_tuple`` of triplets, (anchors, positives, negatives), as the rows a
+    defense's ``triplets=`` are sent as (the library checks both by one rule)."""
+    if not isinstance(t, (tuple, list)):
         raise ValueError("indices_tuple: expected (anchors, positives, negatives), three index tensors of one length")
-    a, p, n = triplet_rows(t, "indices_tuple")
-    return dict(anchor=a, positive=p, negative=n)
+    return triplet_rows(t, "indices_tuple")

@@ -206,7 +206,7 @@ def test_errors_name_the_keyword():
     says(lambda: loss_fn(e, yt - 1), "labels", "label -1")
     says(lambda: rdml.Loss(kind="triplet", margn=0.1), "loss", "margn")
     says(lambda: rdml.Loss(kind="npair")(e, yt, indices_tuple=([0], [1], [2])), "indices_tuple", "npair")
-    says(lambda: loss_fn(e, yt, indices_tuple=([0], [1], [99])), "indices_tuple", "row 99")
+    says(lambda: loss_fn(e, yt, indices_tuple=([0], [1], [99])), "indices_tuple", "outside the batch of 16")
     # A defense whose loss it cannot train on; a model that changes its width between steps.
     says(lambda: rdml.Defense("act", eps=0.1, step=0.1, steps=1, loss=dict(kind="npair")), "triplet", "npair")
     says(lambda: rdml.Defense("act", eps=0.1, step=0.1, steps=1, rate=1), "rate")
@@ -563,3 +563,23 @@ def test_tensors_and_models_on_the_meta_device_are_said_as_holding_no_values():
     for call, said in cases:
         with pytest.raises(ValueError, match=said):
             call()
+
+
+def test_a_losss_indices_tuple_is_checked_as_a_defenses_triplets_are():
+    """One rule for triplets a caller mined (harden/given.rs): rows inside the batch, a positive
+    of the anchor's label (the anchor itself allowed), a negative of another; named as the
+    keyword given."""
+    e = torch.nn.functional.normalize(torch.randn(8, 4), dim=1).requires_grad_()
+    y = torch.arange(8) % 4  # rows 0 and 4 share label 0, 1 and 5 label 1
+    t = lambda *v: torch.tensor(v)
+    loss = rdml.Loss(kind="triplet")
+    for bad, match in [
+        ((t(0), t(1), t(2)), r"indices_tuple: triplet 0 \(0, 1, 2\): expected a positive of the anchor's label"),
+        ((t(0, 1), t(4, 5), t(4, 2)), r"indices_tuple: triplet 0 \(0, 4, 4\): .* a negative of another"),
+        ((t(0), t(4), t(99)), r"indices_tuple: triplet 0 \(0, 4, 99\) names a row outside the batch of 8"),
+        ((t(0, 1), t(4), t(1)), "indices_tuple: 2 anchors, 1 positives and 1 negatives"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            loss(e, y, indices_tuple=bad)
+    # Valid ones, the anchor as its own positive too, are taken.
+    assert float(loss(e, y, indices_tuple=(t(0, 1), t(4, 1), t(1, 2)))) >= 0

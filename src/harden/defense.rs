@@ -226,7 +226,7 @@ impl DefenseSession {
         self.loss.unit().validate_batch(n).map_err(the_callers)?;
         let caller_triplets = triplets.is_some();
         let items = self.items(items, &labels)?;
-        let given = triplets.map(|t| t.checked(&labels)).transpose()?;
+        let given = triplets.map(|t| t.checked(&labels, "triplets")).transpose()?;
         let x = tensor(&images, &self.device)?;
         let oracles: Vec<External> = models.into_iter().map(|m| External::new(m, &self.device)).collect();
         let refs: Vec<&dyn Oracle> = oracles.iter().map(|o| o as &dyn Oracle).collect();

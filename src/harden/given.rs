@@ -35,12 +35,13 @@ impl TryFrom<Vec<Vec<usize>>> for GivenTriplets {
 impl GivenTriplets {
     /// The triplets, checked against the batch's labels: rows inside the batch, the positive of
     /// the anchor's class (the anchor itself allowed, as robrank's softhard miner may draw it),
-    /// the negative of another.
-    pub(super) fn checked(self, labels: &[u32]) -> Result<crate::loss::miner::Triplets> {
+    /// the negative of another. The one rule for a caller's triplets, a defense's (`triplets=`)
+    /// and a loss's (`indices_tuple=`), named as `field`.
+    pub(super) fn checked(self, labels: &[u32], field: &str) -> Result<crate::loss::miner::Triplets> {
         let (t, n) = (self.anchor.len(), labels.len());
         crate::ensure_input!(
             t > 0 && self.positive.len() == t && self.negative.len() == t,
-            "triplets: {t} anchors, {} positives and {} negatives; expected the same number (at least one) of each",
+            "{field}: {t} anchors, {} positives and {} negatives; expected the same number (at least one) of each",
             self.positive.len(),
             self.negative.len()
         );
@@ -48,11 +49,11 @@ impl GivenTriplets {
             let (a, p, m) = (self.anchor[k], self.positive[k], self.negative[k]);
             crate::ensure_input!(
                 a < n && p < n && m < n,
-                "triplets: triplet {k} ({a}, {p}, {m}) names a row outside the batch of {n}"
+                "{field}: triplet {k} ({a}, {p}, {m}) names a row outside the batch of {n}"
             );
             crate::ensure_input!(
                 labels[p] == labels[a] && labels[m] != labels[a],
-                "triplets: triplet {k} ({a}, {p}, {m}): expected a positive of the anchor's label and a negative of another"
+                "{field}: triplet {k} ({a}, {p}, {m}): expected a positive of the anchor's label and a negative of another"
             );
         }
         Ok(crate::loss::miner::Triplets {

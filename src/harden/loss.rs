@@ -21,16 +21,6 @@ pub struct LossRequest {
     pub seed: u64,
 }
 
-/// Triplets the caller mined (PML's `indices_tuple`): row indices of anchors, positives and
-/// negatives, one triplet per position.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Tuples {
-    pub anchor: Vec<usize>,
-    pub positive: Vec<usize>,
-    pub negative: Vec<usize>,
-}
-
 /// A loss's value and gradients on one batch.
 pub struct Computed {
     pub value: f32,
@@ -72,7 +62,7 @@ impl LossSession {
         embeddings: Given,
         labels: &[i64],
         beta: Option<f32>,
-        tuples: Option<Tuples>,
+        tuples: Option<super::given::GivenTriplets>,
     ) -> Result<Computed> {
         let labels = labels_of(labels, "labels")?;
         let n = labels.len();
@@ -81,7 +71,7 @@ impl LossSession {
         let params = leaves::params(&self.loss, beta, &self.device)?;
         let (value, triplets) = match tuples {
             Some(t) => {
-                let t = self.given_triplets(t, n)?;
+                let t = self.given_triplets(t, &labels)?;
                 let count = t.len();
                 (crate::defense::triplets::tuple_loss(&self.loss, &leaf, &t), Some(count))
             }
@@ -107,30 +97,15 @@ impl LossSession {
         })
     }
 
-    /// The caller's triplets, checked against `n` rows, for a loss defined on tuples.
-    fn given_triplets(&self, t: Tuples, n: usize) -> Result<Triplets> {
+    /// The caller's triplets, checked against the batch's `labels` as a defense's `triplets=`
+    /// are ([`super::given::GivenTriplets::checked`]), for a loss defined on tuples.
+    fn given_triplets(&self, t: super::given::GivenTriplets, labels: &[u32]) -> Result<Triplets> {
         crate::ensure_input!(
             self.loss.unit().tuple().is_some(),
             "indices_tuple: loss {} mines no tuples of its own (it takes every pair of the batch); pass none",
             self.loss.name()
         );
-        let k = t.anchor.len();
-        crate::ensure_input!(k > 0, "indices_tuple: no triplet");
-        crate::ensure_input!(
-            t.positive.len() == k && t.negative.len() == k,
-            "indices_tuple: {} anchors, {} positives, {} negatives; expected one of each per triplet",
-            k,
-            t.positive.len(),
-            t.negative.len()
-        );
-        if let Some(&i) = t.anchor.iter().chain(&t.positive).chain(&t.negative).find(|&&i| i >= n) {
-            return Err(crate::input_error(format!("indices_tuple: row {i} for {n} embeddings")));
-        }
-        Ok(Triplets {
-            anchor: t.anchor,
-            positive: t.positive.into(),
-            negative: t.negative.into(),
-        })
+        t.checked(labels, "indices_tuple")
     }
 
     /// What a checkpoint keeps: the stream.

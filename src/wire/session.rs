@@ -6,7 +6,7 @@
 use super::{Answer, open_device, read};
 use crate::attack::oracle::HostModel;
 use crate::harden::leaves::Given;
-use crate::harden::{DefenseRequest, DefenseSession, Images, LossRequest, LossSession, Saved, Stream, Tuples};
+use crate::harden::{DefenseRequest, DefenseSession, GivenTriplets, Images, LossRequest, LossSession, Saved, Stream};
 use anyhow::Result;
 use serde::Deserialize;
 use serde_json::json;
@@ -110,7 +110,7 @@ struct Compute {
     #[serde(default)]
     dtype: Option<String>,
     #[serde(default)]
-    indices_tuple: Option<Tuples>,
+    indices_tuple: Option<GivenTriplets>,
 }
 
 fn given(arrays: Vec<Vec<f32>>, rows: &[usize], dtype: Option<&str>) -> Result<Vec<Given>> {
