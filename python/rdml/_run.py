@@ -119,15 +119,13 @@ class Run:
     ) -> Dict[str, Any]:
         """``rdml attack --json``: one attack (``"CA+"``, ``"QA-:M=1"``, ``"NN-CW:0.05"``, …) on the
         test split; ``group=`` splits it over a process group's ranks (``rdml.robustness``'s)."""
-        group = _ranks.group_of(group)
-        with _ranks.told(group, group_timeout) as reached:
+        def request():
             options, run = self._attack_args(
                 profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
                 queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
                 repeats=repeats, per_query=per_query)
-            request = dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
-            return _wire.run("attack", request, device=self.device, group=group, timeout=group_timeout,
-                             reached=reached)[0]
+            return dict(model=self.path, attack=spec, options=options, run=dict(run, bn_set=int(bn_set)))
+        return self._on_ranks("attack", request, group, group_timeout)
 
     def robustness(
         self,
@@ -152,14 +150,13 @@ class Run:
         """``rdml robustness``: robrank's ERS suite; the record (``table`` with ``ers``, ``ars``,
         ``rows``) is also written to the run folder's robustness.json and its report (by rank 0
         when ``group=`` splits it over a process group's ranks, as ``rdml.robustness`` says)."""
-        group = _ranks.group_of(group)
-        with _ranks.told(group, group_timeout) as reached:
+        def request():
             options, run = self._attack_args(
                 profile=profile, eps=eps, step=step, steps=steps, norm=norm, random_start=random_start, method=method,
                 queries=queries, batch=batch, seed=seed, robrank_compat=robrank_compat, surrogate=surrogate,
                 repeats=repeats, per_query=per_query)
-            return _wire.run("robustness", dict(model=self.path, options=options, run=run), device=self.device,
-                             group=group, timeout=group_timeout, reached=reached)[0]
+            return dict(model=self.path, options=options, run=run)
+        return self._on_ranks("robustness", request, group, group_timeout)
 
     def certify(
         self,
@@ -181,15 +178,20 @@ class Run:
         """``rdml certify``: certified Recall@1 of the run's model on its test split (the keywords
         are ``rdml.certify``'s, ``group=`` too); the record is also written to the run folder's
         certify.json (by rank 0 on ranks)."""
-        group = _ranks.group_of(group)
-        with _ranks.told(group, group_timeout) as reached:
+        def request():
             options = _keywords.certify_options(method=method, sigma=sigma, radii=radii, samples=samples, select=select,
                                                 delta=delta, alpha=alpha, queries=queries, batch=batch, seed=seed,
                                                 per_query=per_query)
-            request = dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
-            answer = _wire.run("certify", request, device=self.device, group=group, timeout=group_timeout,
-                               reached=reached)[0]
-        return _keywords.by_radius(answer, radii)
+            return dict(model=self.path, data=self.data, options=options, progress=not self.quiet)
+        return _keywords.by_radius(self._on_ranks("certify", request, group, group_timeout), radii)
+
+    def _on_ranks(self, job: str, request: Any, group: Any, group_timeout: Optional[float]) -> Dict[str, Any]:
+        """The library's ``job`` on the request ``request()`` builds, on the ranks of ``group``
+        (``rdml.robustness``'s): a failure while building it is told to the other ranks."""
+        group = _ranks.group_of(group)
+        with _ranks.told(group, group_timeout) as reached:
+            return _wire.run(job, request(), device=self.device, group=group, timeout=group_timeout,
+                             reached=reached)[0]
 
     def _attack_args(self, *, profile, eps, step, steps, norm, random_start, method, queries, batch, seed,
                      robrank_compat, surrogate, repeats, per_query) -> Tuple[Dict[str, Any], Dict[str, Any]]:
