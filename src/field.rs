@@ -22,6 +22,12 @@ pub fn yes() -> bool {
     true
 }
 
+/// Whether a switch that is on by default is on (left out of what a record writes, so that a
+/// record of a run without it is as before).
+pub fn is_yes(b: &bool) -> bool {
+    *b
+}
+
 /// `message` (an error read inside the table or field `keys`) with `keys` in front: joined to
 /// the key path the message starts with (`eps: …` in `defense` is `defense.eps: …`).
 pub fn in_keys(keys: &str, message: &str) -> String {

@@ -30,6 +30,8 @@ fn engine_respects_budgets_and_frozen_rows() {
             steps: 5,
             norm,
             random_start: true,
+            start_radius: 1.0,
+            project: true,
         };
         let obj = EmbeddingShift::new(clean.clone());
         let xa = Request::new(&net, &obj, &pgd)
@@ -57,6 +59,8 @@ fn engine_respects_budgets_and_frozen_rows() {
             steps: 8,
             norm: Norm::Linf,
             random_start: false,
+            start_radius: 1.0,
+            project: true,
         };
         let xa = Request::new(&net, &EmbeddingShift::new(clean.clone()), &pgd)
             .run(&x)
@@ -82,6 +86,8 @@ fn attacks_move_their_objectives_and_eps_zero_is_clean() {
         steps: 1,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
     let strong = Pgd {
         eps: 0.3,
@@ -89,6 +95,8 @@ fn attacks_move_their_objectives_and_eps_zero_is_clean() {
         steps: 15,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
     let score = |k: &str, p: &Pgd, name: &str| {
         run(&ctx, named(k).unwrap().as_ref(), p, 64, 32, 5)
@@ -218,6 +226,8 @@ fn feature_space_examples_of_mdprop() {
         steps: 10,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
     let stax = run(&ctx, named("STAX").unwrap().as_ref(), &pgd, 64, 32, 1).unwrap();
     let ux = run(&ctx, named("UX:3").unwrap().as_ref(), &pgd, 64, 32, 1).unwrap();
@@ -263,6 +273,8 @@ fn carlini_wagner_linf_stays_in_the_ball_and_succeeds() {
         steps: 8,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
     let xp = Request::new(&net, &EmbeddingShift::new(clean.clone()), &pgd)
         .run(&x)

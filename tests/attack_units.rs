@@ -18,6 +18,8 @@ fn pgd(eps: f32, step: f32, steps: usize) -> Pgd {
         steps,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     }
 }
 

@@ -156,6 +156,9 @@ fn hm(destination: Destination, source: Miner) -> DefenseConfig {
         destination,
         objective: HmObjective::Et,
         ics: None,
+        start: Default::default(),
+        noise: None,
+        project: true,
     })
 }
 
@@ -670,4 +673,63 @@ fn inference_can_use_an_auxiliary_batch_norm_set() {
     }
     assert_ne!(read(&net.forward_set(x.clone(), 1)), read(&net.forward(x.clone())));
     assert!(net.with_inference_bn_set(3).is_err());
+}
+
+fn act_with(extra: &str) -> DefenseConfig {
+    let text = format!("kind = \"act\"\neps = {EPS}\nstep = {EPS}\nsteps = 1\n{extra}");
+    toml::from_str(&text).unwrap()
+}
+
+#[test]
+fn the_inner_start_and_projection_are_options_and_today_s_defaults_are_unchanged() {
+    use rdml::attack::budget::Pgd;
+    // Today's table: a clean start, projected, and a record that writes nothing new.
+    let clean = act_with("");
+    assert_eq!(
+        clean.pgd(),
+        Pgd {
+            step: EPS,
+            ..Pgd::fgsm(EPS)
+        }
+    );
+    assert_eq!(
+        serde_json::to_value(&clean).unwrap(),
+        serde_json::json!({"kind": "act", "eps": EPS, "step": EPS, "steps": 1})
+    );
+    let nfgsm = act_with("start = \"noise\"\nproject = false\n");
+    let pgd = nfgsm.pgd();
+    assert!(pgd.random_start && !pgd.project && pgd.start_radius == 2.0, "{pgd:?}");
+    let round: DefenseConfig = serde_json::from_value(serde_json::to_value(&nfgsm).unwrap()).unwrap();
+    assert_eq!(round, nfgsm);
+    let wrong = act_with("noise = 3.0\n").validate(&setup().exp.loss).unwrap_err();
+    assert!(
+        format!("{wrong:#}").contains("defense.noise = 3 is the radius of N-FGSM's start"),
+        "{wrong:#}"
+    );
+    let bad = act_with("start = \"noise\"\nnoise = -1.0\n")
+        .validate(&setup().exp.loss)
+        .unwrap_err();
+    assert!(
+        format!("{bad:#}").contains("defense.noise must be a finite number > 0"),
+        "{bad:#}"
+    );
+
+    // One step of ε from N-FGSM's 2ε noise, unprojected, leaves the ε-ball (up to 3ε); FGSM-RS
+    // and a clean start stay in it; each random start is drawn from the step's stream.
+    let b = setup();
+    let most = |cfg: &DefenseConfig| {
+        let p = b.run(cfg, &DefenseState::default());
+        let ch = row_change(&p.adversarial, &p.original);
+        let [a, pos, neg] = thirds(&ch);
+        assert!(a.iter().all(|&c| c == 0.0), "anchors moved: {a:?}");
+        (pos.iter().chain(neg).fold(0f32, |m, &c| m.max(c)), p.adversarial)
+    };
+    let (far, nf) = most(&nfgsm);
+    assert!(far > 1.5 * EPS && far <= 3.0 * EPS + 1e-6, "N-FGSM moved {far}");
+    let (near, rs) = most(&act_with("start = \"uniform\"\n"));
+    assert!(near <= EPS + 1e-6 && near > 0.0, "FGSM-RS moved {near}");
+    let (c, cl) = most(&clean);
+    assert!(c <= EPS + 1e-6);
+    let differ = |a: &Tensor<4>, b: &Tensor<4>| (a.clone() - b.clone()).abs().max().into_scalar::<f32>() > 0.0;
+    assert!(differ(&rs, &cl) && differ(&nf, &rs));
 }

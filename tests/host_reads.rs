@@ -257,6 +257,8 @@ fn a_rob28_attack_batch_reads_nothing_per_pgd_step() {
             steps,
             norm: Norm::Linf,
             random_start: false,
+            start_radius: 1.0,
+            project: true,
         };
         let setup = Setup::white_box(&ctx, &pgd, 16, 16, 0);
         reads_during(|| robustness(&setup).unwrap()).1
@@ -296,6 +298,8 @@ fn the_early_stop_gives_the_same_images_however_often_it_is_read() {
         steps: 12,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
     let mean = |x: &burn::tensor::Tensor<4>| rdml::host::scalar(&net.valid().forward(x.clone()).mean()).unwrap();
     let free = Request::new(&net, &MeanDown(None), &pgd).run(&x).unwrap();

@@ -55,6 +55,8 @@ fn the_host_route_gives_the_fused_graphs_gradient_and_attacks() {
         steps: 4,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
     let outside = Context::of(Arc::new(host_net(&net, 0)), &set, 64, &Device::default(), false).unwrap();
     assert_eq!(outside.clean.data, ctx.clean.data);

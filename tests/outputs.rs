@@ -41,6 +41,8 @@ fn opts(grid: usize) -> ReportOptions {
             steps: 3,
             norm: Norm::Linf,
             random_start: false,
+            start_radius: 1.0,
+            project: true,
         },
         ..Default::default()
     }

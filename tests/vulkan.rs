@@ -184,6 +184,8 @@ fn a_pgd_step_agrees() {
                 steps: 2,
                 norm,
                 random_start,
+                start_radius: 1.0,
+                project: true,
             };
             let xa = Request::new(&net, &EmbeddingShift::new(clean), &pgd)
                 .movable(movable)
@@ -353,6 +355,8 @@ fn a_model_trained_on_one_device_evaluates_the_same_on_the_other() {
                 steps: 4,
                 norm: Norm::Linf,
                 random_start: false,
+                start_radius: 1.0,
+                project: true,
             };
             scores.push(
                 suite::run(

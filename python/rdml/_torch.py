@@ -141,12 +141,13 @@ class TorchModel:
     # (``step``); the images come back at the end (``release``).
 
     def hold(self, images: bytes, start: Optional[bytes], shape: Tuple[int, int, int, int], norm: str, eps: float,
-             step: float) -> Tuple[bytes, Tuple[int, ...], bool]:
+             step: float, project: bool = True) -> Tuple[bytes, Tuple[int, ...], bool]:
         """Keeps the clean rows and the start (the clean rows when ``None``) on the model's
-        device and embeds the start with its graph."""
+        device and embeds the start with its graph; ``project=False`` steps without the ε-ball
+        (N-FGSM)."""
         x0 = self._images(images, shape, False)
         xa = x0.clone() if start is None else self._images(start, shape, False)
-        self._held = (x0, norm, float(eps), float(step))
+        self._held = (x0, norm, float(eps), float(step), bool(project))
         self._xa = xa
         return self._embed_held(xa)
 
@@ -163,12 +164,12 @@ class TorchModel:
         torch = self._torch
         if self._held is None:
             raise RuntimeError("rdml stepped a run the model does not hold")
-        x0, norm, eps, size = self._held
+        x0, norm, eps, size, project = self._held
         gx = self._pulled(grad)
         # Two reductions, no image-sized mask: NaN propagates through both, ±inf shows in one.
         finite = torch.isfinite(gx.amax()) & torch.isfinite(gx.amin())
         with torch.no_grad():
-            descend(self._xa, x0, gx, norm, eps, size)
+            descend(self._xa, x0, gx, norm, eps, size, project)
         out = self._embed_held(self._xa) if more else None
         if not bool(finite):
             raise ValueError("model: the gradient with respect to the images holds NaN or infinite values")
@@ -252,16 +253,19 @@ def embedding_of(out: Any, output: Any) -> Any:
         raise ValueError(f"output: {output!r} is not in what the model returned (a {type(out).__name__})") from None
 
 
-def descend(xa: Any, x0: Any, g: Any, norm: str, eps: float, step: float) -> Any:
+def descend(xa: Any, x0: Any, g: Any, norm: str, eps: float, step: float, project: bool = True) -> Any:
     """One projected step down ``g`` from ``xa``, in place (``xa`` and ``g`` float32,
     ``b × c × h × w``; ``g`` is used up): the sign step for L∞, the normalised step for L2, then
-    back into the ε-ball around ``x0`` and [0, 1]. rdml's ``attack::engine::descend`` in the same
-    elementwise float32 operations, in the same order (bit for bit for L∞)."""
+    back into the ε-ball around ``x0`` (unless ``project`` is off: N-FGSM) and [0, 1]. rdml's
+    ``attack::engine::descend`` in the same elementwise float32 operations, in the same order
+    (bit for bit for L∞)."""
     if norm == "linf":
         delta = g.sign_().mul_(step)
     else:
         n = g.pow(2).sum(dim=(1, 2, 3), keepdim=True).sqrt().clamp_min(1e-12)
         delta = g.div_(n).mul_(step)
+    if not project:
+        return xa.sub_(delta).clamp_(0.0, 1.0)
     d = xa.sub_(delta).sub_(x0)
     if norm == "linf":
         d.clamp_(-eps, eps)

@@ -108,6 +108,7 @@ impl HostModel for PyModel {
                     norm.into_pyobject(py)?.into_any(),
                     budget.eps.into_pyobject(py)?.into_any(),
                     budget.step.into_pyobject(py)?.into_any(),
+                    budget.project.into_pyobject(py)?.to_owned().into_any(),
                 ];
                 PyTuple::new(py, parts)
             },

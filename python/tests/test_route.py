@@ -158,6 +158,30 @@ def test_the_held_route_gives_the_host_routes_images(norm, random_start):
     assert not np.array_equal(held, x)
 
 
+@pytest.mark.parametrize("start,project", [("noise", False), ("uniform", True)])
+def test_a_defenses_start_and_projection_hold_on_both_routes(monkeypatch, start, project):
+    """N-FGSM (noise of 2ε, a step of ε, no projection) and FGSM-RS as a Defense's keys: the
+    model side's steps give the host route's images bit for bit, and only an unprojected step
+    leaves the ε-ball."""
+    model = tiny()
+    x, y = fashion(32)
+    x = torch.from_numpy(np.repeat(x, 3, axis=1))
+    eps = 8 / 255
+    kw = dict(eps=eps, step=eps if start == "noise" else 1.25 * eps, steps=1, start=start, project=project)
+    held, _ = rdml.Defense("act", **kw).perturb(model, x, torch.from_numpy(y))
+    monkeypatch.setattr(route_side.TorchModel, "hold",
+                        property(lambda self: (_ for _ in ()).throw(AttributeError("hold"))))
+    here, rows = rdml.Defense("act", **kw).perturb(model, x, torch.from_numpy(y))
+    assert torch.equal(held, here)
+    moved = (here - x[rows.source]).abs().amax()
+    if project:
+        assert 0 < float(moved) <= eps + 1e-6
+    else:
+        assert 1.5 * eps < float(moved) <= 3 * eps + 1e-6
+    with pytest.raises(ValueError, match="defense.noise = 3 is the radius of N-FGSM's start"):
+        rdml.Defense("act", eps=eps, step=eps, steps=1, noise=3.0)
+
+
 # The user's own forward, loss and device habits (issue "On the model's device", items 3 and 4).
 
 

@@ -34,10 +34,27 @@ pub struct Pgd {
     pub norm: Norm,
     #[serde(default)]
     pub random_start: bool,
+    /// The random start's box, `start_radius`·ε on each side (N-FGSM's k, de Jorge et al. 2022:
+    /// noise of 2ε); 1 is the ε-box itself (FGSM-RS, Wong et al. 2020). Unread without a random
+    /// start.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub start_radius: f32,
+    /// Whether each step is projected back onto the ε-ball around the clean images (`false`:
+    /// N-FGSM's `clip = -1`, only the pixels' [0, 1] bounds kept).
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
 }
 
 fn linf() -> Norm {
     Norm::Linf
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+fn is_one(r: &f32) -> bool {
+    *r == 1.0
 }
 
 impl Pgd {
@@ -49,6 +66,8 @@ impl Pgd {
             steps: 1,
             norm: Norm::Linf,
             random_start: false,
+            start_radius: 1.0,
+            project: true,
         }
     }
     pub fn validate(&self) -> Result<()> {
@@ -82,6 +101,12 @@ impl Pgd {
         );
         ensure!(self.step >= 0.0, "{step} must be ≥ 0, got {}", self.step);
         ensure!(self.steps >= 1, "{} must be ≥ 1", key("steps"));
+        ensure!(
+            self.start_radius.is_finite() && self.start_radius > 0.0,
+            "{} must be a finite number > 0 (the random start's radius in units of ε), got {}",
+            key("noise"),
+            self.start_radius
+        );
         Ok(())
     }
 }

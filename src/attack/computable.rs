@@ -68,6 +68,8 @@ mod tests {
         steps: 2,
         norm: Norm::Linf,
         random_start: false,
+        start_radius: 1.0,
+        project: true,
     };
 
     /// Every query lone: the suite refuses before attacking (it left ES:R, LTM and GTM out of

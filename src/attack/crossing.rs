@@ -21,12 +21,14 @@ pub struct NoisyBatch<'a> {
     pub seed: u64,
 }
 
-/// The budget of a run a [`HostModel`] holds: its norm, ε and step (the pixels' bounds are [0, 1]).
+/// The budget of a run a [`HostModel`] holds: its norm, ε and step, and whether each step is
+/// projected onto the ε-ball (the pixels' bounds, [0, 1], always hold).
 #[derive(Debug, Clone, Copy)]
 pub struct HeldBudget {
     pub norm: Norm,
     pub eps: f32,
     pub step: f32,
+    pub project: bool,
 }
 
 /// What crossed between rdml and a [`HostModel`]: bytes each way and the calls (each a wait for

@@ -264,22 +264,25 @@ fn split_rows(movable: Option<&[bool]>, b: usize) -> (Vec<usize>, Vec<usize>, Ve
 }
 
 /// The start of a PGD run from clean images `x0`: `x0` itself, or with `pgd.random_start` a
-/// uniformly random point of the ε-box (scaled into the L2 ball for L2), clamped to [0, 1].
+/// uniformly random point of the box of `start_radius`·ε (FGSM-RS: the ε-box; N-FGSM: 2ε),
+/// scaled into that L2 ball for L2, clamped to [0, 1].
 pub fn random_start(x0: &Tensor<4>, pgd: &Pgd, seed: u64) -> Tensor<4> {
     if !(pgd.random_start && pgd.eps > 0.0) {
         return x0.clone();
     }
-    let eps = pgd.eps as f64;
-    let noise: Tensor<4> = crate::host_random(seed, x0.shape(), Distribution::Uniform(-eps, eps), &x0.device());
+    let radius = pgd.eps * pgd.start_radius;
+    let r = radius as f64;
+    let noise: Tensor<4> = crate::host_random(seed, x0.shape(), Distribution::Uniform(-r, r), &x0.device());
     let noise = match pgd.norm {
         Norm::Linf => noise,
-        Norm::L2 => project_l2(noise, pgd.eps),
+        Norm::L2 => project_l2(noise, radius),
     };
     (x0.clone() + noise).clamp(0.0, 1.0)
 }
 
 /// One projected step down the (true or estimated) gradient `g` of the loss at `xa`: the sign
-/// step for L∞, the normalised step for L2, then back into the ε-ball around `x0` and [0, 1].
+/// step for L∞, the normalised step for L2, then back into the ε-ball around `x0` (unless
+/// `pgd.project` is off: N-FGSM) and [0, 1].
 pub fn descend(xa: Tensor<4>, x0: &Tensor<4>, g: Tensor<4>, pgd: &Pgd) -> Tensor<4> {
     let delta = match pgd.norm {
         Norm::Linf => g.sign().mul_scalar(pgd.step),
@@ -289,6 +292,9 @@ pub fn descend(xa: Tensor<4>, x0: &Tensor<4>, g: Tensor<4>, pgd: &Pgd) -> Tensor
         }
     };
     let xa = xa - delta;
+    if !pgd.project {
+        return xa.clamp(0.0, 1.0);
+    }
     let d = xa - x0.clone();
     let d = match pgd.norm {
         Norm::Linf => d.clamp(-pgd.eps, pgd.eps),

@@ -402,6 +402,7 @@ impl Oracle for External {
             norm: pgd.norm,
             eps: pgd.eps,
             step: pgd.step,
+            project: pgd.project,
         };
         let first = self.model.hold(&clean, start_values.as_deref(), shape, budget)?;
         let sent = (clean.len() + start_values.as_ref().map_or(0, Vec::len) + first.values.len()) as u64 * 4;

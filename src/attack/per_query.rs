@@ -150,6 +150,8 @@ mod tests {
             steps: 3,
             norm: Norm::Linf,
             random_start: false,
+            start_radius: 1.0,
+            project: true,
         };
         let set_level = [Column::NMI, Column::PI_RATIO, Column::MODEL_QUERIES];
         for spec in ["CA+", "QA-", "SPQA+", "TMA", "ES", "LTM", "GTM", "GTT", "NN", "MTAX"] {

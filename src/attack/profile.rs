@@ -192,6 +192,8 @@ impl Profile {
             steps,
             norm: o.norm.unwrap_or(Norm::Linf),
             random_start: self.random_start || o.random_start,
+            start_radius: 1.0,
+            project: true,
         }
     }
 }

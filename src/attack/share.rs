@@ -120,6 +120,8 @@ mod tests {
             steps: 3,
             norm: Norm::Linf,
             random_start: true,
+            start_radius: 1.0,
+            project: true,
         };
         let method = crate::attack::registry::method(method).unwrap();
         let attack = crate::attack::registry::attack(spec).unwrap();

@@ -5,7 +5,7 @@
 //! loss vanishes. Training: `L_T(Ã, P, N) + L_TR` after ANP (Eq. 13–14), `L_T(A, P̃, Ñ)` after CAP.
 
 use super::triplets::{self, TripletLayout, TripletPlan, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Inner, Outer, Plan, one};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Inner, Outer, Plan, Start, one};
 use crate::attack::budget::Pgd;
 use crate::attack::objective::{Objective, StopRule};
 pub use crate::eval::diagnostics::{collapseness, weighted_mean};
@@ -25,6 +25,13 @@ pub struct CaTrideConfig {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    /// Where the inner maximisation starts and whether it projects ([`Budget`]).
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
     /// Attention factor λ of collapseness (CUB 10, CARS 9.5, SOP 2).
     #[serde(default = "ten")]
     pub lambda: f32,
@@ -80,11 +87,7 @@ fn f0_04() -> f32 {
 
 impl Defense for CaTrideConfig {
     fn budget(&self) -> Budget {
-        Budget {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-        }
+        Budget::of(self.eps, self.step, self.steps, (self.start, self.noise, self.project))
     }
 
     /// The progressive step when on.

@@ -38,7 +38,9 @@ impl Defense for Est {
         // gradient at the clean point is broken. A draw fixed for every batch would start each
         // batch's shift along the same per-row tilt.
         let offset = Offset::robrank_training(step.loss.distance(), step.rng.random());
-        let adversarial = shift(model, &self.pgd(step.state), &x, &clean.emb, offset)?;
+        let pgd = self.pgd(step.state);
+        let seed = step.start_seed(&pgd);
+        let adversarial = shift(model, &pgd, &x, &clean.emb, offset, seed)?;
         Ok(Plan::adversarial(Perturbed {
             triplets: None,
             dim: clean.dim(),
@@ -70,11 +72,18 @@ impl Defense for Est {
 }
 
 /// The ES inner maximisation on every row of `x` (plain device), from the clean embeddings, its
-/// zero gradient at the start broken by `offset`.
-pub fn shift(model: &dyn Oracle, pgd: &Pgd, x: &Tensor<4>, clean: &Tensor<2>, offset: Offset) -> Result<Tensor<4>> {
+/// zero gradient at the start broken by `offset` (and `seed`'s random start where `pgd` has one).
+pub fn shift(
+    model: &dyn Oracle,
+    pgd: &Pgd,
+    x: &Tensor<4>,
+    clean: &Tensor<2>,
+    offset: Offset,
+    seed: u64,
+) -> Result<Tensor<4>> {
     let obj = EmbeddingShift {
         clean: clean.clone().detach(),
         offset,
     };
-    Request::on(Model::Oracle(model), &obj, pgd).run(x)
+    Request::on(Model::Oracle(model), &obj, pgd).seed(seed).run(x)
 }

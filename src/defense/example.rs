@@ -9,7 +9,7 @@
 use super::madry::MaxHardness;
 use super::memory::{Memory, saved_number};
 use super::triplets::{adversarial_outer, perturb_mined};
-use super::unit::{Budget, DefendedLoss, Defense, Inner, Outer, Plan};
+use super::unit::{Budget, DefendedLoss, Defense, Inner, Outer, Plan, Start};
 use anyhow::{Result, ensure};
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,13 @@ pub struct Curriculum {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    /// Where the inner maximisation starts and whether it projects ([`Budget`]).
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
     /// The running mean's decay, in [0, 1).
     pub decay: f32,
 }
@@ -65,11 +72,7 @@ impl Memory for RunningLoss {
 
 impl Defense for Curriculum {
     fn budget(&self) -> Budget {
-        Budget {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-        }
+        Budget::of(self.eps, self.step, self.steps, (self.start, self.noise, self.project))
     }
 
     fn validate(&self, _loss: &crate::loss::LossConfig) -> Result<()> {

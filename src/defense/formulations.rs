@@ -19,7 +19,7 @@
 //!   images, and a forward of the shifted and clean images.
 
 use super::triplets::{self, TripletLayout, select_rows};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Perturbed, Plan, one};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Perturbed, Plan, Start, one};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
@@ -76,17 +76,20 @@ pub struct RegularizedConfig {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    /// Where the inner maximisation starts and whether it projects ([`Budget`]).
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
     /// λ of Eq. 13.
     pub lambda: f32,
 }
 
 impl Defense for RegularizedConfig {
     fn budget(&self) -> Budget {
-        Budget {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-        }
+        Budget::of(self.eps, self.step, self.steps, (self.start, self.noise, self.project))
     }
 
     fn inner(&self, step: &mut Inner) -> Result<Plan> {
@@ -149,7 +152,8 @@ impl Objective for TupleLoss {
 fn perturb(f: Formulation, step: &mut Inner, pgd: &Pgd) -> Result<Perturbed> {
     let clean = Clean::of(step.model()?, &step.x)?;
     let tr = step.triplets(&clean)?;
-    let (original, adversarial) = inner(f, step, &tr, pgd)?;
+    let seed = step.start_seed(pgd);
+    let (original, adversarial) = inner(f, step, &tr, (pgd, seed))?;
     Ok(Perturbed {
         triplets: Some(tr),
         dim: clean.dim(),
@@ -160,7 +164,7 @@ fn perturb(f: Formulation, step: &mut Inner, pgd: &Pgd) -> Result<Perturbed> {
 }
 
 /// Formulation `f`'s images: the stacked `[a, p, n]` rows of `tr` before and after.
-fn inner(f: Formulation, step: &Inner, tr: &Triplets, pgd: &Pgd) -> Result<(Tensor<4>, Tensor<4>)> {
+fn inner(f: Formulation, step: &Inner, tr: &Triplets, (pgd, seed): (&Pgd, u64)) -> Result<(Tensor<4>, Tensor<4>)> {
     let (model, loss_cfg) = (Model::Oracle(step.model()?), step.loss);
     let x = &step.x.clone().without_autodiff();
     let stacked = TripletLayout::gather_index(tr);
@@ -173,7 +177,7 @@ fn inner(f: Formulation, step: &Inner, tr: &Triplets, pgd: &Pgd) -> Result<(Tens
                 triplets: tr.clone(),
                 loss: loss_cfg.clone(),
             };
-            let z = Request::on(model, &obj, pgd).run(x)?;
+            let z = Request::on(model, &obj, pgd).seed(seed).run(x)?;
             select_rows(&z, &stacked)
         }
         // Rows [z; x]: each anchor's z meets the clean positives and negatives of its tuples, so
@@ -192,7 +196,10 @@ fn inner(f: Formulation, step: &Inner, tr: &Triplets, pgd: &Pgd) -> Result<(Tens
             for &a in &tr.anchor {
                 movable[a] = true;
             }
-            let z = Request::on(model, &obj, pgd).movable(Some(&movable)).run(&rows)?;
+            let z = Request::on(model, &obj, pgd)
+                .movable(Some(&movable))
+                .seed(seed)
+                .run(&rows)?;
             let t = tr.len();
             let anchors = select_rows(&z, &tr.anchor_rows());
             let rest = original.clone().narrow(0, t, 2 * t);
@@ -205,10 +212,11 @@ fn inner(f: Formulation, step: &Inner, tr: &Triplets, pgd: &Pgd) -> Result<(Tens
 
 /// Formulation 3's plan: the perturbed rows, `z` (the embedding-shift attack under `pgd` on
 /// every image of the batch) and the batch, in one training-mode forward of `[perturbed; z; x]`.
-pub(crate) fn with_shift(step: &Inner, pgd: &Pgd, perturbed: Perturbed) -> Result<Plan> {
+pub(crate) fn with_shift(step: &mut Inner, pgd: &Pgd, perturbed: Perturbed) -> Result<Plan> {
     let x = step.x.clone().without_autodiff();
     let offset = crate::attack::objective::shift::Offset::Jitter;
-    let z = super::est::shift(step.model()?, pgd, &x, &perturbed.clean.emb, offset)?;
+    let seed = step.start_seed(pgd);
+    let z = super::est::shift(step.model()?, pgd, &x, &perturbed.clean.emb, offset, seed)?;
     let images = Tensor::cat(vec![perturbed.adversarial.clone(), z, x], 0);
     Ok(Plan {
         perturbed,

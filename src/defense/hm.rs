@@ -7,7 +7,7 @@
 
 use super::memory::{Memory, Nothing, saved_number};
 use super::triplets::{self, TripletLayout, TripletPlan, hardness, perturb_triplets};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Plan, one};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Plan, Start, one};
 use crate::attack::objective::{Objective, StopRule};
 use crate::loss::LossConfig;
 use crate::loss::device_miner;
@@ -52,6 +52,13 @@ pub struct HmConfig {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    /// Where the inner maximisation starts and whether it projects ([`Budget`]).
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
     /// The miner whose triplets are perturbed.
     pub source: Miner,
     /// Their destination hardness: another miner's triplets, or LGA.
@@ -65,11 +72,7 @@ pub struct HmConfig {
 
 impl Defense for HmConfig {
     fn budget(&self) -> Budget {
-        Budget {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-        }
+        Budget::of(self.eps, self.step, self.steps, (self.start, self.noise, self.project))
     }
 
     fn validate(&self, _loss: &LossConfig) -> Result<()> {

@@ -8,7 +8,7 @@
 
 use super::generated::{Generated, UxMemory, UxTargets, pick_targets, ux_objective};
 use super::memory::{Memory, Nothing};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Perturbed, Plan};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Forward, Inner, Outer, Perturbed, Plan, Start};
 use crate::attack::budget::Pgd;
 use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
@@ -26,6 +26,13 @@ pub struct MdpropConfig {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    /// Where the inner maximisation starts and whether it projects ([`Budget`]).
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
     /// The generated distributions, each trained through its own BN set.
     pub distributions: Vec<Generated>,
     /// `false`: every distribution through the clean set 0, in one forward of the concatenated
@@ -36,11 +43,7 @@ pub struct MdpropConfig {
 
 impl Defense for MdpropConfig {
     fn budget(&self) -> Budget {
-        Budget {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-        }
+        Budget::of(self.eps, self.step, self.steps, (self.start, self.noise, self.project))
     }
 
     fn validate(&self, _loss: &LossConfig) -> Result<()> {
@@ -145,8 +148,9 @@ impl Propagation {
                         .collect(),
                 }),
             };
+            let seed = step.start_seed(&self.pgd);
             let model = Model::Oracle(step.model_at(self.bn_set(k))?);
-            out.push(Request::on(model, objective.as_ref(), &self.pgd).run(&x)?);
+            out.push(Request::on(model, objective.as_ref(), &self.pgd).seed(seed).run(&x)?);
         }
         Ok(out)
     }

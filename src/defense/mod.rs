@@ -24,7 +24,7 @@ pub use generated::{Generated, UxBank, UxTargets};
 pub use hm::{Destination, HmObjective};
 pub use memory::{EpochStart, Memory};
 pub use triplets::{TripletLayout, hardness};
-pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Forward, Inner, Outer, Perturbed, Plan};
+pub use unit::{Budget, Clean, DefendedLoss, Defense, DefenseState, Forward, Inner, Outer, Perturbed, Plan, Start};
 
 use crate::attack::budget::Pgd;
 use crate::attack::oracle::Oracle;
@@ -70,7 +70,7 @@ impl DefenseConfig {
 
     pub fn validate(&self, loss: &LossConfig) -> Result<()> {
         let unit = self.unit();
-        unit.budget().pgd().validate_as("defense.")?;
+        unit.budget().validate()?;
         unit.validate(loss)?;
         // The defenses that perturb mined triplets train on the triplet loss; EST, MDProp and
         // AdvProp-D train on the configured loss, the tuple defenses check their own.

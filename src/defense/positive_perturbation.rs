@@ -6,7 +6,7 @@
 //! (Eq. 13, over every image of the batch) are options.
 
 use super::triplets::{self, TripletLayout, triplet_params};
-use super::unit::{Budget, Clean, DefendedLoss, Defense, Inner, Outer, Perturbed, Plan, one};
+use super::unit::{Budget, Clean, DefendedLoss, Defense, Inner, Outer, Perturbed, Plan, Start, one};
 use crate::attack::engine::{Model, Request};
 use crate::attack::objective::Objective;
 use crate::loss::distance::Distance;
@@ -27,6 +27,13 @@ pub struct PositivePerturbationConfig {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    /// Where the inner maximisation starts and whether it projects ([`Budget`]).
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
     /// Attack rate P(γ = 1).
     pub rate: f32,
     #[serde(default)]
@@ -40,11 +47,7 @@ pub struct PositivePerturbationConfig {
 
 impl Defense for PositivePerturbationConfig {
     fn budget(&self) -> Budget {
-        Budget {
-            eps: self.eps,
-            step: self.step,
-            steps: self.steps,
-        }
+        Budget::of(self.eps, self.step, self.steps, (self.start, self.noise, self.project))
     }
 
     /// The stacked rows of the mined tuples before and after `ρ`.
@@ -56,8 +59,10 @@ impl Defense for PositivePerturbationConfig {
         let original = triplets::select_rows(&step.x.clone().without_autodiff(), &rows);
         let pgd = self.pgd(step.state);
         let adversarial = if movable.iter().any(|&m| m) && pgd.step > 0.0 {
+            let seed = step.start_seed(&pgd);
             Request::on(Model::Oracle(model), &rho, &pgd)
                 .movable(Some(&movable))
+                .seed(seed)
                 .run(&original)?
         } else {
             original.clone()

@@ -91,7 +91,7 @@ pub(crate) fn perturb_mined(
 
 /// Runs `plan`'s PGD under `pgd` over the stacked rows of its triplets.
 pub(crate) fn perturb_triplets(
-    step: &Inner,
+    step: &mut Inner,
     clean: super::unit::Clean,
     plan: TripletPlan,
     pgd: &Pgd,
@@ -101,8 +101,10 @@ pub(crate) fn perturb_triplets(
     let adversarial = if pgd.step == 0.0 || !plan.movable.iter().any(|&m| m) {
         original.clone()
     } else {
+        let seed = step.start_seed(pgd);
         Request::on(Model::Oracle(step.model()?), plan.objective.as_ref(), pgd)
             .movable(Some(&plan.movable))
+            .seed(seed)
             .run(&original)?
     };
     Ok(Perturbed {

@@ -77,26 +77,93 @@ pub trait Defense {
     fn outer(&self, plan: &Plan, emb: Vec<Tensor<2>>, step: &mut Outer) -> Result<DefendedLoss>;
 }
 
-/// The PGD budget alone (`eps`, `step`, `steps` in pixel units): the parameters of Madry, EST,
-/// ACT, AdvProp-D and seed 000's formulations 1 and 2.
+/// The PGD budget alone (`eps`, `step`, `steps` in pixel units) and where the inner
+/// maximisation starts (`start`, `noise`) and whether it projects (`project`): the parameters of
+/// Madry, EST, ACT, AdvProp-D and seed 000's formulations 1 and 2. The other defenses read the
+/// same keys into their own tables ([`Budget::of`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     pub eps: f32,
     pub step: f32,
     pub steps: usize,
+    #[serde(default, skip_serializing_if = "Start::is_clean")]
+    pub start: Start,
+    /// N-FGSM's noise radius in units of ε (`start = "noise"`; 2 when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f32>,
+    #[serde(default = "crate::field::yes", skip_serializing_if = "crate::field::is_yes")]
+    pub project: bool,
 }
 
+/// Where the inner maximisation starts (`[defense] start = …`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Start {
+    /// The clean images (every defense's paper and reference code).
+    #[default]
+    Clean,
+    /// A uniform point of the ε-box (FGSM-RS, Wong et al. ICLR'20).
+    Uniform,
+    /// Uniform noise of `noise`·ε, 2ε unless given (N-FGSM, de Jorge et al. NeurIPS'22).
+    Noise,
+}
+
+impl Start {
+    pub fn is_clean(&self) -> bool {
+        *self == Start::Clean
+    }
+}
+
+/// N-FGSM's noise radius, in units of ε, when `noise` is not given.
+pub const NFGSM_NOISE: f32 = 2.0;
+
 impl Budget {
-    /// L∞ PGD from the clean point, as every defense's inner maximisation runs.
+    /// The budget `eps`, `step`, `steps` with a start, its noise and the projection, as a
+    /// defense's own table reads the same keys.
+    pub fn of(eps: f32, step: f32, steps: usize, (start, noise, project): (Start, Option<f32>, bool)) -> Self {
+        Self {
+            eps,
+            step,
+            steps,
+            start,
+            noise,
+            project,
+        }
+    }
+
+    /// L∞ PGD from the start the budget says (the clean point by default), projected onto the
+    /// ε-ball unless `project` is off.
     pub fn pgd(self) -> Pgd {
         Pgd {
             eps: self.eps,
             step: self.step,
             steps: self.steps,
             norm: Norm::Linf,
-            random_start: false,
+            random_start: self.start != Start::Clean,
+            start_radius: match self.start {
+                Start::Noise => self.noise.unwrap_or(NFGSM_NOISE),
+                _ => 1.0,
+            },
+            project: self.project,
         }
+    }
+
+    /// The start's keys against each other (`noise` belongs to `start = "noise"`), before the
+    /// PGD's own checks.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(k) = self.noise {
+            anyhow::ensure!(
+                self.start == Start::Noise,
+                "defense.noise = {k} is the radius of N-FGSM's start, in units of ε: it needs defense.start = \"noise\" (got \"{}\")",
+                match self.start {
+                    Start::Clean => "clean",
+                    Start::Uniform => "uniform",
+                    Start::Noise => "noise",
+                }
+            );
+        }
+        self.pgd().validate_as("defense.")
     }
 }
 
@@ -162,6 +229,17 @@ impl<'a> Inner<'a> {
         match self.given.take() {
             Some(t) => Ok(t),
             None => clean.mine(self.loss, self.labels, self.rng),
+        }
+    }
+
+    /// The seed of this PGD run's random start, drawn from the step's stream only where `pgd`
+    /// starts at random (a clean start leaves the stream, and so every run of today's settings,
+    /// as it was).
+    pub fn start_seed(&mut self, pgd: &Pgd) -> u64 {
+        if pgd.random_start {
+            rand::Rng::random(self.rng)
+        } else {
+            0
         }
     }
 

@@ -52,6 +52,8 @@ impl Default for ReportOptions {
                 steps: 32,
                 norm: crate::attack::budget::Norm::Linf,
                 random_start: false,
+                start_radius: 1.0,
+                project: true,
             },
             seed: 0,
         }

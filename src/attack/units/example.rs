@@ -78,6 +78,8 @@ mod tests {
             steps: 4,
             norm: Norm::Linf,
             random_start: false,
+            start_radius: 1.0,
+            project: true,
         };
         let attack = registry::attack("ex-raise").unwrap();
         let r = suite::run(&ctx, attack.as_ref(), &pgd, 3, 2, 7).unwrap();
